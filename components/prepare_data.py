@@ -1,0 +1,46 @@
+"""KFP component ``prepare_data``: raw ratings artifact to pre-batched TFRecords."""
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input, Output
+
+from components._image import DEFAULT_IMAGE
+
+
+@dsl.component(base_image=DEFAULT_IMAGE, install_kfp_package=False)
+def prepare_data(
+    raw_data: Input[Dataset],
+    examples: Output[Dataset],
+    data_format: str = "auto",
+    min_ratings: int = 20,
+    num_epochs: int = 1,
+    num_neg: int = 4,
+    eval_negatives: int = 999,
+    eval_sampling: str = "distinct",
+    train_batch_size: int = 1024,
+    eval_batch_size: int = 0,
+    seed: int = 0,
+):
+    """Leave-one-out split, negative sampling and pre-batched TFRecords (see training_core.prepare).
+
+    ``eval_batch_size`` 0 picks whole users automatically. ``examples`` gets the dataset folder
+    (metadata.json, train/, eval/, vocab/) and its counts as artifact metadata.
+    """
+    from training_core import prepare
+
+    result = prepare.prepare(
+        prepare.PrepareConfig(
+            input_path=raw_data.path,
+            output_dir=examples.path,
+            format=data_format,
+            min_ratings=min_ratings,
+            num_epochs=num_epochs,
+            num_neg=num_neg,
+            eval_negatives=eval_negatives,
+            eval_sampling=eval_sampling,
+            train_batch_size=train_batch_size,
+            eval_batch_size=eval_batch_size or None,
+            seed=seed,
+        )
+    )
+    print(prepare.summary(result))
+    examples.metadata.update(prepare.artifact_metadata(result))

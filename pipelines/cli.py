@@ -1,0 +1,78 @@
+"""The ``ncf-pipelines`` command line: one subcommand per module in ``pipelines/commands``.
+
+Each command module defines ``register(subparsers)``, which adds its parser and sets ``func`` to a
+function taking the parsed arguments and returning an exit code. Heavy imports (TensorFlow, KFP)
+happen inside those functions, so ``--help`` stays fast and importing never needs cloud settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# Order is the order shown in --help.
+COMMAND_MODULES = (
+    "prepare_data",
+    "synth",
+    "train",
+    "evaluate",
+    "export",
+    "validate",
+    "profiles",
+    "compile",
+    "submit",
+    "run_local",
+)
+
+
+class UserError(Exception):
+    """An error caused by input or options: printed as one clear message, no traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser with every available subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="ncf-pipelines",
+        description=(
+            "Neural Collaborative Filtering from raw interactions to a served model: "
+            "data prep, training, evaluation and Kubeflow/Vertex AI pipelines."
+        ),
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details as well")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"pipelines.commands.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"pipelines.commands.{name}":
+                continue  # Not built yet.
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except (UserError, ValueError, FileNotFoundError, FileExistsError) as e:
+        print(f"ncf-pipelines {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+def example_epilog(*lines: str) -> str:
+    """An ``Example:`` block for a subcommand's --help."""
+    return "Example:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

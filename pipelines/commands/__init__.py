@@ -1,0 +1,1 @@
+"""Subcommands of the ncf-pipelines CLI."""

@@ -1,0 +1,259 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import read_split, tree_bytes
+
+from training_core import io as rio
+from training_core import metadata, prepare, records, synthetic
+
+
+def _config(src, out, **kw):
+    kw.setdefault("min_ratings", 0)
+    kw.setdefault("eval_negatives", 50)
+    kw.setdefault("train_batch_size", 256)
+    return prepare.PrepareConfig(input_path=src, output_dir=str(out), **kw)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, tiny_csv):
+    out = tmp_path_factory.mktemp("prep") / "data"
+    result = prepare.prepare(_config(tiny_csv, out, num_epochs=2, workers=2))
+    return result
+
+
+def test_metadata_counts_are_exact(prepared, tiny_interactions):
+    m = prepared.metadata
+    raw_users = np.unique(tiny_interactions.users)
+    raw_items = np.unique(tiny_interactions.items)
+    assert m.num_users == len(raw_users)
+    assert m.num_items == len(raw_items)
+    assert m.num_train_positives == len(tiny_interactions) - m.num_users
+    assert m.num_train_elements == m.num_train_positives * (1 + m.num_neg)
+    assert m.train_steps_per_epoch == sum(-(-f.elements // 256) for f in m.train_files["epoch_000"])
+    assert m.num_eval_elements == m.num_users * 51
+    assert m.eval_prebatch_size == m.eval_users_per_batch * 51
+    assert set(m.train_files) == {"epoch_000", "epoch_001"}
+    assert m.source["sha256"] == rio.file_sha256([m.source["path"]])
+    on_disk = json.loads(open(os.path.join(prepared.output_dir, "metadata.json")).read())
+    assert on_disk["format_version"] == metadata.FORMAT_VERSION
+    assert metadata.read_metadata(prepared.output_dir) == m
+
+
+def test_tensorflow_reads_every_file_with_static_batch_shapes(prepared):
+    m, root = prepared.metadata, prepared.output_dir
+    for training, paths, batch in (
+        (True, m.train_file_paths(root, 0), m.train_prebatch_size),
+        (False, m.eval_file_paths(root), m.eval_prebatch_size),
+    ):
+        spec = records.feature_spec(batch, training)
+        ds = tf.data.TFRecordDataset(paths).map(
+            lambda s, spec=spec: tf.io.parse_single_example(s, spec)
+        )
+        n = 0
+        for ex in ds:
+            assert all(v.shape == (batch, 1) for v in ex.values())
+            n += 1
+        assert n == (m.train_steps_per_epoch if training else m.eval_steps)
+
+
+def test_leave_one_out_split_and_training_content(prepared, tiny_interactions):
+    m, root = prepared.metadata, prepared.output_dir
+    user_vocab = np.loadtxt(os.path.join(root, m.user_vocab), dtype=np.int64)
+    item_vocab = np.loadtxt(os.path.join(root, m.item_vocab), dtype=np.int64)
+    # Raw truth: each user's latest interaction.
+    raw = {}
+    for u, i, t in zip(
+        tiny_interactions.users.tolist(),
+        tiny_interactions.items.tolist(),
+        tiny_interactions.timestamps.tolist(),
+        strict=True,
+    ):
+        raw.setdefault(u, []).append((t, i))
+    latest = {u: max(v)[1] for u, v in raw.items()}
+    seen = {u: {i for _, i in v} for u, v in raw.items()}
+
+    ev = read_split(root, m, training=False)
+    width = 1 + m.eval_negatives
+    users = ev["user_id"].reshape(-1, width)
+    items = ev["item_id"].reshape(-1, width)
+    mask = ev["duplicate_mask"].reshape(-1, width)
+    real = mask[:, -1] == 0
+    assert real.sum() == m.num_users  # Every user once; padding users fully masked.
+    assert (mask[~real] == 1).all()
+    for urow, irow, mrow in zip(users[real], items[real], mask[real], strict=True):
+        raw_u = int(user_vocab[urow[0]])
+        assert (urow == urow[0]).all()
+        assert int(item_vocab[irow[-1]]) == latest[raw_u]  # Held-out positive last.
+        negs = {int(item_vocab[i]) for i in irow[:-1][mrow[:-1] == 0]}
+        assert not negs & seen[raw_u]
+
+    tr = read_split(root, m, training=True)
+    valid = tr["valid_point_mask"] == 1
+    assert valid.sum() == m.num_train_elements
+    assert (tr["labels"][~valid] == 0).all()  # Padding is masked out and unlabeled.
+    pos_pairs = {
+        (int(user_vocab[u]), int(item_vocab[i]))
+        for u, i in zip(
+            tr["user_id"][valid & (tr["labels"] == 1)],
+            tr["item_id"][valid & (tr["labels"] == 1)],
+            strict=True,
+        )
+    }
+    expected = {(u, i) for u in raw for i in seen[u] if i != latest[u]}
+    assert pos_pairs == expected
+    for u, i in zip(
+        tr["user_id"][valid & (tr["labels"] == 0)],
+        tr["item_id"][valid & (tr["labels"] == 0)],
+        strict=True,
+    ):
+        assert int(item_vocab[i]) not in seen[int(user_vocab[u])]
+
+
+def test_epochs_differ_and_padding_sits_at_the_end(prepared):
+    m, root = prepared.metadata, prepared.output_dir
+    e0 = read_split(root, m, True, 0)
+    e1 = read_split(root, m, True, 1)
+    assert not np.array_equal(e0["item_id"], e1["item_id"])
+    for f in m.train_files["epoch_000"]:
+        recs = records.read_tfrecord_file(os.path.join(root, f.path))
+        last = records.decode_example(recs[-1])["valid_point_mask"]
+        pad = f.batches * m.train_prebatch_size - f.elements
+        assert int((last == 0).sum()) == pad
+        assert (last[len(last) - pad :] == 0).all()
+
+
+def test_byte_identical_for_any_worker_count_and_rerun_is_reused(tmp_path, tiny_csv):
+    a = prepare.prepare(_config(tiny_csv, tmp_path / "a", workers=1))
+    b = prepare.prepare(_config(tiny_csv, tmp_path / "b", workers=2))
+    ta, tb = tree_bytes(a.output_dir), tree_bytes(b.output_dir)
+    ta.pop("metadata.json"), tb.pop("metadata.json")
+    assert ta == tb
+    assert a.metadata.fingerprint == b.metadata.fingerprint
+    again = prepare.prepare(_config(tiny_csv, tmp_path / "a", workers=1))
+    assert again.reused and again.metadata == a.metadata
+    other_seed = prepare.prepare(_config(tiny_csv, tmp_path / "c", seed=1))
+    assert (
+        tree_bytes(other_seed.output_dir)["eval/part-00000-of-00002.tfrecord"]
+        != tree_bytes(a.output_dir)["eval/part-00000-of-00002.tfrecord"]
+    )
+
+
+def test_folder_with_another_dataset_is_refused_unless_overwrite(tmp_path, tiny_csv):
+    prepare.prepare(_config(tiny_csv, tmp_path / "d"))
+    with pytest.raises(FileExistsError, match="different prepared dataset.*--overwrite"):
+        prepare.prepare(_config(tiny_csv, tmp_path / "d", num_neg=2))
+    res = prepare.prepare(_config(tiny_csv, tmp_path / "d", num_neg=2, overwrite=True))
+    assert res.metadata.num_neg == 2 and not res.reused
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not empty"):
+        prepare.prepare(_config(tiny_csv, foreign, overwrite=True))
+    assert (foreign / "notes.txt").read_text() == "mine"
+
+
+def test_min_ratings_duplicates_and_single_interaction_users(tmp_path, caplog):
+    rows = ["user_id,item_id,timestamp"]
+    for u in range(1, 6):  # Users 1..5 with 5 items each.
+        rows += [f"{u},{i},{100 + i}" for i in range(1, 6)]
+    rows += ["6,1,100", "6,2,101"]  # Two interactions: dropped by min_ratings=3.
+    rows += ["7,3,100"]  # One interaction.
+    rows += ["1,5,50"]  # Repeat of (1, 5), older: dropped, the later one is held out.
+    rows += [f"8,{i},{200 + i}" for i in (1, 2, 3, 4, 6, 7)]  # Items 6 and 7 only from user 8.
+    src = tmp_path / "events.csv"
+    src.write_text("\n".join(rows) + "\n")
+    caplog.set_level("INFO")
+    res = prepare.prepare(_config(str(src), tmp_path / "o", min_ratings=3, eval_negatives=1))
+    m = res.metadata
+    assert m.num_users == 6 and m.num_items == 7
+    assert m.source["users_below_min_ratings"] == 2
+    assert m.source["duplicate_pairs_dropped"] == 1
+    assert "repeated (user, item)" in caplog.text
+    # With the filter off, the single-interaction user is dropped with a warning.
+    res = prepare.prepare(_config(str(src), tmp_path / "p", min_ratings=0, eval_negatives=1))
+    assert res.metadata.source["single_interaction_users"] == 1
+    assert res.metadata.num_users == 7
+    assert "single interaction" in caplog.text
+
+
+def test_user_with_every_item_is_dropped(tmp_path, caplog):
+    rows = ["user_id,item_id,timestamp"]
+    rows += [f"1,{i},{i}" for i in (1, 2, 3, 4)] + ["2,1,1", "2,2,2", "3,3,1", "3,4,2"]
+    src = tmp_path / "events.csv"
+    src.write_text("\n".join(rows) + "\n")
+    res = prepare.prepare(_config(str(src), tmp_path / "o", eval_negatives=1))
+    assert res.metadata.num_users == 2 and res.metadata.num_items == 4
+    assert res.metadata.source["users_with_every_item"] == 1
+    assert "every item" in caplog.text
+
+
+def test_bad_options_and_too_many_negatives(tmp_path, tiny_csv):
+    with pytest.raises(ValueError, match="--eval-negatives 5000 .* at most 299"):
+        prepare.prepare(_config(tiny_csv, tmp_path / "x", eval_negatives=5000))
+    with pytest.raises(ValueError, match="--num-neg"):
+        prepare.prepare(_config(tiny_csv, tmp_path / "x", num_neg=-1))
+    with pytest.raises(ValueError, match="--train-batch-size"):
+        prepare.prepare(_config(tiny_csv, tmp_path / "x", train_batch_size=0))
+    with pytest.raises(rio.DataError, match="lower --min-ratings"):
+        prepare.prepare(_config(tiny_csv, tmp_path / "x", min_ratings=100_000))
+    assert not (tmp_path / "x").exists()  # Nothing half-written for rejected runs.
+
+
+def test_eval_batch_size_rounded_to_whole_users(tmp_path, tiny_csv, caplog):
+    caplog.set_level("WARNING")
+    res = prepare.prepare(_config(tiny_csv, tmp_path / "e", eval_batch_size=1000))
+    assert res.metadata.eval_prebatch_size == 20 * 51
+    assert "does not hold whole users" in caplog.text and "1020" in caplog.text
+
+
+@pytest.mark.slow
+def test_kill_mid_run_never_looks_complete_and_rerun_recovers(tmp_path):
+    cfg = synthetic.SyntheticConfig(
+        num_users=20_000, num_items=3_000, num_interactions=1_500_000, seed=9
+    )
+    src = synthetic.write(synthetic.generate(cfg), str(tmp_path / "big.parquet"), "parquet")
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.cli",
+        "prepare-data",
+        "--input",
+        src,
+        "--output",
+        str(out),
+        "--num-epochs",
+        "4",
+        "--eval-negatives",
+        "200",
+        "--min-ratings",
+        "0",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        written = list(out.glob("eval/*.tfrecord")) + list(out.glob("train/*/*.tfrecord"))
+        if written:
+            break
+        time.sleep(0.05)
+    assert written, "the run wrote nothing in time"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "metadata.json").exists() and not (out / "_SUCCESS").exists()
+    with pytest.raises(FileNotFoundError, match="no complete prepared dataset"):
+        metadata.read_metadata(out)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "interrupted run" in done.stderr
+    assert metadata.read_metadata(out).num_epochs == 4
+    assert not (out / prepare.IN_PROGRESS_FILE).exists()
+    assert not list(out.rglob("*.partial"))

@@ -1,0 +1,121 @@
+import numpy as np
+import pytest
+
+from training_core import sampling
+
+
+def _random_shard(rng, num_users=40, num_items=60, max_count=50, index=0):
+    counts = rng.integers(2, max_count, num_users)
+    items = [rng.choice(num_items, size=c, replace=False) for c in counts]
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return sampling.Shard(
+        index,
+        np.arange(num_users, dtype=np.int64) * 3 + index,
+        offsets,
+        np.concatenate(items).astype(np.int64),
+        num_items,
+    )
+
+
+def _sets(shard):
+    return [
+        set(shard.items[shard.offsets[k] : shard.offsets[k + 1]].tolist())
+        for k in range(len(shard.users))
+    ]
+
+
+def test_complement_maps_every_rank_to_the_right_never_seen_item():
+    rng = np.random.default_rng(0)
+    shard = _random_shard(rng)
+    comp = sampling.complement(shard)
+    for k, seen in enumerate(_sets(shard)):
+        expected = [i for i in range(shard.num_items) if i not in seen]
+        assert comp.sizes[k] == len(expected)
+        got = comp.items(np.full(len(expected), k), np.arange(len(expected)))
+        assert got.tolist() == expected
+
+
+def test_train_rows_counts_labels_and_no_positive_among_negatives():
+    rng = np.random.default_rng(1)
+    shard = _random_shard(rng)
+    comp = sampling.complement(shard)
+    rows = sampling.train_rows(shard, comp, num_neg=4, seed=7, epoch=0)
+    positives = int(shard.counts.sum() - len(shard.users))
+    assert len(rows.users) == positives * 5
+    assert int(rows.labels.sum()) == positives
+    sets = {int(u): s for u, s in zip(shard.users, _sets(shard), strict=True)}
+    heldout = {
+        int(u): int(shard.items[shard.offsets[k + 1] - 1]) for k, u in enumerate(shard.users)
+    }
+    for u, i, y in zip(rows.users.tolist(), rows.items.tolist(), rows.labels.tolist(), strict=True):
+        if y:
+            assert i in sets[u] and i != heldout[u]
+        else:
+            assert i not in sets[u]  # Never-seen: the held-out item is excluded too.
+    # Per user: exactly num_neg negatives per training positive.
+    for k, u in enumerate(shard.users.tolist()):
+        mine = rows.users == u
+        assert int((rows.labels[mine] == 0).sum()) == 4 * (int(shard.counts[k]) - 1)
+
+
+def test_each_epoch_draws_afresh_and_seed_reproduces():
+    rng = np.random.default_rng(2)
+    shard = _random_shard(rng)
+    comp = sampling.complement(shard)
+    a = sampling.train_rows(shard, comp, 4, seed=1, epoch=0)
+    b = sampling.train_rows(shard, comp, 4, seed=1, epoch=0)
+    c = sampling.train_rows(shard, comp, 4, seed=1, epoch=1)
+    np.testing.assert_array_equal(a.items, b.items)
+    assert not np.array_equal(a.items, c.items)
+
+
+@pytest.mark.parametrize("num_items,n", [(60, 10), (60, 20), (2000, 100)])
+def test_distinct_eval_negatives(num_items, n):
+    # Covers the three regimes: sparse (rejection), dense (permutation), short (fill + mask).
+    rng = np.random.default_rng(3)
+    shard = _random_shard(rng, num_items=num_items, max_count=min(55, num_items - 1))
+    comp = sampling.complement(shard)
+    ev = sampling.eval_rows(shard, comp, n, seed=5)
+    assert ev.items.shape == (len(shard.users), n + 1)
+    short = 0
+    for k, seen in enumerate(_sets(shard)):
+        row, mask = ev.items[k], ev.duplicate_mask[k]
+        assert row[-1] == shard.items[shard.offsets[k + 1] - 1]  # Positive last.
+        assert mask[-1] == 0
+        negs = row[:-1][mask[:-1] == 0]
+        assert len(set(negs.tolist())) == len(negs)  # Distinct.
+        assert not (set(negs.tolist()) & seen)  # Never seen (held-out included).
+        never_seen = num_items - len(seen)
+        assert len(negs) == min(n, never_seen)  # All of them when short.
+        short += never_seen < n
+    assert ev.short_users == short
+    if num_items == 60 and n == 20:
+        assert short > 0  # The fill path was exercised.
+
+
+def test_reference_sampling_allows_heldout_and_masks_repeats_only():
+    rng = np.random.default_rng(4)
+    shard = _random_shard(rng, num_items=30, max_count=20)
+    comp = sampling.complement(shard)
+    ev = sampling.eval_rows(shard, comp, 50, seed=0, sampling=sampling.EVAL_REFERENCE)
+    heldout_drawn = 0
+    for k, seen in enumerate(_sets(shard)):
+        row, mask = ev.items[k], ev.duplicate_mask[k]
+        pos = int(row[-1])
+        train_items = seen - {pos}
+        negs = row[:-1]
+        assert not (set(negs.tolist()) & train_items)
+        heldout_drawn += int((negs == pos).any())
+        # First occurrence kept, later ones masked.
+        first = {}
+        for j, it in enumerate(negs.tolist()):
+            assert mask[j] == (1 if it in first else 0)
+            first.setdefault(it, j)
+        assert mask[-1] == 0
+    assert heldout_drawn > 0  # The reference's flaw that distinct sampling fixes.
+
+
+def test_unknown_sampling_rejected():
+    shard = _random_shard(np.random.default_rng(5))
+    with pytest.raises(ValueError, match="unknown eval sampling"):
+        sampling.eval_rows(shard, sampling.complement(shard), 5, 0, sampling="other")

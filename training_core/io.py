@@ -1,0 +1,397 @@
+"""Readers for raw interaction tables: every MovieLens layout, and any CSV or Parquet table.
+
+All readers return the same :class:`Interactions` (int64 user, item and timestamp arrays in file
+order). Parsing uses pyarrow for speed; when the fast parser rejects a file, a line-by-line pass
+finds the first bad line so that the error names the file, the line and what to do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import gzip
+import hashlib
+import io
+import logging
+import os
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+log = logging.getLogger(__name__)
+
+# Canonical format names and the aliases people type.
+MOVIELENS_100K = "movielens-100k"  # u.data: user \t item \t rating \t timestamp, no header.
+MOVIELENS_DAT = "movielens-dat"  # ml-1m / ml-10m ratings.dat: user::item::rating::timestamp.
+MOVIELENS_CSV = (
+    "movielens-csv"  # ml-20m/25m/32m/latest ratings.csv: userId,movieId,rating,timestamp.
+)
+CSV = "csv"  # Any CSV with a header and named user, item and timestamp columns.
+PARQUET = "parquet"  # Any Parquet file (or folder of files) with those columns.
+FORMATS = (MOVIELENS_100K, MOVIELENS_DAT, MOVIELENS_CSV, CSV, PARQUET)
+FORMAT_ALIASES = {
+    "auto": "auto",
+    "ml-100k": MOVIELENS_100K,
+    "ml-1m": MOVIELENS_DAT,
+    "ml-10m": MOVIELENS_DAT,
+    "ml-20m": MOVIELENS_CSV,
+    "ml-25m": MOVIELENS_CSV,
+    "ml-32m": MOVIELENS_CSV,
+    "ml-latest": MOVIELENS_CSV,
+    "ml-latest-small": MOVIELENS_CSV,
+    **{f: f for f in FORMATS},
+}
+
+# Column names tried, in order, when the caller names none.
+USER_ALIASES = ("user_id", "userId", "user", "uid", "UserID")
+ITEM_ALIASES = ("item_id", "itemId", "movieId", "movie_id", "item", "iid", "MovieID")
+TIME_ALIASES = ("timestamp", "ts", "time", "event_time", "Timestamp")
+
+_KNOWN_FILES = ("u.data", "ratings.dat", "ratings.csv")
+
+
+class DataError(ValueError):
+    """Raw input that cannot be read as interactions; the message says where and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Interactions:
+    """Raw interactions in file order, with where they came from."""
+
+    users: np.ndarray  # int64 raw user ids.
+    items: np.ndarray  # int64 raw item ids.
+    timestamps: np.ndarray  # int64 (seconds for MovieLens; any monotone unit elsewhere).
+    source_files: tuple[str, ...]
+    format: str
+
+    def __len__(self) -> int:
+        return len(self.users)
+
+
+@dataclasses.dataclass(frozen=True)
+class Columns:
+    """Names of the user, item and timestamp columns of a generic table (None: detect)."""
+
+    user: str | None = None
+    item: str | None = None
+    timestamp: str | None = None
+
+
+def normalize_format(name: str) -> str:
+    """Canonical format name for a name or alias."""
+    key = name.strip().lower() if name else "auto"
+    if key not in FORMAT_ALIASES:
+        raise DataError(f"unknown format {name!r}; use one of: {', '.join(sorted(FORMAT_ALIASES))}")
+    return FORMAT_ALIASES[key]
+
+
+def resolve_input(path: str, fmt: str = "auto") -> tuple[list[str], str]:
+    """The files to read and their format, for a file or a folder (an unzipped MovieLens folder).
+
+    Raises:
+        DataError: nothing readable there, or the format cannot be told.
+    """
+    fmt = normalize_format(fmt)
+    if not os.path.exists(path):
+        raise DataError(f"{path}: no such file or folder; pass --input a ratings file or folder")
+    if os.path.isdir(path):
+        parquet = sorted(glob.glob(os.path.join(path, "*.parquet")))
+        if fmt == PARQUET or (fmt == "auto" and parquet):
+            if not parquet:
+                raise DataError(f"{path}: no *.parquet files in this folder")
+            return parquet, PARQUET
+        for name in _KNOWN_FILES:
+            for candidate in (name, name + ".gz"):
+                full = os.path.join(path, candidate)
+                if os.path.isfile(full):
+                    return [full], fmt if fmt != "auto" else _format_from_name(full)
+        raise DataError(
+            f"{path}: found none of {', '.join(_KNOWN_FILES)} or *.parquet in this folder; pass "
+            "the ratings file itself with --input and its layout with --format"
+        )
+    if fmt == "auto":
+        fmt = _format_from_name(path) or _sniff_format(path)
+    return [path], fmt
+
+
+def _format_from_name(path: str) -> str:
+    base = os.path.basename(path).lower()
+    if base.endswith(".gz"):
+        base = base[:-3]
+    if base.endswith(".parquet"):
+        return PARQUET
+    if base == "u.data":
+        return MOVIELENS_100K
+    if base == "ratings.dat":
+        return MOVIELENS_DAT
+    if base == "ratings.csv":
+        return MOVIELENS_CSV
+    return ""
+
+
+def _open_text(path: str):
+    return (
+        gzip.open(path, "rt", errors="replace")
+        if path.endswith(".gz")
+        else open(path, errors="replace")
+    )
+
+
+def _sniff_format(path: str) -> str:
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic == b"PAR1":
+        return PARQUET
+    with _open_text(path) as f:
+        first = f.readline()
+    if not first.strip():
+        raise DataError(f"{path}: the file is empty (no interactions)")
+    if "::" in first:
+        return MOVIELENS_DAT
+    fields = first.rstrip("\n").split("\t")
+    if len(fields) == 4 and all(_is_int(x) for x in fields):
+        return MOVIELENS_100K
+    header = [h.strip() for h in first.split(",")]
+    if header[:4] == ["userId", "movieId", "rating", "timestamp"]:
+        return MOVIELENS_CSV
+    if len(header) >= 3 and not all(_is_int(h) for h in header):
+        return CSV
+    raise DataError(
+        f"{path}: cannot tell the layout from the name or the first line {first.strip()!r}; "
+        f"pass --format (one of {', '.join(FORMATS)})"
+    )
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text.strip())
+    except ValueError:
+        return False
+    return True
+
+
+def file_sha256(paths: list[str]) -> str:
+    """Content hash of the source files (names excluded, so a moved file hashes the same)."""
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            for chunk in iter(lambda f=f: f.read(1 << 23), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def read_interactions(path: str, fmt: str = "auto", columns: Columns | None = None) -> Interactions:
+    """Reads a ratings file or folder into int64 arrays.
+
+    Args:
+        path: a file (plain or .gz) or a folder holding one MovieLens ratings file or Parquet files.
+        fmt: a format name or alias (``auto`` detects it from the name or the content).
+        columns: column names for ``csv`` and ``parquet`` (detected from common names when absent).
+
+    Raises:
+        DataError: with the file, the line where known, and what to change.
+    """
+    files, fmt = resolve_input(path, fmt)
+    columns = columns or Columns()
+    parts = []
+    for f in files:
+        if os.path.getsize(f) == 0:
+            raise DataError(f"{f}: the file is empty (no interactions)")
+        if fmt == PARQUET:
+            parts.append(_read_parquet(f, columns))
+        else:
+            parts.append(_read_delimited(f, fmt, columns))
+    users = np.concatenate([p[0] for p in parts])
+    if len(users) == 0:
+        raise DataError(f"{path}: no interactions (the table has a header but no rows)")
+    return Interactions(
+        users=users,
+        items=np.concatenate([p[1] for p in parts]),
+        timestamps=np.concatenate([p[2] for p in parts]),
+        source_files=tuple(files),
+        format=fmt,
+    )
+
+
+def _layout(fmt: str) -> tuple[str, list[str] | None, int]:
+    """(delimiter, column names if the file has no header, number of fields)."""
+    if fmt == MOVIELENS_100K:
+        return "\t", ["user", "item", "rating", "timestamp"], 4
+    if fmt == MOVIELENS_DAT:
+        return "::", ["user", "item", "rating", "timestamp"], 4
+    if fmt in (MOVIELENS_CSV, CSV):
+        return ",", None, 0
+    raise DataError(f"format {fmt!r} is not a delimited text layout")
+
+
+def _pick(
+    available: list[str],
+    wanted: str | None,
+    aliases: tuple[str, ...],
+    role: str,
+    where: str,
+    flag: str,
+) -> str:
+    if wanted:
+        if wanted not in available:
+            raise DataError(
+                f"{where}: no column named {wanted!r} for the {role}; the columns are "
+                f"{', '.join(available)}. Fix {flag}."
+            )
+        return wanted
+    for name in aliases:
+        if name in available:
+            return name
+    raise DataError(
+        f"{where}: no {role} column (looked for {', '.join(aliases)}); the columns are "
+        f"{', '.join(available)}. Name it with {flag}."
+    )
+
+
+def _select(available: list[str], columns: Columns, where: str) -> tuple[str, str, str]:
+    return (
+        _pick(available, columns.user, USER_ALIASES, "user id", where, "--user-col"),
+        _pick(available, columns.item, ITEM_ALIASES, "item id", where, "--item-col"),
+        _pick(available, columns.timestamp, TIME_ALIASES, "timestamp", where, "--time-col"),
+    )
+
+
+def _read_delimited(path: str, fmt: str, columns: Columns) -> tuple[np.ndarray, ...]:
+    delim, names, nfields = _layout(fmt)
+    raw = _read_bytes(path)
+    if delim == "::":
+        # pyarrow takes one-character delimiters; .dat fields are numeric, so a tab is safe.
+        raw = raw.replace(b"::", b"\t")
+        delim = "\t"
+    if names is None:
+        header_line = raw.split(b"\n", 1)[0].decode("utf-8", "replace").strip("\r")
+        header = [h.strip().strip('"') for h in header_line.split(delim)]
+        user_col, item_col, time_col = _select(header, columns, path)
+        read_opts = pacsv.ReadOptions(block_size=1 << 24)
+    else:
+        user_col, item_col, time_col = "user", "item", "timestamp"
+        read_opts = pacsv.ReadOptions(column_names=names, block_size=1 << 24)
+        header = names
+    convert = pacsv.ConvertOptions(
+        include_columns=[user_col, item_col, time_col],
+        column_types={user_col: pa.int64(), item_col: pa.int64()},
+    )
+    try:
+        table = pacsv.read_csv(
+            io.BytesIO(raw),
+            read_options=read_opts,
+            parse_options=pacsv.ParseOptions(delimiter=delim),
+            convert_options=convert,
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise _locate_error(
+            path, fmt, header, (user_col, item_col, time_col), names is None, str(e)
+        ) from None
+    return _columns_to_arrays(table, user_col, item_col, time_col, path)
+
+
+def _read_bytes(path: str) -> bytes:
+    if path.endswith(".gz"):
+        with gzip.open(path, "rb") as f:
+            return f.read()
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _lines(path: str) -> Iterator[tuple[int, str]]:
+    with _open_text(path) as f:
+        for number, line in enumerate(f, start=1):
+            yield number, line.rstrip("\r\n")
+
+
+def _locate_error(
+    path: str,
+    fmt: str,
+    header: list[str],
+    wanted: tuple[str, str, str],
+    has_header: bool,
+    arrow_message: str,
+) -> DataError:
+    """Finds the first line that the fast parser could not take and describes it."""
+    delim = {MOVIELENS_100K: "\t", MOVIELENS_DAT: "::"}.get(fmt, ",")
+    shown = {"\t": "tab", "::": "'::'", ",": "','"}[delim]
+    positions = [header.index(w) for w in wanted]
+    roles = ("user id", "item id", "timestamp")
+    for number, line in _lines(path):
+        if has_header and number == 1:
+            continue
+        if not line.strip():
+            continue
+        fields = line.split(delim)
+        if len(fields) != len(header):
+            return DataError(
+                f"{path}:{number}: expected {len(header)} fields separated by {shown}, got "
+                f"{len(fields)}: {line[:120]!r}. Fix or remove this line (or check --format)."
+            )
+        for pos, role in zip(positions, roles, strict=True):
+            value = fields[pos].strip().strip('"')
+            if role != "timestamp" and not _is_int(value):
+                return DataError(
+                    f"{path}:{number}: {role} {value!r} in column {header[pos]!r} is not an "
+                    "integer; ids must be integers (map string ids to integers first)."
+                )
+    return DataError(f"{path}: could not be parsed as {fmt}: {arrow_message}")
+
+
+def _read_parquet(path: str, columns: Columns) -> tuple[np.ndarray, ...]:
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise DataError(f"{path}: not a readable Parquet file ({e})") from None
+    user_col, item_col, time_col = _select(schema.names, columns, path)
+    table = pq.read_table(path, columns=[user_col, item_col, time_col])
+    return _columns_to_arrays(table, user_col, item_col, time_col, path)
+
+
+def _columns_to_arrays(
+    table: pa.Table, user_col: str, item_col: str, time_col: str, path: str
+) -> tuple[np.ndarray, ...]:
+    if table.num_rows == 0:
+        return tuple(np.zeros(0, np.int64) for _ in range(3))
+    out = []
+    for name, role in ((user_col, "user id"), (item_col, "item id")):
+        col = table.column(name)
+        if not pa.types.is_integer(col.type):
+            raise DataError(
+                f"{path}: column {name!r} ({role}) has type {col.type}, not integer; ids must be "
+                "integers (map string ids to integers first)."
+            )
+        out.append(_to_int64(col, name, path))
+    ts = table.column(time_col)
+    if pa.types.is_timestamp(ts.type) or pa.types.is_date(ts.type):
+        ts = ts.cast(pa.timestamp("s")).cast(pa.int64())
+    elif pa.types.is_floating(ts.type):
+        ts = ts.cast(pa.int64(), safe=False)
+    elif pa.types.is_string(ts.type) or pa.types.is_large_string(ts.type):
+        try:
+            ts = ts.cast(pa.timestamp("s")).cast(pa.int64())
+        except pa.ArrowInvalid as e:
+            raise DataError(
+                f"{path}: column {time_col!r} (timestamp) holds text that is not a time: {e}. "
+                "Use integer epoch seconds or ISO-8601 times."
+            ) from None
+    elif not pa.types.is_integer(ts.type):
+        raise DataError(f"{path}: column {time_col!r} (timestamp) has type {ts.type}")
+    out.append(_to_int64(ts, time_col, path))
+    return tuple(out)
+
+
+def _to_int64(col: pa.ChunkedArray, name: str, path: str) -> np.ndarray:
+    if col.null_count:
+        import pyarrow.compute as pc
+
+        first = int(pc.index(pc.is_null(col), True).as_py())
+        raise DataError(
+            f"{path}: column {name!r} is empty in data row {first + 1}; every row needs a user, "
+            "an item and a timestamp."
+        )
+    return np.asarray(col.to_numpy(), dtype=np.int64)

@@ -1,0 +1,129 @@
+"""``metadata.json``: what a prepared dataset holds, written last and read first."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+FORMAT_VERSION = 1
+METADATA_FILE = "metadata.json"
+SUCCESS_FILE = "_SUCCESS"
+USER_VOCAB = "vocab/users.txt"
+ITEM_VOCAB = "vocab/items.txt"
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardFile:
+    """One TFRecord file of a prepared dataset."""
+
+    path: str  # Relative to the dataset folder.
+    batches: int  # Records (pre-batches) in the file.
+    elements: int  # Real rows, padding excluded.
+    bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetMetadata:
+    """Everything a reader needs to check and consume a prepared dataset.
+
+    Eval layout: each user takes ``1 + eval_negatives`` consecutive rows, the negatives first
+    and the held-out positive last. A row whose ``duplicate_mask`` is 1 never counts; a user whose
+    positive row is masked is padding and is not evaluated. Ties count against the positive.
+    """
+
+    format_version: int
+    num_users: int
+    num_items: int
+    train_prebatch_size: int
+    eval_prebatch_size: int
+    eval_users_per_batch: int
+    num_epochs: int
+    num_neg: int
+    eval_negatives: int
+    eval_sampling: str
+    seed: int
+    num_train_positives: int
+    num_train_elements: int  # Real training rows per epoch (positives plus negatives).
+    train_steps_per_epoch: int  # Training records per epoch over all shards.
+    num_eval_users: int
+    num_eval_elements: int  # Real eval rows, padding users excluded.
+    eval_steps: int
+    num_shards: int
+    train_files: dict[str, list[ShardFile]]  # "epoch_000" -> files.
+    eval_files: list[ShardFile]
+    source: dict[str, Any]  # path, format, sha256, rows read, rows kept.
+    options: dict[str, Any]  # The preparation options, for the fingerprint and for people.
+    fingerprint: str  # Hash of source content and options: same value, same bytes.
+    user_vocab: str = USER_VOCAB
+    item_vocab: str = ITEM_VOCAB
+    positive_position: str = "last"
+    created_by: str = ""
+
+    def to_json(self) -> str:
+        """Serializes to pretty JSON."""
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> DatasetMetadata:
+        """Builds from a parsed ``metadata.json``, checking the format version."""
+        version = raw.get("format_version")
+        if version != FORMAT_VERSION:
+            raise ValueError(
+                f"metadata.json has format_version {version!r}; this ncf-pipelines reads "
+                f"version {FORMAT_VERSION}. Prepare the data again with this version."
+            )
+        fields = {f.name for f in dataclasses.fields(cls)}
+        missing = sorted(
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.name not in raw
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        )
+        if missing:
+            raise ValueError(f"metadata.json lacks fields: {', '.join(missing)}")
+        kwargs = {k: v for k, v in raw.items() if k in fields}
+        kwargs["train_files"] = {
+            epoch: [ShardFile(**f) for f in files] for epoch, files in raw["train_files"].items()
+        }
+        kwargs["eval_files"] = [ShardFile(**f) for f in raw["eval_files"]]
+        return cls(**kwargs)
+
+    def train_file_paths(self, root: str, epoch: int) -> list[str]:
+        """Absolute paths of one epoch's training files (epochs past the prepared ones wrap)."""
+        key = epoch_dir(epoch % self.num_epochs)
+        return [os.path.join(root, f.path) for f in self.train_files[key]]
+
+    def eval_file_paths(self, root: str) -> list[str]:
+        """Absolute paths of the eval files."""
+        return [os.path.join(root, f.path) for f in self.eval_files]
+
+
+def epoch_dir(epoch: int) -> str:
+    """Folder name of one epoch's training files."""
+    return f"epoch_{epoch:03d}"
+
+
+def read_metadata(root: str | os.PathLike) -> DatasetMetadata:
+    """Reads and checks ``metadata.json`` of a complete prepared dataset.
+
+    Raises:
+        FileNotFoundError: the folder holds no complete dataset (no success marker).
+        ValueError: the metadata is of another format version or malformed.
+    """
+    root = os.fspath(root)
+    meta_path = os.path.join(root, METADATA_FILE)
+    if not os.path.exists(os.path.join(root, SUCCESS_FILE)) or not os.path.exists(meta_path):
+        raise FileNotFoundError(
+            f"{root} holds no complete prepared dataset ({METADATA_FILE} and {SUCCESS_FILE} are "
+            "written last; a run that was interrupted leaves neither). Run "
+            "`ncf-pipelines prepare-data` into this folder first."
+        )
+    with open(meta_path) as f:
+        try:
+            raw = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{meta_path}: not valid JSON ({e})") from e
+    return DatasetMetadata.from_dict(raw)

@@ -1,0 +1,633 @@
+"""Raw interactions to pre-batched NCF TFRecords, on one machine.
+
+Steps: read (``io``), clean and index (duplicates, minimum ratings, contiguous ids), split
+leave-one-out by time, then per shard of users and per epoch draw training negatives and eval
+candidates (``sampling``) and write pre-batched records (``records``). Shards run in worker
+processes; the output is byte-identical for any number of workers. ``metadata.json`` and
+``_SUCCESS`` are written last, so an interrupted run never looks complete.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import multiprocessing
+import os
+import shutil
+import time
+from importlib import metadata as importlib_metadata
+
+import numpy as np
+
+from training_core import io as rio
+from training_core import records, sampling
+from training_core.metadata import (
+    FORMAT_VERSION,
+    ITEM_VOCAB,
+    METADATA_FILE,
+    SUCCESS_FILE,
+    USER_VOCAB,
+    DatasetMetadata,
+    ShardFile,
+    epoch_dir,
+    read_metadata,
+)
+
+log = logging.getLogger(__name__)
+
+IN_PROGRESS_FILE = ".in-progress"
+DEFAULT_EVAL_USERS_PER_BATCH = 160  # As the reference (160 users x 1000 candidates).
+ROWS_PER_AUTO_SHARD = 1_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class PrepareConfig:
+    """Options of one data preparation run."""
+
+    input_path: str
+    output_dir: str
+    format: str = "auto"
+    columns: rio.Columns = rio.Columns()
+    min_ratings: int = 20
+    num_epochs: int = 1
+    num_neg: int = 4
+    eval_negatives: int = 999
+    eval_sampling: str = sampling.EVAL_DISTINCT
+    train_batch_size: int = 1024
+    eval_batch_size: int | None = None  # Rows; None picks whole users automatically.
+    seed: int = 0
+    num_shards: int | None = None  # None: one per million interactions, at least 2.
+    workers: int | None = None  # Processes; None: one per CPU core, 1: in this process.
+    overwrite: bool = False
+
+    def check(self) -> None:
+        """Rejects impossible option values with a message naming the option."""
+        checks = [
+            (self.min_ratings >= 0, "--min-ratings must be >= 0 (0 disables the filter)"),
+            (self.num_epochs >= 1, "--num-epochs must be >= 1"),
+            (self.num_neg >= 0, "--num-neg must be >= 0"),
+            (self.eval_negatives >= 0, "--eval-negatives must be >= 0"),
+            (self.train_batch_size >= 1, "--train-batch-size must be >= 1"),
+            (
+                self.eval_batch_size is None or self.eval_batch_size >= 1,
+                "--eval-batch-size must be >= 1 (or auto)",
+            ),
+            (self.num_shards is None or self.num_shards >= 1, "--num-shards must be >= 1"),
+            (self.workers is None or self.workers >= 1, "--workers must be >= 1"),
+            (
+                self.eval_sampling in sampling.EVAL_SAMPLINGS,
+                f"--eval-sampling must be one of {', '.join(sampling.EVAL_SAMPLINGS)}",
+            ),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexedData:
+    """Clean interactions with contiguous ids, grouped by user in time order."""
+
+    user_vocab: np.ndarray  # Raw id of each user index.
+    item_vocab: np.ndarray  # Raw id of each item index.
+    offsets: np.ndarray  # Per user index, into items.
+    items: np.ndarray  # Item indices, each user's oldest first, held-out last.
+    stats: dict[str, int]
+
+    @property
+    def num_users(self) -> int:
+        """Users kept."""
+        return len(self.user_vocab)
+
+    @property
+    def num_items(self) -> int:
+        """Items kept."""
+        return len(self.item_vocab)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrepareResult:
+    """What a run produced (or found already in place)."""
+
+    metadata: DatasetMetadata
+    output_dir: str
+    reused: bool
+    seconds: float
+    total_bytes: int
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def index_interactions(data: rio.Interactions, min_ratings: int) -> IndexedData:
+    """Cleans and indexes raw interactions; each decision is logged and counted.
+
+    - A user who rated an item several times keeps the latest interaction (ties: the later row).
+    - Users with fewer than ``min_ratings`` distinct items are dropped, as the reference does.
+    - Users left with a single interaction are dropped: leave-one-out leaves them nothing to train.
+    - Ids are remapped to ``0..n-1`` in ascending raw-id order (vocab files keep the raw ids).
+    - Users who interacted with every item are dropped: no negative exists for them.
+    """
+    n = len(data)
+    stats = {"rows_read": n}
+    row = np.arange(n, dtype=np.int64)
+    user_vocab, users = np.unique(data.users, return_inverse=True)
+    item_vocab, items = np.unique(data.items, return_inverse=True)
+    users = users.astype(np.int64)
+    items = items.astype(np.int64)
+    ts = data.timestamps
+
+    # Keep the latest of repeated (user, item) pairs.
+    order = np.lexsort((row, ts, items, users))
+    pair = users[order] * len(item_vocab) + items[order]
+    last_of_pair = np.ones(n, dtype=bool)
+    last_of_pair[:-1] = pair[1:] != pair[:-1]
+    keep = order[last_of_pair]
+    stats["duplicate_pairs_dropped"] = int(n - len(keep))
+    if stats["duplicate_pairs_dropped"]:
+        log.warning(
+            "%d repeated (user, item) rows dropped; the latest of each pair is kept",
+            stats["duplicate_pairs_dropped"],
+        )
+    users, items, ts, row = users[keep], items[keep], ts[keep], row[keep]
+
+    counts = np.bincount(users, minlength=len(user_vocab))
+    threshold = max(min_ratings, 2)
+    good_user = counts >= threshold
+    few = int(((counts > 0) & (counts < min_ratings)).sum())
+    single = int(((counts > 0) & (counts < 2) & (counts >= min_ratings)).sum())
+    stats["users_below_min_ratings"] = few
+    stats["single_interaction_users"] = single
+    if few:
+        log.info("%d users with fewer than %d ratings dropped (--min-ratings)", few, min_ratings)
+    if single:
+        log.warning(
+            "%d users with a single interaction dropped: leave-one-out leaves them no "
+            "training data",
+            single,
+        )
+
+    # Items are indexed over the users kept; users with every item are then dropped too.
+    while True:
+        mask = good_user[users]
+        users, items, ts, row = users[mask], items[mask], ts[mask], row[mask]
+        present = np.zeros(len(item_vocab), dtype=bool)
+        present[items] = True
+        num_items = int(present.sum())
+        counts = np.bincount(users, minlength=len(user_vocab))
+        full = (counts >= num_items) & (counts > 0)
+        if not full.any():
+            break
+        stats["users_with_every_item"] = int(full.sum())
+        log.warning(
+            "%d users interacted with every item and were dropped: no negatives exist",
+            int(full.sum()),
+        )
+        good_user &= ~full
+    if len(users) == 0:
+        raise rio.DataError(
+            f"no user has at least {threshold} interactions; lower --min-ratings (now "
+            f"{min_ratings}) or check the input"
+        )
+    item_map = np.cumsum(present) - 1
+    items = item_map[items]
+    item_vocab = item_vocab[present]
+    user_present = np.zeros(len(user_vocab), dtype=bool)
+    user_present[users] = True
+    user_map = np.cumsum(user_present) - 1
+    users = user_map[users]
+    user_vocab = user_vocab[user_present]
+
+    # Group by user in time order; ties keep file order, so the held-out item is well defined.
+    order = np.lexsort((row, ts, users))
+    items = items[order]
+    counts = np.bincount(users, minlength=len(user_vocab))
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    stats["rows_kept"] = int(len(items))
+    return IndexedData(user_vocab, item_vocab, offsets, items.astype(np.int64), stats)
+
+
+def make_shard(data: IndexedData, shard: int, num_shards: int) -> sampling.Shard:
+    """The users ``u % num_shards == shard`` and their interactions."""
+    users = np.arange(shard, data.num_users, num_shards, dtype=np.int64)
+    starts, ends = data.offsets[users], data.offsets[users + 1]
+    counts = ends - starts
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    idx = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1], dtype=np.int64)
+    return sampling.Shard(shard, users, offsets, data.items[idx], data.num_items)
+
+
+def resolve_eval_users_per_batch(
+    requested_rows: int | None, eval_negatives: int, max_shard_users: int
+) -> int:
+    """Users per eval record: whole users only; a size that does not fit is rounded, and said."""
+    per_user = 1 + eval_negatives
+    if requested_rows is None:
+        upb = min(DEFAULT_EVAL_USERS_PER_BATCH, -(-max_shard_users // 8) * 8)
+        return max(upb, 1)
+    upb = max(1, round(requested_rows / per_user))
+    if upb * per_user != requested_rows:
+        log.warning(
+            "eval batch size %d does not hold whole users (%d rows each: the positive and %d "
+            "negatives); using %d (%d users) instead",
+            requested_rows,
+            per_user,
+            eval_negatives,
+            upb * per_user,
+            upb,
+        )
+    return upb
+
+
+def auto_num_shards(num_rows: int) -> int:
+    """One shard per million interactions, at least 2 and at most 256."""
+    return int(min(256, max(2, math.ceil(num_rows / ROWS_PER_AUTO_SHARD))))
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-shard work, run in worker processes. The indexed data reaches forked workers through this
+# module global (copy-on-write), not through pickling.
+# ---------------------------------------------------------------------------------------------
+
+_WORK: dict = {}
+
+
+def _pad(arr: np.ndarray, total: int, value: int = 0) -> np.ndarray:
+    out = np.full(total, value, dtype=np.int64)
+    out[: len(arr)] = arr
+    return out
+
+
+def _write_train_shard(shard_index: int, epoch: int) -> tuple[ShardFile, float]:
+    t0 = time.perf_counter()
+    w = _WORK
+    shard = make_shard(w["data"], shard_index, w["num_shards"])
+    comp = sampling.complement(shard)
+    rows = sampling.train_rows(shard, comp, w["num_neg"], w["seed"], epoch)
+    n = len(rows.users)
+    batch = w["train_batch_size"]
+    total = max(1, -(-n // batch)) * batch
+    columns = records.as_columns(
+        [
+            _pad(rows.users, total),
+            _pad(rows.items, total),
+            _pad(np.ones(n, np.int64), total),
+            _pad(rows.labels, total),
+        ],
+        training=True,
+    )
+    rel = os.path.join("train", epoch_dir(epoch), records.shard_name(shard_index, w["num_shards"]))
+    size = records.write_tfrecord_file(
+        os.path.join(w["output_dir"], rel), records.encode_examples(columns, batch)
+    )
+    return ShardFile(rel, total // batch, n, size), time.perf_counter() - t0
+
+
+def _write_eval_shard(shard_index: int) -> tuple[ShardFile, int, float]:
+    t0 = time.perf_counter()
+    w = _WORK
+    shard = make_shard(w["data"], shard_index, w["num_shards"])
+    comp = sampling.complement(shard)
+    ev = sampling.eval_rows(shard, comp, w["eval_negatives"], w["seed"], w["eval_sampling"])
+    upb = w["eval_users_per_batch"]
+    n_users, width = ev.items.shape
+    padded_users = max(1, -(-n_users // upb)) * upb
+    users = np.zeros((padded_users, width), np.int64)
+    items = np.zeros((padded_users, width), np.int64)
+    mask = np.ones((padded_users, width), np.int64)  # Padding users are masked entirely.
+    users[:n_users] = ev.users[:, None]
+    items[:n_users] = ev.items
+    mask[:n_users] = ev.duplicate_mask
+    columns = records.as_columns(
+        [users.reshape(-1), items.reshape(-1), mask.reshape(-1)], training=False
+    )
+    rel = os.path.join("eval", records.shard_name(shard_index, w["num_shards"]))
+    size = records.write_tfrecord_file(
+        os.path.join(w["output_dir"], rel), records.encode_examples(columns, upb * width)
+    )
+    return (
+        ShardFile(rel, padded_users // upb, n_users * width, size),
+        ev.short_users,
+        time.perf_counter() - t0,
+    )
+
+
+def _run_tasks(tasks: list[tuple], workers: int):
+    """Runs ``(fn, args)`` tasks, yielding results in task order."""
+    if workers <= 1:
+        for fn, args in tasks:
+            yield fn(*args)
+        return
+    ctx = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        futures = [pool.submit(fn, *args) for fn, args in tasks]
+        for fut in futures:
+            yield fut.result()
+
+
+# ---------------------------------------------------------------------------------------------
+# Output folder handling.
+# ---------------------------------------------------------------------------------------------
+
+_OURS = ("train", "eval", "vocab", METADATA_FILE, SUCCESS_FILE, IN_PROGRESS_FILE)
+
+
+def _clear_dataset(output_dir: str) -> None:
+    for name in _OURS:
+        path = os.path.join(output_dir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.remove(path)
+
+
+def _check_output(output_dir: str, fingerprint: str, overwrite: bool) -> DatasetMetadata | None:
+    """Decides what to do with an existing output folder; returns a complete matching dataset."""
+    if not os.path.isdir(output_dir):
+        if os.path.exists(output_dir):
+            raise FileExistsError(f"{output_dir} is a file; --output must be a folder")
+        return None
+    entries = set(os.listdir(output_dir))
+    if not entries:
+        return None
+    if SUCCESS_FILE in entries and METADATA_FILE in entries:
+        existing = read_metadata(output_dir)
+        if existing.fingerprint == fingerprint and not overwrite:
+            return existing
+        if not overwrite:
+            raise FileExistsError(
+                f"{output_dir} already holds a different prepared dataset (source "
+                f"{existing.source.get('path')}, fingerprint {existing.fingerprint[:12]} vs "
+                f"{fingerprint[:12]} now). Choose another --output, or pass --overwrite to "
+                "replace it."
+            )
+        log.warning("replacing the dataset in %s (--overwrite)", output_dir)
+        _clear_dataset(output_dir)
+        return None
+    if IN_PROGRESS_FILE in entries:
+        log.warning(
+            "%s holds an interrupted run's partial output; removing it and starting over",
+            output_dir,
+        )
+        _clear_dataset(output_dir)
+        return None
+    if overwrite and entries <= set(_OURS):
+        _clear_dataset(output_dir)
+        return None
+    raise FileExistsError(
+        f"{output_dir} is not empty and holds no prepared dataset ({', '.join(sorted(entries)[:5])}"
+        f"{'...' if len(entries) > 5 else ''}); choose an empty or new --output folder"
+    )
+
+
+def _write_text_atomic(path: str, text: str) -> None:
+    tmp = path + ".partial"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _package_version() -> str:
+    try:
+        return importlib_metadata.version("ncf-pipelines")
+    except importlib_metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def prepare(config: PrepareConfig) -> PrepareResult:
+    """Runs data preparation end to end and returns the dataset's metadata.
+
+    A folder that already holds the same dataset (same source content and options) is reused as
+    is, so a re-run or a retried pipeline step costs only the source hash.
+    """
+    config.check()
+    t0 = time.perf_counter()
+    files, fmt = rio.resolve_input(config.input_path, config.format)
+    source_sha = rio.file_sha256(files)
+    data = rio.read_interactions(config.input_path, fmt, config.columns)
+    timings = {"read": time.perf_counter() - t0}
+    log.info(
+        "read %d interactions from %s (%s) in %.1fs",
+        len(data),
+        ", ".join(files),
+        fmt,
+        timings["read"],
+    )
+    t_index = time.perf_counter()
+    indexed = index_interactions(data, config.min_ratings)
+    timings["index"] = time.perf_counter() - t_index
+    del data
+    num_users, num_items = indexed.num_users, indexed.num_items
+    if config.eval_negatives >= num_items:
+        raise ValueError(
+            f"--eval-negatives {config.eval_negatives} asks for more negatives than the "
+            f"{num_items} items allow; use at most {num_items - 1} (the reference uses 999 on "
+            "MovieLens)"
+        )
+    num_shards = config.num_shards or auto_num_shards(indexed.stats["rows_kept"])
+    num_shards = min(num_shards, num_users)
+    max_shard_users = -(-num_users // num_shards)
+    upb = resolve_eval_users_per_batch(
+        config.eval_batch_size, config.eval_negatives, max_shard_users
+    )
+    options = {
+        "format": fmt,
+        "columns": dataclasses.asdict(config.columns),
+        "min_ratings": config.min_ratings,
+        "num_epochs": config.num_epochs,
+        "num_neg": config.num_neg,
+        "eval_negatives": config.eval_negatives,
+        "eval_sampling": config.eval_sampling,
+        "train_batch_size": config.train_batch_size,
+        "eval_users_per_batch": upb,
+        "seed": config.seed,
+        "num_shards": num_shards,
+    }
+    fingerprint = hashlib.sha256(
+        json.dumps(
+            {"v": FORMAT_VERSION, "source": source_sha, "options": options}, sort_keys=True
+        ).encode()
+    ).hexdigest()
+
+    existing = _check_output(config.output_dir, fingerprint, config.overwrite)
+    if existing is not None:
+        log.info(
+            "%s already holds this dataset (fingerprint %s); reusing it",
+            config.output_dir,
+            fingerprint[:12],
+        )
+        total = sum(f.bytes for fs in existing.train_files.values() for f in fs) + sum(
+            f.bytes for f in existing.eval_files
+        )
+        return PrepareResult(existing, config.output_dir, True, time.perf_counter() - t0, total)
+
+    out = config.output_dir
+    os.makedirs(out, exist_ok=True)
+    _write_text_atomic(os.path.join(out, IN_PROGRESS_FILE), f"pid {os.getpid()}\n")
+    for e in range(config.num_epochs):
+        os.makedirs(os.path.join(out, "train", epoch_dir(e)), exist_ok=True)
+    os.makedirs(os.path.join(out, "eval"), exist_ok=True)
+    os.makedirs(os.path.join(out, "vocab"), exist_ok=True)
+
+    _WORK.clear()
+    _WORK.update(
+        data=indexed,
+        num_shards=num_shards,
+        output_dir=out,
+        num_neg=config.num_neg,
+        seed=config.seed,
+        train_batch_size=config.train_batch_size,
+        eval_negatives=config.eval_negatives,
+        eval_sampling=config.eval_sampling,
+        eval_users_per_batch=upb,
+    )
+    tasks = [(_write_eval_shard, (s,)) for s in range(num_shards)]
+    tasks += [
+        (_write_train_shard, (s, e)) for e in range(config.num_epochs) for s in range(num_shards)
+    ]
+    workers = min(config.workers or os.cpu_count() or 1, len(tasks))
+    log.info(
+        "%d users, %d items, %d shards, %d epochs: writing %d files with %d workers",
+        num_users,
+        num_items,
+        num_shards,
+        config.num_epochs,
+        len(tasks),
+        workers,
+    )
+
+    eval_files: list[ShardFile] = []
+    train_files: dict[str, list[ShardFile]] = {epoch_dir(e): [] for e in range(config.num_epochs)}
+    short_users = 0
+    written_rows = 0
+    task_seconds = {"train": 0.0, "eval": 0.0}
+    t_write = time.perf_counter()
+    try:
+        for done, ((fn, args), result) in enumerate(
+            zip(tasks, _run_tasks(tasks, workers), strict=True), start=1
+        ):
+            if fn is _write_eval_shard:
+                shard_file, short, seconds = result
+                eval_files.append(shard_file)
+                short_users += short
+                task_seconds["eval"] += seconds
+            else:
+                shard_file, seconds = result
+                train_files[epoch_dir(args[1])].append(shard_file)
+                task_seconds["train"] += seconds
+            written_rows += shard_file.elements
+            rate = written_rows / max(time.perf_counter() - t_write, 1e-9)
+            log.info(
+                "[%d/%d] %s: %d rows, %.1f MB (%.2fM rows/s overall)",
+                done,
+                len(tasks),
+                shard_file.path,
+                shard_file.elements,
+                shard_file.bytes / 1e6,
+                rate / 1e6,
+            )
+    finally:
+        _WORK.clear()
+    timings["write"] = time.perf_counter() - t_write
+    timings["train_task_seconds"] = task_seconds["train"]
+    timings["eval_task_seconds"] = task_seconds["eval"]
+    timings["workers"] = workers
+    if short_users:
+        log.warning(
+            "%d users have fewer than %d never-seen items; their eval rows are filled with "
+            "repeats marked in duplicate_mask",
+            short_users,
+            config.eval_negatives,
+        )
+
+    _write_text_atomic(
+        os.path.join(out, USER_VOCAB), "\n".join(map(str, indexed.user_vocab.tolist())) + "\n"
+    )
+    _write_text_atomic(
+        os.path.join(out, ITEM_VOCAB), "\n".join(map(str, indexed.item_vocab.tolist())) + "\n"
+    )
+
+    first_epoch = train_files[epoch_dir(0)]
+    train_elements = sum(f.elements for f in first_epoch)
+    num_positives = indexed.stats["rows_kept"] - num_users
+    meta = DatasetMetadata(
+        format_version=FORMAT_VERSION,
+        num_users=num_users,
+        num_items=num_items,
+        train_prebatch_size=config.train_batch_size,
+        eval_prebatch_size=upb * (1 + config.eval_negatives),
+        eval_users_per_batch=upb,
+        num_epochs=config.num_epochs,
+        num_neg=config.num_neg,
+        eval_negatives=config.eval_negatives,
+        eval_sampling=config.eval_sampling,
+        seed=config.seed,
+        num_train_positives=num_positives,
+        num_train_elements=train_elements,
+        train_steps_per_epoch=sum(f.batches for f in first_epoch),
+        num_eval_users=num_users,
+        num_eval_elements=sum(f.elements for f in eval_files),
+        eval_steps=sum(f.batches for f in eval_files),
+        num_shards=num_shards,
+        train_files=train_files,
+        eval_files=eval_files,
+        source={
+            "path": config.input_path,
+            "files": [os.path.basename(f) for f in files],
+            "format": fmt,
+            "sha256": source_sha,
+            **indexed.stats,
+            "eval_users_with_duplicates": short_users,
+        },
+        options=options,
+        fingerprint=fingerprint,
+        created_by=f"ncf-pipelines {_package_version()}",
+    )
+    _write_text_atomic(os.path.join(out, METADATA_FILE), meta.to_json())
+    _write_text_atomic(os.path.join(out, SUCCESS_FILE), "")
+    os.remove(os.path.join(out, IN_PROGRESS_FILE))
+    total = sum(f.bytes for fs in train_files.values() for f in fs) + sum(
+        f.bytes for f in eval_files
+    )
+    return PrepareResult(meta, out, False, time.perf_counter() - t0, total, timings)
+
+
+def summary(result: PrepareResult) -> str:
+    """A few lines a person reads at the end of a run."""
+    m = result.metadata
+    files = sum(len(v) for v in m.train_files.values()) + len(m.eval_files)
+    train_rows = m.num_train_elements * m.num_epochs
+    return "\n".join(
+        [
+            f"{'Reused' if result.reused else 'Prepared'} {result.output_dir}",
+            f"  users {m.num_users:,}  items {m.num_items:,}  "
+            f"source rows {m.source['rows_read']:,} (kept {m.source['rows_kept']:,})",
+            f"  train: {train_rows:,} rows over {m.num_epochs} epoch(s), "
+            f"{m.train_steps_per_epoch:,} batches of {m.train_prebatch_size} per epoch",
+            f"  eval:  {m.num_eval_elements:,} rows, {m.eval_steps:,} batches of "
+            f"{m.eval_prebatch_size} ({m.eval_users_per_batch} users x {1 + m.eval_negatives})",
+            f"  files {files}  bytes {result.total_bytes / 1e6:,.1f} MB  "
+            f"time {result.seconds:.1f}s",
+        ]
+    )
+
+
+def artifact_metadata(result: PrepareResult) -> dict:
+    """Counts worth showing on a KFP artifact (flat, JSON-friendly)."""
+    m = result.metadata
+    return {
+        "num_users": m.num_users,
+        "num_items": m.num_items,
+        "num_train_elements": m.num_train_elements,
+        "train_steps_per_epoch": m.train_steps_per_epoch,
+        "num_epochs": m.num_epochs,
+        "num_eval_users": m.num_eval_users,
+        "eval_prebatch_size": m.eval_prebatch_size,
+        "fingerprint": m.fingerprint,
+        "source_sha256": m.source["sha256"],
+        "reused": result.reused,
+    }

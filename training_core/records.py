@@ -1,0 +1,274 @@
+"""The pre-batched TFRecord format: one place for the feature spec, the writer and the reader spec.
+
+Every record is one serialized ``tf.train.Example`` holding a whole batch: int64 features of shape
+``[batch, 1]`` (the layout TF Model Garden's NCF moved to so that TPUs get static shapes).
+
+Training records hold ``user_id, item_id, valid_point_mask, labels``; evaluation records hold
+``user_id, item_id, duplicate_mask``. The writer here encodes Examples straight from NumPy arrays
+(no TensorFlow import, so worker processes can fork safely) and frames them as TFRecords with
+CRC32C checksums; ``tests/test_records.py`` checks that TensorFlow's own parser reads them back
+and that the bytes equal ``tf.train.Example.SerializeToString(deterministic=True)``.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+
+import google_crc32c
+import numpy as np
+
+USER_ID = "user_id"
+ITEM_ID = "item_id"
+VALID_POINT_MASK = "valid_point_mask"
+LABELS = "labels"
+DUPLICATE_MASK = "duplicate_mask"
+
+TRAIN_FEATURES: tuple[str, ...] = (USER_ID, ITEM_ID, VALID_POINT_MASK, LABELS)
+EVAL_FEATURES: tuple[str, ...] = (USER_ID, ITEM_ID, DUPLICATE_MASK)
+
+RECORD_SUFFIX = ".tfrecord"
+
+
+def feature_names(training: bool) -> tuple[str, ...]:
+    """The features a training or evaluation record holds."""
+    return TRAIN_FEATURES if training else EVAL_FEATURES
+
+
+def feature_spec(batch_size: int, training: bool) -> dict:
+    """The ``tf.io.parse_single_example`` spec for one pre-batched record.
+
+    Args:
+        batch_size: rows per record (the pre-batch size in ``metadata.json``).
+        training: whether the record is a training record (else evaluation).
+    """
+    import tensorflow as tf  # Only the reader needs TensorFlow.
+
+    return {
+        name: tf.io.FixedLenFeature([batch_size, 1], dtype=tf.int64)
+        for name in feature_names(training)
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Example encoding. Wire format (example.proto / feature.proto):
+#   Example  { Features features = 1; }
+#   Features { map<string, Feature> feature = 1; }   entry { string key = 1; Feature value = 2; }
+#   Feature  { Int64List int64_list = 3; }
+#   Int64List{ repeated int64 value = 1 [packed = true]; }
+# Keys are written sorted, which is what deterministic serialization produces.
+# ---------------------------------------------------------------------------------------------
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _varint_lengths(values: np.ndarray) -> np.ndarray:
+    """Bytes taken by each value as a protobuf varint."""
+    top = int(values.max()) if values.size else 0
+    lengths = np.ones(values.shape, dtype=np.uint8)
+    k = 1
+    while top >= 1 << (7 * k):
+        lengths += values >= (1 << (7 * k))
+        k += 1
+    return lengths
+
+
+def _encode_varints(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Varint-encodes a flat array of non-negative ints; returns the concatenated bytes as uint8."""
+    max_len = int(lengths.max()) if len(lengths) else 0
+    if max_len <= 1:
+        return values.astype(np.uint8)
+    work = values.astype(np.uint32 if max_len <= 4 else np.uint64)
+    groups = np.empty((len(values), max_len), dtype=np.uint8)
+    for k in range(max_len):
+        groups[:, k] = (work >> (7 * k)) & 0x7F
+        groups[:, k] |= (lengths > k + 1).view(np.uint8) << 7
+    return groups[np.arange(max_len, dtype=np.uint8)[None, :] < lengths[:, None]]
+
+
+def encode_examples(columns: Mapping[str, np.ndarray], batch_size: int) -> list[bytes]:
+    """Encodes equal-length int64 columns as serialized Examples of ``batch_size`` rows each.
+
+    Args:
+        columns: feature name to a 1-D array of non-negative integers; every array has the same
+            length, a multiple of ``batch_size``.
+        batch_size: rows per Example.
+
+    Returns:
+        One serialized ``tf.train.Example`` per batch, in order.
+    """
+    names = sorted(columns)
+    n = len(columns[names[0]])
+    if n % batch_size:
+        raise ValueError(f"{n} rows do not fill whole batches of {batch_size}")
+    num_batches = n // batch_size
+    if num_batches == 0:
+        return []
+    # Per feature: packed payload bytes for every batch, as one uint8 array plus per-batch sizes.
+    payloads = []
+    for name in names:
+        col = np.asarray(columns[name])
+        if len(col) != n:
+            raise ValueError(f"feature {name!r} has {len(col)} rows, expected {n}")
+        if col.size and col.min() < 0:
+            raise ValueError(f"feature {name!r} holds negative values; the encoder takes ids >= 0")
+        lengths = _varint_lengths(col)
+        data = _encode_varints(col, lengths)
+        per_batch = lengths.reshape(num_batches, batch_size).sum(axis=1, dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(per_batch)])
+        payloads.append((name, data.tobytes(), per_batch, offsets))
+
+    records = []
+    for b in range(num_batches):
+        entries = []
+        for name, data, per_batch, offsets in payloads:
+            packed = data[offsets[b] : offsets[b + 1]]
+            plen = int(per_batch[b])
+            int64_list = b"\x0a" + _varint(plen) + packed  # Int64List.value, packed
+            feature = b"\x1a" + _varint(len(int64_list)) + int64_list  # Feature.int64_list
+            key = name.encode()
+            entry = b"\x0a" + _varint(len(key)) + key + b"\x12" + _varint(len(feature)) + feature
+            entries.append(b"\x0a" + _varint(len(entry)) + entry)  # Features.feature (map)
+        features = b"".join(entries)
+        records.append(b"\x0a" + _varint(len(features)) + features)  # Example.features
+    return records
+
+
+# ---------------------------------------------------------------------------------------------
+# TFRecord framing: uint64 length, masked crc32c(length), data, masked crc32c(data).
+# ---------------------------------------------------------------------------------------------
+
+_MASK_DELTA = 0xA282EAD8
+
+
+def _masked_crc(data: bytes) -> int:
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def frame_record(data: bytes) -> bytes:
+    """One TFRecord frame around ``data``."""
+    header = struct.pack("<Q", len(data))
+    return (
+        header
+        + struct.pack("<I", _masked_crc(header))
+        + data
+        + struct.pack("<I", _masked_crc(data))
+    )
+
+
+def write_tfrecord_file(path: str | os.PathLike, records: Iterable[bytes]) -> int:
+    """Writes records to ``path`` through a temporary name, published by rename.
+
+    Returns:
+        The number of bytes written.
+    """
+    path = os.fspath(path)
+    tmp = f"{path}.partial"
+    size = 0
+    with open(tmp, "wb") as f:
+        for rec in records:
+            frame = frame_record(rec)
+            f.write(frame)
+            size += len(frame)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return size
+
+
+def read_tfrecord_file(path: str | os.PathLike) -> list[bytes]:
+    """Reads every record of a TFRecord file, checking both checksums (for tests and tools)."""
+    out = []
+    with open(path, "rb") as f:
+        blob = f.read()
+    pos = 0
+    while pos < len(blob):
+        header = blob[pos : pos + 8]
+        if len(header) < 8:
+            raise ValueError(f"{path}: truncated record header at byte {pos}")
+        (length,) = struct.unpack("<Q", header)
+        (hcrc,) = struct.unpack("<I", blob[pos + 8 : pos + 12])
+        if hcrc != _masked_crc(header):
+            raise ValueError(f"{path}: corrupt length checksum at byte {pos}")
+        data = blob[pos + 12 : pos + 12 + length]
+        if len(data) < length:
+            raise ValueError(f"{path}: truncated record at byte {pos}")
+        (dcrc,) = struct.unpack("<I", blob[pos + 12 + length : pos + 16 + length])
+        if dcrc != _masked_crc(data):
+            raise ValueError(f"{path}: corrupt data checksum at byte {pos}")
+        out.append(data)
+        pos += 16 + length
+    return out
+
+
+def decode_example(data: bytes) -> dict[str, np.ndarray]:
+    """Decodes one of our Examples back to arrays (the inverse of ``encode_examples``).
+
+    A small pure-Python parser for tools and tests; training reads records with TensorFlow.
+    """
+
+    def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+        shift = result = 0
+        while True:
+            b = buf[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result, pos
+            shift += 7
+
+    def fields(buf: bytes):
+        pos = 0
+        while pos < len(buf):
+            tag, pos = read_varint(buf, pos)
+            if tag & 7 != 2:
+                raise ValueError("unexpected wire type in Example")
+            length, pos = read_varint(buf, pos)
+            yield tag >> 3, buf[pos : pos + length]
+            pos += length
+
+    out: dict[str, np.ndarray] = {}
+    for _, features in fields(data):
+        for _, entry in fields(features):
+            key = value = None
+            for num, sub in fields(entry):
+                if num == 1:
+                    key = sub.decode()
+                elif num == 2:
+                    value = sub
+            for num, int64_list in fields(value or b""):
+                if num != 3:
+                    raise ValueError(f"feature {key!r} is not an int64 list")
+                vals: list[int] = []
+                for _, packed in fields(int64_list):
+                    p = 0
+                    while p < len(packed):
+                        v, p = read_varint(packed, p)
+                        vals.append(v)
+                out[key] = np.asarray(vals, dtype=np.int64)
+    return out
+
+
+def shard_name(index: int, count: int) -> str:
+    """File name of shard ``index`` of ``count``."""
+    return f"part-{index:05d}-of-{count:05d}{RECORD_SUFFIX}"
+
+
+def as_columns(arrays: Sequence[np.ndarray], training: bool) -> dict[str, np.ndarray]:
+    """Zips arrays with the feature names of a training or evaluation record."""
+    names = feature_names(training)
+    if len(arrays) != len(names):
+        raise ValueError(f"expected {len(names)} arrays ({', '.join(names)}), got {len(arrays)}")
+    return dict(zip(names, arrays, strict=True))

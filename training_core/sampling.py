@@ -1,0 +1,227 @@
+"""Vectorized NCF sampling over one shard of users.
+
+A shard is the set of users with ``user % num_shards == shard`` and all their interactions, in
+compressed-row form. Every function here is a pure NumPy function of a shard, its options and a
+random generator seeded from (seed, shard, purpose, epoch), so the single-machine path and a
+distributed (Beam) path that groups the same users produce the same bytes.
+
+Complement sampling: for a user with sorted interacted items ``p_0 < p_1 < ...`` the r-th item the
+user never touched is ``r + #{j : p_j - j <= r}``; one ``searchsorted`` over all users of the shard
+maps uniform draws in ``[0, num_items - n_u)`` to never-seen items, with no rejection loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+EVAL_DISTINCT = "distinct"
+EVAL_REFERENCE = "reference"
+EVAL_SAMPLINGS = (EVAL_DISTINCT, EVAL_REFERENCE)
+
+_PURPOSE_TRAIN = 1
+_PURPOSE_EVAL = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """One shard's users and their interactions, grouped by user.
+
+    ``items[offsets[k]:offsets[k+1]]`` are user ``users[k]``'s items in time order (oldest first,
+    ties in file order); the last one is the held-out positive.
+    """
+
+    index: int
+    users: np.ndarray  # int64 contiguous user indices, ascending.
+    offsets: np.ndarray  # int64, len(users) + 1.
+    items: np.ndarray  # int64 contiguous item indices.
+    num_items: int
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Interactions per user."""
+        return np.diff(self.offsets)
+
+
+def shard_rng(seed: int, shard: int, purpose: int, epoch: int = 0) -> np.random.Generator:
+    """The generator for one (shard, purpose, epoch): independent of how shards are scheduled."""
+    return np.random.Generator(
+        np.random.PCG64(np.random.SeedSequence([seed, shard, purpose, epoch]))
+    )
+
+
+class Complement:
+    """Maps ranks in each user's never-seen item set to item indices (see the module docstring)."""
+
+    def __init__(self, offsets: np.ndarray, sorted_items: np.ndarray, num_items: int):
+        """Builds the lookup from per-user sorted, distinct interacted items."""
+        counts = np.diff(offsets)
+        self.num_items = num_items
+        self.offsets = offsets
+        self.sizes = num_items - counts
+        local = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        rank_in_user = np.arange(len(sorted_items), dtype=np.int64) - offsets[local]
+        self._keys = local * num_items + (sorted_items - rank_in_user)
+
+    def items(self, rows: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+        """Item index of never-seen rank ``ranks[j]`` of shard-local user ``rows[j]``."""
+        q = rows * self.num_items + ranks
+        below = np.searchsorted(self._keys, q, side="right") - self.offsets[rows]
+        return ranks + below
+
+
+def _sorted_sets(shard: Shard) -> tuple[np.ndarray, np.ndarray]:
+    """Per-user sorted interacted items (interactions are distinct per user after prep)."""
+    local = np.repeat(np.arange(len(shard.users), dtype=np.int64), shard.counts)
+    order = np.lexsort((shard.items, local))
+    return shard.offsets, shard.items[order]
+
+
+def complement(shard: Shard) -> Complement:
+    """The never-seen item lookup of a shard."""
+    offsets, sorted_items = _sorted_sets(shard)
+    return Complement(offsets, sorted_items, shard.num_items)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainRows:
+    """One epoch of a shard's training rows, shuffled (not yet padded)."""
+
+    users: np.ndarray
+    items: np.ndarray
+    labels: np.ndarray
+
+
+def train_rows(shard: Shard, comp: Complement, num_neg: int, seed: int, epoch: int) -> TrainRows:
+    """Every training positive plus ``num_neg`` never-seen negatives each, shuffled.
+
+    The held-out (last) interaction of each user is not a training positive, and negatives exclude
+    it as well as every training positive. Each epoch draws afresh.
+    """
+    rng = shard_rng(seed, shard.index, _PURPOSE_TRAIN, epoch)
+    counts = shard.counts
+    local = np.arange(len(shard.users), dtype=np.int64)
+    # Training positives: all but the last interaction of each user.
+    keep = np.ones(len(shard.items), dtype=bool)
+    keep[shard.offsets[1:] - 1] = False
+    pos_rows = np.repeat(local, counts)[keep]
+    pos_items = shard.items[keep]
+
+    neg_rows = np.repeat(pos_rows, num_neg)
+    sizes = comp.sizes[neg_rows]
+    ranks = np.floor(rng.random(len(neg_rows)) * sizes).astype(np.int64)
+    neg_items = comp.items(neg_rows, ranks)
+
+    rows = np.concatenate([pos_rows, neg_rows])
+    items = np.concatenate([pos_items, neg_items])
+    labels = np.concatenate([np.ones(len(pos_rows), np.int64), np.zeros(len(neg_rows), np.int64)])
+    perm = rng.permutation(len(rows))
+    return TrainRows(shard.users[rows[perm]], items[perm], labels[perm])
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalRows:
+    """A shard's eval candidates: one row of ``1 + eval_negatives`` items per user.
+
+    ``items[:, -1]`` is the held-out positive; ``duplicate_mask`` marks fill-ins that never count.
+    """
+
+    users: np.ndarray  # [num_users]
+    items: np.ndarray  # [num_users, 1 + eval_negatives]
+    duplicate_mask: np.ndarray  # same shape, 0/1
+    short_users: int  # Users with fewer never-seen items than asked (filled with duplicates).
+
+
+def eval_rows(
+    shard: Shard, comp: Complement, eval_negatives: int, seed: int, sampling: str = EVAL_DISTINCT
+) -> EvalRows:
+    """Eval candidates per user: ``eval_negatives`` negatives, then the held-out positive.
+
+    ``distinct``: negatives are distinct items the user never interacted with (held-out item
+    included in the exclusion); a user with fewer such items gets them all, then repeats of the
+    first, which are masked. ``reference``: TF Model Garden's sampling, with replacement from items
+    not among the user's *training* positives (so the held-out item can appear as a negative and
+    tie with the positive); repeats after the first occurrence are masked.
+    """
+    rng = shard_rng(seed, shard.index, _PURPOSE_EVAL)
+    n_users = len(shard.users)
+    positives = shard.items[shard.offsets[1:] - 1]
+    if sampling == EVAL_DISTINCT:
+        negs, dup, short = _distinct_negatives(comp, eval_negatives, rng)
+    elif sampling == EVAL_REFERENCE:
+        negs, dup, short = _reference_negatives(shard, comp, positives, eval_negatives, rng)
+    else:
+        raise ValueError(f"unknown eval sampling {sampling!r}; use one of {EVAL_SAMPLINGS}")
+    items = np.concatenate([negs, positives[:, None]], axis=1)
+    mask = np.concatenate([dup, np.zeros((n_users, 1), np.int64)], axis=1)
+    return EvalRows(shard.users.copy(), items, mask, short)
+
+
+def _distinct_negatives(comp: Complement, n: int, rng: np.random.Generator):
+    sizes = comp.sizes
+    n_users = len(sizes)
+    ranks = np.zeros((n_users, n), dtype=np.int64)
+    dup = np.zeros((n_users, n), dtype=np.int64)
+    if n == 0:
+        return ranks, dup, 0
+    short = sizes <= n  # Take every never-seen item, fill with repeats.
+    dense = ~short & (sizes <= 4 * n)  # A random permutation is cheap enough.
+    sparse = sizes > 4 * n  # Draw, then redraw collisions.
+
+    idx = np.flatnonzero(short)
+    if len(idx):
+        cols = np.arange(n)[None, :]
+        s = sizes[idx][:, None]
+        ranks[idx] = np.where(cols < s, cols, 0)
+        dup[idx] = (cols >= s).astype(np.int64)
+
+    idx = np.flatnonzero(dense)
+    for start in range(0, len(idx), 2048):
+        part = idx[start : start + 2048]
+        width = int(sizes[part].max())
+        keys = rng.random((len(part), width))
+        keys[np.arange(width)[None, :] >= sizes[part][:, None]] = 2.0  # Never chosen.
+        chosen = np.argpartition(keys, n - 1, axis=1)[:, :n]
+        ranks[part] = np.sort(chosen, axis=1)
+
+    idx = np.flatnonzero(sparse)
+    if len(idx):
+        s = sizes[idx][:, None]
+        draw = np.floor(rng.random((len(idx), n)) * s).astype(np.int64)
+        while True:
+            draw.sort(axis=1)
+            clash = np.zeros(draw.shape, dtype=bool)
+            clash[:, 1:] = draw[:, 1:] == draw[:, :-1]
+            if not clash.any():
+                break
+            r, c = np.nonzero(clash)
+            draw[r, c] = np.floor(rng.random(len(r)) * sizes[idx][r]).astype(np.int64)
+        ranks[idx] = draw
+
+    rows = np.repeat(np.arange(n_users, dtype=np.int64), n)
+    items = comp.items(rows, ranks.reshape(-1)).reshape(n_users, n)
+    return items, dup, int(short.sum() - (sizes == n).sum())
+
+
+def _reference_negatives(
+    shard: Shard, comp: Complement, positives: np.ndarray, n: int, rng: np.random.Generator
+):
+    """With replacement from items outside the user's training positives (held-out item allowed)."""
+    n_users = len(shard.users)
+    # Never-seen ranks are drawn over the complement plus the held-out item: rank m_u (one past the
+    # never-seen set) stands for the held-out item itself.
+    sizes = comp.sizes + 1
+    rows = np.repeat(np.arange(n_users, dtype=np.int64), n)
+    ranks = np.floor(rng.random(len(rows)) * sizes[rows]).astype(np.int64)
+    is_heldout = ranks == comp.sizes[rows]
+    items = comp.items(rows, np.minimum(ranks, comp.sizes[rows] - 1))
+    items = np.where(is_heldout, positives[rows], items).reshape(n_users, n)
+    # Mask repeats after the first occurrence in each row.
+    order = np.argsort(items, axis=1, kind="stable")
+    sorted_items = np.take_along_axis(items, order, axis=1)
+    repeat = np.zeros(items.shape, dtype=np.int64)
+    repeat[:, 1:] = sorted_items[:, 1:] == sorted_items[:, :-1]
+    dup = np.empty_like(repeat)
+    np.put_along_axis(dup, order, repeat, axis=1)
+    return items, dup, 0

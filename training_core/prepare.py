@@ -140,7 +140,7 @@ def index_interactions(data: rio.Interactions, min_ratings: int) -> IndexedData:
     ts = data.timestamps
 
     # Keep the latest of repeated (user, item) pairs.
-    order = np.lexsort((row, ts, items, users))
+    order = np.lexsort((ts, items, users))  # Stable: equal keys stay in file order.
     pair = users[order] * len(item_vocab) + items[order]
     last_of_pair = np.ones(n, dtype=bool)
     last_of_pair[:-1] = pair[1:] != pair[:-1]

@@ -73,9 +73,8 @@ class Complement:
 
 def _sorted_sets(shard: Shard) -> tuple[np.ndarray, np.ndarray]:
     """Per-user sorted interacted items (interactions are distinct per user after prep)."""
-    local = np.repeat(np.arange(len(shard.users), dtype=np.int64), shard.counts)
-    order = np.lexsort((shard.items, local))
-    return shard.offsets, shard.items[order]
+    base = np.repeat(np.arange(len(shard.users), dtype=np.int64), shard.counts) * shard.num_items
+    return shard.offsets, np.sort(base + shard.items) - base
 
 
 def complement(shard: Shard) -> Complement:

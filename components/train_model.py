@@ -1,0 +1,51 @@
+"""KFP component ``train_model``: NeuMF training on a prepared ``examples`` artifact."""
+
+from kfp import dsl
+from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output
+
+from components._image import DEFAULT_IMAGE
+
+
+@dsl.component(base_image=DEFAULT_IMAGE, install_kfp_package=False)
+def train_model(
+    examples: Input[Dataset],
+    model: Output[Model],
+    metrics: Output[Metrics],
+    plots: Output[HTML],
+    preset: str = "ml-1m",
+    epochs: int = 0,
+    batch_size: int = 0,
+    seed: int = 0,
+    strategy: str = "auto",
+    tpu_address: str = "",
+    checkpoint_every_steps: int = 0,
+):
+    """Trains NeuMF (see training_core.train); ``model`` holds checkpoints and model_config.json.
+
+    ``epochs``/``batch_size`` 0 take the preset's epochs and the data's pre-batch size. Metrics get
+    the last epoch's HR@10, NDCG@10, loss and examples/s; ``plots`` charts them per epoch.
+    """
+    import os
+
+    from training_core import report, train
+    from training_core import strategy as st
+
+    dist = st.build_strategy(st.StrategyConfig(name=strategy, tpu_address=tpu_address or None))
+    config = train.config_for(
+        examples.path,
+        model.path,
+        preset,
+        epochs=epochs or None,
+        batch_size=batch_size or None,
+        seed=seed,
+        checkpoint_every_steps=checkpoint_every_steps,
+        summaries_dir=os.environ.get("AIP_TENSORBOARD_LOG_DIR") or None,
+    )
+    result = train.train(config, dist)
+    for key, value in train.summary_metrics(result).items():
+        metrics.log_metric(key, value)
+    with open(plots.path, "w") as f:
+        f.write(report.training_plots_html(result.to_dict()["epochs"]))
+    model.metadata.update(
+        {"framework": "tensorflow", "preset": preset, "global_step": result.global_step}
+    )

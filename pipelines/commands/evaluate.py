@@ -1,0 +1,45 @@
+"""``ncf-pipelines evaluate``: HR@10/NDCG@10 of a trained model folder."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from pipelines.cli import example_epilog
+from pipelines.commands.train import add_strategy_args, strategy_from_args, write_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Adds the subcommand."""
+    p = sub.add_parser(
+        "evaluate",
+        help="evaluate a trained model on a prepared dataset",
+        description=(
+            "Restore the latest checkpoint of --model-dir (written under any strategy) and "
+            "compute HR@10 and NDCG@10 over the eval split of --data."
+        ),
+        epilog=example_epilog(
+            "ncf-pipelines evaluate --data data/ml-1m --model-dir runs/ml-1m "
+            "--metrics-out runs/ml-1m/eval.json"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--data", required=True, help="prepared dataset folder (metadata.json)")
+    p.add_argument("--model-dir", required=True, help="training output folder")
+    p.add_argument("--checkpoint", help="a checkpoint path prefix (default: the latest)")
+    p.add_argument("--metrics-out", help="write the metrics as JSON here")
+    add_strategy_args(p)
+    p.set_defaults(func=run, strategy="default")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Evaluates and prints the metrics."""
+    strategy = strategy_from_args(args)
+
+    from training_core.evaluate import evaluate
+
+    result = evaluate(args.data, args.model_dir, strategy, args.checkpoint)
+    if args.metrics_out:
+        write_json(args.metrics_out, result.to_dict())
+    print(json.dumps(result.to_dict()))
+    return 0

@@ -1,0 +1,48 @@
+"""train_model and evaluate_model through ``python_func`` with real artifacts (default strategy)."""
+
+import os
+
+import pytest
+import test_training
+from kfp import dsl
+
+from components.evaluate_model import evaluate_model
+from components.train_model import train_model
+
+tiny_data = test_training.tiny_data  # The shared session fixture.
+
+
+@pytest.mark.slow
+def test_train_then_evaluate_components(tiny_data, tmp_path):
+    examples = dsl.Dataset(uri=tiny_data)
+    model = dsl.Model(uri=str(tmp_path / "model"))
+    metrics = dsl.Metrics(uri=str(tmp_path / "metrics"))
+    plots = dsl.HTML(uri=str(tmp_path / "plots.html"))
+    train_model.python_func(
+        examples=examples,
+        model=model,
+        metrics=metrics,
+        plots=plots,
+        preset="tiny",
+        epochs=2,
+        strategy="default",
+    )
+    m = metrics.metadata
+    for key in ("hr_at_10", "ndcg_at_10", "loss", "examples_per_sec", "epochs"):
+        assert key in m
+    assert m["epochs"] == 2 and 0 < m["hr_at_10"] <= 1 and m["examples_per_sec"] > 0
+    assert os.path.exists(os.path.join(model.path, "model_config.json"))
+    html = open(plots.path).read()
+    assert html.count("<svg") == 3 and "HR@10" in html and "NDCG@10" in html
+
+    ev = dsl.Metrics(uri=str(tmp_path / "eval_metrics"))
+    evaluate_model.python_func(examples=examples, model=model, metrics=ev)
+    assert ev.metadata["hr_at_10"] == pytest.approx(m["hr_at_10"], abs=1e-9)
+    assert ev.metadata["step"] == m["global_step"]
+
+
+def test_cli_help_lists_train_and_evaluate():
+    from pipelines.cli import build_parser
+
+    text = build_parser().format_help()
+    assert "train" in text and "evaluate" in text

@@ -1,0 +1,109 @@
+"""In-process checks: input pipeline, batch checks and the NaN guard (default strategy)."""
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import test_training
+
+from training_core import input_pipeline, model, train
+from training_core.metadata import read_metadata
+
+tiny_data = test_training.tiny_data  # The shared session fixture.
+
+
+def _rows(ds, key="item_id"):
+    return [e[key].numpy().ravel() for e in ds]
+
+
+@pytest.mark.parametrize("global_batch,replicas", [(256, 1), (256, 2), (512, 2), (128, 4)])
+def test_pipelines_split_global_batches_in_order_and_skip_exactly(
+    tiny_data, global_batch, replicas
+):
+    meta = read_metadata(tiny_data)
+    layout = input_pipeline.train_layout(meta, global_batch, replicas)
+    whole = np.concatenate(
+        _rows(
+            tf.data.TFRecordDataset(meta.train_file_paths(tiny_data, 1)).map(
+                lambda s: tf.io.parse_single_example(
+                    s, {"item_id": tf.io.FixedLenFeature([256, 1], tf.int64)}
+                )
+            )
+        )
+    )
+    for pipelines in (1, 2):
+        if replicas % pipelines:
+            continue
+        for skip in (0, 3):
+            per_pipeline = []
+            for i in range(pipelines):
+                ctx = tf.distribute.InputContext(pipelines, i, replicas)
+                fn = input_pipeline.train_dataset_fn(meta, tiny_data, layout, 1, skip)
+                per_pipeline.append(_rows(fn(ctx)))
+            local = replicas // pipelines
+            steps = layout.steps_per_epoch - skip
+            assert all(len(p) == steps * local for p in per_pipeline)
+            # Step s, replica r (pipeline r // local) holds rows [s*G + r*B, s*G + (r+1)*B).
+            b = layout.per_replica_batch
+            for s in (0, steps - 1):
+                got = np.concatenate(
+                    [per_pipeline[r // local][s * local + r % local] for r in range(replicas)]
+                )
+                start = (skip + s) * global_batch
+                np.testing.assert_array_equal(got, whole[start : start + global_batch])
+                assert got.shape == (replicas * b,)
+
+
+def test_impossible_batches_say_what_to_change(tiny_data):
+    meta = read_metadata(tiny_data)
+    with pytest.raises(ValueError, match="does not split evenly over 3 replicas; use a multiple"):
+        input_pipeline.train_layout(meta, 256, 3)
+    with pytest.raises(ValueError, match="do not divide one another"):
+        input_pipeline.train_layout(meta, 384, 2)
+    odd = dataclasses.replace(
+        meta,
+        eval_users_per_batch=meta.eval_users_per_batch + 1,
+        eval_prebatch_size=(meta.eval_users_per_batch + 1) * 100,
+    )
+    with pytest.raises(ValueError, match="whole users over 2 replicas"):
+        input_pipeline.check_eval_layout(odd, 2)
+
+
+def test_damaged_file_is_caught(tiny_data, tmp_path):
+    import shutil
+
+    copy = str(tmp_path / "copy")
+    shutil.copytree(tiny_data, copy)
+    meta = read_metadata(copy)
+    victim = meta.train_file_paths(copy, 0)[0]
+    with open(victim, "ab") as f:
+        f.write(b"x")
+    with pytest.raises(ValueError, match="bytes, metadata.json says"):
+        input_pipeline.check_files(meta, copy, 1)
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_data, tmp_path):
+    model_dir = str(tmp_path / "m")
+    good = train.TrainConfig(
+        tiny_data, model_dir, model.get_preset("tiny", epochs=1), steps_per_loop=40
+    )
+    first = train.train(good, tf.distribute.get_strategy())
+    step = first.global_step
+    bad = dataclasses.replace(
+        good, model=model.get_preset("tiny", epochs=2, learning_rate=float("inf"))
+    )
+    with pytest.raises(train.NonFiniteLossError, match="last good checkpoint"):
+        train.train(bad, tf.distribute.get_strategy())
+    assert tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints")).endswith(
+        f"ckpt-{step}"
+    )
+
+
+def test_presets():
+    assert model.PRESETS["ml-20m"].learning_rate == pytest.approx(0.00382059)
+    assert model.PRESETS["ml-20m"].layers == (256, 256, 128, 64)
+    assert model.get_preset("tiny", epochs=7, batch_size=None).epochs == 7
+    with pytest.raises(ValueError, match="unknown preset"):
+        model.get_preset("ml-2m")

@@ -1,0 +1,227 @@
+"""Training end to end on planted synthetic data, under every strategy that runs on a CPU host.
+
+Strategy runs happen in fresh processes (tests/train_worker.py): logical CPU devices and
+multi-worker collectives must be set up before TensorFlow initializes.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import read_split
+from ncf_numpy import ranking_reference
+
+from training_core import prepare
+from training_core.metadata import read_metadata
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKER = os.path.join(ROOT, "tests", "train_worker.py")
+EPOCHS = 3
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory, tiny_csv):
+    out = str(tmp_path_factory.mktemp("prepared") / "tiny")
+    prepare.prepare(
+        prepare.PrepareConfig(
+            input_path=tiny_csv,
+            output_dir=out,
+            min_ratings=0,
+            num_epochs=2,
+            eval_negatives=99,
+            train_batch_size=256,
+            workers=1,
+        )
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def popularity_hr(tiny_data):
+    """HR@10 of ranking eval candidates by training popularity (what the model must beat)."""
+    meta = read_metadata(tiny_data)
+    train = read_split(tiny_data, meta, training=True)
+    pos = (train["labels"] == 1) & (train["valid_point_mask"] == 1)
+    counts = np.bincount(train["item_id"][pos], minlength=meta.num_items).astype(np.float64)
+    ev = read_split(tiny_data, meta, training=False)
+    hits, _, users = ranking_reference(
+        counts[ev["item_id"]], ev["duplicate_mask"], 1 + meta.eval_negatives
+    )
+    return hits / users
+
+
+def _run(args, devices=1, env=None, timeout=300):
+    full_env = dict(os.environ, NCF_TEST_CPU_DEVICES=str(devices), **(env or {}))
+    full_env.pop("TF_CONFIG", None) if "TF_CONFIG" not in (env or {}) else None
+    return subprocess.Popen(
+        [sys.executable, WORKER, *args],
+        env=full_env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _wait(proc, timeout=300):
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def _train_args(data, model_dir, metrics, *extra):
+    return [
+        "train",
+        "--data",
+        data,
+        "--model-dir",
+        model_dir,
+        "--preset",
+        "tiny",
+        "--epochs",
+        str(EPOCHS),
+        "--steps-per-loop",
+        "50",
+        "--metrics-out",
+        metrics,
+        *extra,
+    ]
+
+
+def _evaluate_in_process(data, model_dir):
+    from training_core.evaluate import evaluate
+
+    return evaluate(data, model_dir)  # Default strategy: one device.
+
+
+@pytest.fixture(scope="session")
+def trained(tiny_data, tmp_path_factory):
+    """One run per single-host strategy, started together to overlap TensorFlow start-up."""
+    root = tmp_path_factory.mktemp("runs")
+    specs = {"default": 1, "one_device": 1, "mirrored": 2}
+    procs = {}
+    for name, devices in specs.items():
+        d = str(root / name)
+        procs[name] = (
+            d,
+            _run(_train_args(tiny_data, d, f"{d}.json", "--strategy", name), devices=devices),
+        )
+    out = {}
+    for name, (d, proc) in procs.items():
+        _wait(proc)
+        with open(f"{d}.json") as f:
+            out[name] = (d, json.load(f))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,replicas", [("default", 1), ("one_device", 1), ("mirrored", 2)])
+def test_strategy_learns_beyond_popularity(trained, popularity_hr, name, replicas):
+    _, result = trained[name]
+    assert result["num_replicas"] == replicas
+    assert result["global_step"] == EPOCHS * result["steps_per_epoch"]
+    hr = [e["hr_at_10"] for e in result["epochs"]]
+    assert len(hr) == EPOCHS
+    for key in ("epoch", "loss", "hr_at_10", "ndcg_at_10", "examples_per_sec"):
+        assert key in result["epochs"][0]
+    assert result["epochs"][-1]["loss"] < result["epochs"][0]["loss"]
+    assert hr[-1] > popularity_hr + 0.1, (hr, popularity_hr)
+
+
+@pytest.mark.slow
+def test_mirrored_checkpoint_restores_on_one_device(trained, tiny_data):
+    model_dir, result = trained["mirrored"]
+    ev = _evaluate_in_process(tiny_data, model_dir)
+    last = result["last"]
+    assert ev.step == result["global_step"]
+    assert ev.hr_at_10 == pytest.approx(last["hr_at_10"], abs=1e-9)
+    assert ev.ndcg_at_10 == pytest.approx(last["ndcg_at_10"], rel=1e-5)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_multi_worker_trains_and_restores_on_one_device(tiny_data, tmp_path, popularity_hr):
+    workers = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+    model_dir = str(tmp_path / "mw")
+    procs = []
+    for i in range(2):
+        tf_config = json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}
+        )
+        procs.append(
+            _run(
+                _train_args(
+                    tiny_data,
+                    model_dir,
+                    str(tmp_path / f"m{i}.json"),
+                    "--strategy",
+                    "auto",
+                    "--epochs",
+                    "2",
+                ),
+                env={"TF_CONFIG": tf_config},
+            )
+        )
+    outs = [_wait(p) for p in procs]
+    assert "multi_worker_mirrored (TF_CONFIG describes 2 workers)" in outs[0]
+    results = [json.load(open(tmp_path / f"m{i}.json")) for i in range(2)]
+    for key in ("step", "loss", "hr_at_10", "ndcg_at_10"):  # Workers agree exactly.
+        assert results[0]["last"][key] == results[1]["last"][key]
+    assert results[0]["num_replicas"] == 2
+    assert results[0]["last"]["hr_at_10"] > popularity_hr + 0.05
+    # Only the chief's checkpoints remain; scratch folders of the other worker are gone.
+    assert not [n for n in os.listdir(model_dir) if n.startswith(".worker_tmp")]
+    ev = _evaluate_in_process(tiny_data, model_dir)
+    assert ev.hr_at_10 == pytest.approx(results[0]["last"]["hr_at_10"], abs=1e-9)
+
+
+def _latest_step(model_dir):
+    index = os.path.join(model_dir, "checkpoints", "checkpoint")
+    if not os.path.exists(index):
+        return 0
+    with open(index) as f:
+        first = f.readline()
+    return int(first.rsplit("-", 1)[1].strip().strip('"'))
+
+
+@pytest.mark.slow
+def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tiny_data, tmp_path):
+    extra = ["--strategy", "default", "--steps-per-loop", "1", "--checkpoint-every", "10"]
+    ref_dir, run_dir = str(tmp_path / "ref"), str(tmp_path / "run")
+    ref = _run(_train_args(tiny_data, ref_dir, str(tmp_path / "ref.json"), *extra))
+    victim = _run(_train_args(tiny_data, run_dir, str(tmp_path / "run.json"), *extra))
+    spe = read_metadata(tiny_data).train_steps_per_epoch  # Global batch = pre-batch here.
+    deadline = time.time() + 240
+    while _latest_step(run_dir) <= spe + 10 and victim.poll() is None:
+        assert time.time() < deadline
+        time.sleep(0.005)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate()
+    assert victim.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    killed_at = _latest_step(run_dir)
+    assert spe < killed_at < EPOCHS * spe and killed_at % spe  # Mid-epoch.
+    assert not os.path.exists(tmp_path / "run.json")
+
+    resumed_out = _wait(_run(_train_args(tiny_data, run_dir, str(tmp_path / "run.json"), *extra)))
+    assert f"at step {killed_at}" in resumed_out
+    _wait(ref)
+    a = json.load(open(tmp_path / "ref.json"))
+    b = json.load(open(tmp_path / "run.json"))
+    assert a["global_step"] == b["global_step"] == EPOCHS * spe
+    assert len(a["epochs"]) == len(b["epochs"]) == EPOCHS
+    for x, y in zip(a["epochs"], b["epochs"], strict=True):
+        assert x["step"] == y["step"]
+        assert x["hr_at_10"] == y["hr_at_10"]
+        assert x["ndcg_at_10"] == pytest.approx(y["ndcg_at_10"], rel=1e-6)
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-6)

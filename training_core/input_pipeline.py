@@ -1,0 +1,233 @@
+"""Reads the pre-batched TFRecords into per-replica batches with static shapes.
+
+A record holds ``P`` rows (the pre-batch); a training step takes the global batch ``G`` rows split
+into ``R`` per-replica batches of ``G / R`` rows. The stream of an epoch is its files' records in
+order, so step ``s`` of an epoch always sees the same rows: resuming skips ``s`` steps of records
+(strings, before parsing) and continues bit for bit. Each input pipeline (one per worker) parses
+only its own replicas' share where the pre-batch allows, else parses the chunk and slices it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable
+
+import tensorflow as tf
+
+from training_core import records
+from training_core.metadata import DatasetMetadata
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchLayout:
+    """How records map to steps and replicas.
+
+    Attributes:
+        global_batch: rows per step over all replicas.
+        num_replicas: replicas in sync.
+        prebatch: rows per record.
+        records_per_chunk: records read together (``max(1, G / P)``).
+        steps_per_chunk: steps one chunk feeds (``max(1, P / G)``).
+        steps_per_epoch: whole steps in one epoch of records.
+    """
+
+    global_batch: int
+    num_replicas: int
+    prebatch: int
+    records_per_chunk: int
+    steps_per_chunk: int
+    steps_per_epoch: int
+
+    @property
+    def per_replica_batch(self) -> int:
+        """Rows each replica takes per step."""
+        return self.global_batch // self.num_replicas
+
+
+def train_layout(meta: DatasetMetadata, global_batch: int, num_replicas: int) -> BatchLayout:
+    """Checks a runtime batch against the pre-batch and the replica count.
+
+    Raises:
+        ValueError: the batch cannot be split; the message says which sizes would work.
+    """
+    p = meta.train_prebatch_size
+    if global_batch % num_replicas:
+        lower = global_batch - global_batch % num_replicas
+        raise ValueError(
+            f"global batch {global_batch} does not split evenly over {num_replicas} replicas; "
+            f"use a multiple of {num_replicas} (e.g. {lower or num_replicas} or "
+            f"{lower + num_replicas})"
+        )
+    if global_batch % p and p % global_batch:
+        raise ValueError(
+            f"global batch {global_batch} and the data's pre-batch of {p} rows do not divide one "
+            f"another; use a batch that is a multiple or a divisor of {p} (e.g. {p} or {2 * p}), "
+            "or prepare the data with a matching pre-batch size"
+        )
+    records_per_chunk = max(1, global_batch // p)
+    steps_per_chunk = max(1, p // global_batch)
+    chunks = meta.train_steps_per_epoch // records_per_chunk
+    steps = chunks * steps_per_chunk
+    if steps == 0:
+        raise ValueError(
+            f"an epoch holds {meta.train_steps_per_epoch * p} rows, less than one global batch "
+            f"of {global_batch}; use a smaller batch"
+        )
+    dropped = meta.train_steps_per_epoch - chunks * records_per_chunk
+    if dropped:
+        log.warning("each epoch drops its last %d records (not a whole global batch)", dropped)
+    return BatchLayout(global_batch, num_replicas, p, records_per_chunk, steps_per_chunk, steps)
+
+
+def eval_items_per_user(meta: DatasetMetadata) -> int:
+    """Rows per evaluated user."""
+    return 1 + meta.eval_negatives
+
+
+def check_eval_layout(meta: DatasetMetadata, num_replicas: int) -> None:
+    """Every replica must get whole users out of each eval record."""
+    k = eval_items_per_user(meta)
+    if meta.eval_prebatch_size != meta.eval_users_per_batch * k:
+        raise ValueError(
+            f"eval pre-batch of {meta.eval_prebatch_size} rows is not {meta.eval_users_per_batch} "
+            f"users x {k} rows; the dataset is inconsistent, prepare it again"
+        )
+    if meta.eval_users_per_batch % num_replicas:
+        raise ValueError(
+            f"an eval record holds {meta.eval_users_per_batch} users, which do not split into "
+            f"whole users over {num_replicas} replicas; prepare the data with an eval "
+            f"users-per-batch that is a multiple of {num_replicas}, or a replica count dividing "
+            f"{meta.eval_users_per_batch}"
+        )
+
+
+def check_files(meta: DatasetMetadata, data_dir: str, epochs: int) -> None:
+    """Checks that the files ``metadata.json`` lists exist with the sizes and counts it gives.
+
+    Raises:
+        FileNotFoundError: a listed file is missing.
+        ValueError: a file's size or the record counts disagree with the metadata.
+    """
+    groups = {"eval": meta.eval_files}
+    for epoch in range(min(epochs, meta.num_epochs)):
+        key = f"epoch_{epoch:03d}"
+        if key not in meta.train_files:
+            raise ValueError(f"metadata.json lists no training files for {key}")
+        groups[key] = meta.train_files[key]
+    for name, files in groups.items():
+        for f in files:
+            path = os.path.join(data_dir, f.path)
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"{path} is listed in metadata.json but missing")
+            size = os.path.getsize(path)
+            if size != f.bytes:
+                raise ValueError(
+                    f"{path} has {size} bytes, metadata.json says {f.bytes}; the dataset is "
+                    "damaged or was changed after preparation, prepare it again"
+                )
+        total = sum(f.batches for f in files)
+        want = meta.eval_steps if name == "eval" else meta.train_steps_per_epoch
+        if total != want:
+            raise ValueError(f"{name} files hold {total} records, metadata.json says {want}")
+
+
+def _parse(serialized: tf.Tensor, prebatch: int, training: bool) -> dict[str, tf.Tensor]:
+    """Parses ``[n]`` serialized records into int32 ``[n * prebatch, 1]`` features."""
+    spec = records.feature_spec(prebatch, training)
+    parsed = tf.io.parse_example(serialized, spec)
+    return {k: tf.reshape(tf.cast(v, tf.int32), [-1, 1]) for k, v in parsed.items()}
+
+
+def _reader(files: list[str]) -> tf.data.Dataset:
+    # Sequential reads keep the record order fixed (resume depends on it); a large buffer keeps
+    # the reader from being the bottleneck.
+    return tf.data.TFRecordDataset(files, buffer_size=8 << 20)
+
+
+def train_dataset_fn(
+    meta: DatasetMetadata,
+    data_dir: str,
+    layout: BatchLayout,
+    epoch: int,
+    skip_steps: int = 0,
+) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
+    """A ``dataset_fn`` for ``strategy.distribute_datasets_from_function`` over one epoch.
+
+    Args:
+        meta: the dataset.
+        data_dir: its folder.
+        layout: from ``train_layout``.
+        epoch: training epoch (wraps over the prepared epochs).
+        skip_steps: steps of this epoch already trained (resume).
+    """
+    files = meta.train_file_paths(data_dir, epoch)
+    c, s, p = layout.records_per_chunk, layout.steps_per_chunk, layout.prebatch
+    b, r = layout.per_replica_batch, layout.num_replicas
+    steps_left = layout.steps_per_epoch - skip_steps
+
+    def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
+        n = ctx.num_input_pipelines
+        i = ctx.input_pipeline_id
+        local = r // n
+        ds = _reader(files).skip((skip_steps // s) * c).batch(c, drop_remainder=True)
+        rows_here = local * b
+        if s == 1 and rows_here % p == 0:
+            # Slice the strings first: this pipeline parses only its own records.
+            lo, hi = i * rows_here // p, (i + 1) * rows_here // p
+
+            def parse(strings):
+                feats = _parse(strings[lo:hi] if n > 1 else strings, p, True)
+                return {k: tf.reshape(v, [local, b, 1]) for k, v in feats.items()}
+        else:
+
+            def parse(strings):
+                feats = _parse(strings, p, True)
+                return {
+                    k: tf.reshape(
+                        tf.reshape(v, [s, r, b, 1])[:, i * local : (i + 1) * local],
+                        [s * local, b, 1],
+                    )
+                    for k, v in feats.items()
+                }
+
+        ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+        ds = ds.skip((skip_steps % s) * local).take(steps_left * local)
+        return ds.prefetch(tf.data.AUTOTUNE)
+
+    return dataset_fn
+
+
+def eval_dataset_fn(
+    meta: DatasetMetadata, data_dir: str, num_replicas: int
+) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
+    """A ``dataset_fn`` yielding each eval record split into whole users per replica."""
+    check_eval_layout(meta, num_replicas)
+    files = meta.eval_file_paths(data_dir)
+    p = meta.eval_prebatch_size
+    b = p // num_replicas
+
+    def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
+        local = num_replicas // ctx.num_input_pipelines
+        i = ctx.input_pipeline_id
+
+        def parse(strings):
+            feats = _parse(strings, p, False)
+            return {
+                k: tf.reshape(v, [num_replicas, b, 1])[i * local : (i + 1) * local]
+                for k, v in feats.items()
+            }
+
+        ds = _reader(files).batch(1, drop_remainder=True)
+        ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+        return ds.prefetch(tf.data.AUTOTUNE)
+
+    return dataset_fn
+
+
+def distribute(strategy: tf.distribute.Strategy, dataset_fn) -> tf.distribute.DistributedDataset:
+    """Distributes a ``dataset_fn`` over ``strategy``'s replicas."""
+    return strategy.distribute_datasets_from_function(dataset_fn)

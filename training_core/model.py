@@ -1,0 +1,179 @@
+"""NeuMF (GMF + MLP) as a plain ``tf.Module``, with config presets.
+
+One user and one item embedding table, each ``num_factors + layers[0] // 2`` wide, sliced in two:
+the first ``num_factors`` columns feed the GMF tower (element-wise product), the rest the MLP tower
+(concatenated, then ``layers[1:]`` ReLU layers). Both towers are concatenated into one logit.
+Storing both parts in one table is what the reference found fastest.
+
+A ``tf.Module`` with ``tf.Variable`` s (not Keras) keeps checkpoints strategy-independent (a
+checkpoint written under ``MirroredStrategy`` restores on one device), lets the training loop own
+mixed precision and gradient handling, and exports with ``tf.saved_model.save`` as is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class NeuMFConfig:
+    """Model and optimizer hyperparameters.
+
+    Attributes:
+        num_factors: GMF embedding width (the reference's ``num_factors``/``mf_dim``).
+        layers: MLP widths; ``layers[0]`` is the concatenated user+item MLP embedding, so each
+            table holds ``layers[0] // 2`` MLP columns. Must be even.
+        batch_size: global training batch (rows per optimizer step over all replicas).
+        learning_rate, beta1, beta2, epsilon: Adam.
+        hr_threshold: stop once HR@10 reaches this (``None``: never stop early).
+        epochs: training epochs.
+    """
+
+    num_factors: int = 8
+    layers: tuple[int, ...] = (64, 32, 16, 8)
+    batch_size: int = 1024
+    learning_rate: float = 0.001
+    beta1: float = 0.9
+    beta2: float = 0.999
+    epsilon: float = 1e-8
+    hr_threshold: float | None = None
+    epochs: int = 2
+
+    def __post_init__(self) -> None:
+        if not self.layers or self.layers[0] % 2:
+            raise ValueError(f"layers[0] must be even (split between user and item): {self.layers}")
+        if self.num_factors < 1 or self.batch_size < 1 or self.epochs < 1:
+            raise ValueError("num_factors, batch_size and epochs must be positive")
+
+    @property
+    def embedding_dim(self) -> int:
+        """Width of each embedding table."""
+        return self.num_factors + self.layers[0] // 2
+
+
+# The ml-20m settings are the reference's MLPerf v0.5 run (tensorflow/models
+# official/recommendation/run.sh and ncf_keras_benchmark.py): batch 98304, Adam lr 0.00382059,
+# beta1 0.783529, beta2 0.909003, epsilon 1.45439e-07, layers 256,256,128,64, 64 factors,
+# target HR@10 0.635, 14 epochs. The reference publishes no separate ml-1m tuning; its README runs
+# ml-1m with the same model, so ml-1m keeps those hyperparameters at the batch used by the
+# reference's speed benchmarks (1024) and fewer epochs. ml-100k is ours: a smaller model for a
+# quick real-data check.
+_MLPERF_ADAM = dict(learning_rate=0.00382059, beta1=0.783529, beta2=0.909003, epsilon=1.45439e-07)
+
+PRESETS: dict[str, NeuMFConfig] = {
+    # The reference's flag defaults (ncf_common.define_ncf_flags: 8 factors, layers 64,32,16,8,
+    # Adam 0.001/0.9/0.999/1e-8) at batch 1024: what its CPU speed benchmark runs.
+    "reference": NeuMFConfig(batch_size=1024, epochs=2),
+    "tiny": NeuMFConfig(
+        num_factors=8, layers=(16, 16, 8), batch_size=256, learning_rate=0.01, epochs=3
+    ),
+    "ml-100k": NeuMFConfig(
+        num_factors=16, layers=(64, 32, 16), batch_size=256, learning_rate=0.002, epochs=10
+    ),
+    "ml-1m": NeuMFConfig(
+        num_factors=64,
+        layers=(256, 256, 128, 64),
+        batch_size=1024,
+        hr_threshold=0.635,
+        epochs=10,
+        **_MLPERF_ADAM,
+    ),
+    "ml-20m": NeuMFConfig(
+        num_factors=64,
+        layers=(256, 256, 128, 64),
+        batch_size=98304,
+        hr_threshold=0.635,
+        epochs=14,
+        **_MLPERF_ADAM,
+    ),
+}
+
+
+def get_preset(name: str, **overrides) -> NeuMFConfig:
+    """A named preset, optionally with fields replaced (``None`` overrides are ignored)."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    return dataclasses.replace(PRESETS[name], **overrides)
+
+
+def _glorot(shape: tuple[int, int], seed: tf.Tensor | tuple[int, int]) -> tf.Tensor:
+    limit = math.sqrt(6.0 / (shape[0] + shape[1]))
+    return tf.random.stateless_uniform(shape, seed, -limit, limit)
+
+
+class NeuMF(tf.Module):
+    """The NeuMF scorer: ``(user_id, item_id) -> logit``.
+
+    Args:
+        config: hyperparameters.
+        num_users: rows of the user table.
+        num_items: rows of the item table.
+        seed: initialization seed (stateless, so the same seed gives the same weights anywhere).
+    """
+
+    def __init__(self, config: NeuMFConfig, num_users: int, num_items: int, seed: int = 0):
+        super().__init__(name="neumf")
+        self.config = config
+        self.num_users = num_users
+        self.num_items = num_items
+        dim = config.embedding_dim
+        seeds = [(seed, i) for i in range(2 + 2 * len(config.layers))]
+        # Reference: glorot_uniform for embeddings and hidden layers, lecun_uniform for the logit.
+        self.user_embedding = tf.Variable(
+            _glorot((num_users, dim), seeds[0]), name="user_embedding"
+        )
+        self.item_embedding = tf.Variable(
+            _glorot((num_items, dim), seeds[1]), name="item_embedding"
+        )
+        self.mlp_kernels = []
+        self.mlp_biases = []
+        for i, (n_in, n_out) in enumerate(zip(config.layers[:-1], config.layers[1:], strict=True)):
+            self.mlp_kernels.append(
+                tf.Variable(_glorot((n_in, n_out), seeds[2 + i]), name=f"mlp_kernel_{i}")
+            )
+            self.mlp_biases.append(tf.Variable(tf.zeros([n_out]), name=f"mlp_bias_{i}"))
+        n_in = config.num_factors + config.layers[-1]
+        limit = math.sqrt(3.0 / n_in)
+        self.logit_kernel = tf.Variable(
+            tf.random.stateless_uniform((n_in, 1), seeds[-1], -limit, limit), name="logit_kernel"
+        )
+        self.logit_bias = tf.Variable(tf.zeros([1]), name="logit_bias")
+
+    def dense_variables(self) -> list[tf.Variable]:
+        """Every variable but the two embedding tables."""
+        return [*self.mlp_kernels, *self.mlp_biases, self.logit_kernel, self.logit_bias]
+
+    def score(
+        self,
+        user_ids: tf.Tensor,
+        item_ids: tf.Tensor,
+        compute_dtype: tf.DType = tf.float32,
+    ) -> tf.Tensor:
+        """Logits, float32, shape of the ids (``[batch]`` or ``[batch, 1]``).
+
+        Args:
+            user_ids: int ids, ``[batch]`` or ``[batch, 1]``.
+            item_ids: int ids, same shape.
+            compute_dtype: float32, or bfloat16/float16 for mixed precision (variables stay
+                float32).
+        """
+        shape = tf.shape(user_ids)
+        users = tf.reshape(user_ids, [-1])
+        items = tf.reshape(item_ids, [-1])
+        u = tf.cast(tf.gather(self.user_embedding, users), compute_dtype)
+        v = tf.cast(tf.gather(self.item_embedding, items), compute_dtype)
+        k = self.config.num_factors
+        gmf = u[:, :k] * v[:, :k]
+        h = tf.concat([u[:, k:], v[:, k:]], axis=1)
+        for kernel, bias in zip(self.mlp_kernels, self.mlp_biases, strict=True):
+            h = tf.nn.relu(
+                tf.matmul(h, tf.cast(kernel, compute_dtype)) + tf.cast(bias, compute_dtype)
+            )
+        features = tf.concat([gmf, h], axis=1)
+        logits = tf.matmul(features, tf.cast(self.logit_kernel, compute_dtype))
+        logits = tf.cast(logits, tf.float32) + self.logit_bias
+        return tf.reshape(logits, shape)

@@ -19,11 +19,15 @@ def prepare_data(
     train_batch_size: int = 1024,
     eval_batch_size: int = 0,
     seed: int = 0,
+    eval_users_multiple: int = 8,
+    data_fingerprint: str = "",
 ):
     """Leave-one-out split, negative sampling and pre-batched TFRecords (see training_core.prepare).
 
-    ``eval_batch_size`` 0 picks whole users automatically. ``examples`` gets the dataset folder
-    (metadata.json, train/, eval/, vocab/) and its counts as artifact metadata.
+    ``eval_batch_size`` 0 picks whole users automatically, a multiple of ``eval_users_multiple``
+    (the training replica count). ``data_fingerprint`` (the content hash the submit command
+    computes) only keys the step's cache, so changed data behind an unchanged path is prepared
+    again. ``examples`` gets the dataset folder and its counts as artifact metadata.
     """
     from training_core import prepare
 
@@ -40,6 +44,7 @@ def prepare_data(
             train_batch_size=train_batch_size,
             eval_batch_size=eval_batch_size or None,
             seed=seed,
+            eval_users_multiple=eval_users_multiple,
         )
     )
     print(prepare.summary(result))

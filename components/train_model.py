@@ -19,10 +19,12 @@ def train_model(
     strategy: str = "auto",
     tpu_address: str = "",
     checkpoint_every_steps: int = 0,
+    target_hr: float = -1.0,
 ):
     """Trains NeuMF (see training_core.train); ``model`` holds checkpoints and model_config.json.
 
-    ``epochs``/``batch_size`` 0 take the preset's epochs and the data's pre-batch size. Metrics get
+    ``epochs``/``batch_size`` 0 take the preset's epochs and the data's pre-batch size;
+    ``target_hr`` stops early at that HR@10 (-1: the preset's target, 0: never). Metrics get
     the last epoch's HR@10, NDCG@10, loss and examples/s; ``plots`` charts them per epoch.
     """
     import os
@@ -39,6 +41,7 @@ def train_model(
         batch_size=batch_size or None,
         seed=seed,
         checkpoint_every_steps=checkpoint_every_steps,
+        hr_threshold=None if target_hr < 0 else target_hr,
         summaries_dir=os.environ.get("AIP_TENSORBOARD_LOG_DIR") or None,
     )
     result = train.train(config, dist)

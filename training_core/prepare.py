@@ -63,6 +63,7 @@ class PrepareConfig:
     num_shards: int | None = None  # None: one per million interactions, at least 2.
     workers: int | None = None  # Processes; None: one per CPU core, 1: in this process.
     overwrite: bool = False
+    eval_users_multiple: int = 8  # Auto eval records hold a multiple of this many users.
 
     def check(self) -> None:
         """Rejects impossible option values with a message naming the option."""
@@ -78,6 +79,7 @@ class PrepareConfig:
             ),
             (self.num_shards is None or self.num_shards >= 1, "--num-shards must be >= 1"),
             (self.workers is None or self.workers >= 1, "--workers must be >= 1"),
+            (self.eval_users_multiple >= 1, "eval_users_multiple must be >= 1"),
             (
                 self.eval_sampling in sampling.EVAL_SAMPLINGS,
                 f"--eval-sampling must be one of {', '.join(sampling.EVAL_SAMPLINGS)}",
@@ -220,13 +222,17 @@ def make_shard(data: IndexedData, shard: int, num_shards: int) -> sampling.Shard
 
 
 def resolve_eval_users_per_batch(
-    requested_rows: int | None, eval_negatives: int, max_shard_users: int
+    requested_rows: int | None, eval_negatives: int, max_shard_users: int, multiple: int = 8
 ) -> int:
-    """Users per eval record: whole users only; a size that does not fit is rounded, and said."""
+    """Users per eval record: whole users only; a size that does not fit is rounded, and said.
+
+    Automatic sizes are a multiple of ``multiple`` (the replica count training will split eval
+    records over, or 8), at most the reference's 160 users unless ``multiple`` needs more.
+    """
     per_user = 1 + eval_negatives
     if requested_rows is None:
-        upb = min(DEFAULT_EVAL_USERS_PER_BATCH, -(-max_shard_users // 8) * 8)
-        return max(upb, 1)
+        cap = max(DEFAULT_EVAL_USERS_PER_BATCH // multiple, 1) * multiple
+        return min(cap, -(-max_shard_users // multiple) * multiple)
     upb = max(1, round(requested_rows / per_user))
     if upb * per_user != requested_rows:
         log.warning(
@@ -432,7 +438,7 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     num_shards = min(num_shards, num_users)
     max_shard_users = -(-num_users // num_shards)
     upb = resolve_eval_users_per_batch(
-        config.eval_batch_size, config.eval_negatives, max_shard_users
+        config.eval_batch_size, config.eval_negatives, max_shard_users, config.eval_users_multiple
     )
     options = {
         "format": fmt,

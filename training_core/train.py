@@ -584,9 +584,14 @@ def config_for(
     epochs: int | None = None,
     batch_size: int | None = None,
     learning_rate: float | None = None,
+    hr_threshold: float | None = None,
     **options: Any,
 ) -> TrainConfig:
-    """A ``TrainConfig`` from a preset; the batch defaults to the data's pre-batch size."""
+    """A ``TrainConfig`` from a preset; the batch defaults to the data's pre-batch size.
+
+    ``hr_threshold`` replaces the preset's early-stop target (``None`` keeps it; 0 or less turns
+    early stopping off).
+    """
     from training_core.model import get_preset
 
     meta = read_metadata(data_dir)
@@ -596,6 +601,8 @@ def config_for(
         batch_size=batch_size or meta.train_prebatch_size,
         learning_rate=learning_rate,
     )
+    if hr_threshold is not None:
+        model = dataclasses.replace(model, hr_threshold=hr_threshold if hr_threshold > 0 else None)
     return TrainConfig(data_dir=data_dir, model_dir=model_dir, model=model, **options)
 
 

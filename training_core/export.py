@@ -1,0 +1,413 @@
+"""Exports a trained model folder as a SavedModel that serves with TensorFlow alone.
+
+The SavedModel holds everything a request needs, so neither this package nor the prepared data is
+needed to serve it:
+
+- the NeuMF weights (float32, restored from the latest checkpoint on the CPU);
+- raw id -> index lookup tables, initialized from the data prep vocab files, which the SavedModel
+  carries as assets (``assets/users.txt``, ``assets/items.txt``);
+- each item's raw id (index -> raw id) and every user's training items in CSR form (row splits +
+  item indices), as non-trainable variables.
+
+Signatures (see docs/serving.md):
+
+- ``score(user_id int64 [N], item_id int64 [N]) -> {score float32 [N], known bool [N]}``:
+  the predicted probability of each raw (user, item) pair; a pair with an id unseen in training
+  gets ``score = 0.0`` and ``known = False``.
+- ``recommend(user_id int64 [N], exclude_seen bool [N]) -> {item_ids int64 [N, k],
+  scores float32 [N, k]}``: the top ``k`` raw item ids per user, best first, optionally without the
+  user's training items. A slot with nothing to recommend (unknown user, or every item excluded)
+  holds ``item_id = -1`` and ``score = 0.0``.
+- ``serving_default``: one of the two (``score`` unless the config says ``recommend``), which is
+  what Vertex AI's prebuilt TensorFlow container calls for ``{"instances": [...]}`` requests.
+
+Why assets for the vocabularies and variables for the rest: the vocab files are the id mapping data
+prep wrote, so carrying them unchanged keeps one source for that fact; and variables go to the
+``variables/`` shards, not into ``saved_model.pb``, which as one protobuf cannot pass 2 GB (the
+seen-items lists of ml-20m alone are ~20M ids). Baking them as graph constants would not scale.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import uuid
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from training_core import records
+from training_core.evaluate import latest_checkpoint, load_model
+from training_core.metadata import DatasetMetadata, read_metadata
+from training_core.model import NeuMF
+from training_core.train import read_model_config
+
+log = logging.getLogger(__name__)
+
+SERVING_METADATA_FILE = "serving_metadata.json"
+SIGNATURES = ("score", "recommend")
+UNKNOWN_ITEM = -1  # Raw item id of an empty recommendation slot.
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportConfig:
+    """What to export and where.
+
+    Attributes:
+        model_dir: a training output folder (checkpoints and ``model_config.json``).
+        data_dir: the prepared dataset the model was trained on (vocab files and training
+            positives, which ``recommend`` can exclude).
+        export_dir: the SavedModel folder to create (must not exist or be empty, unless
+            ``overwrite``).
+        top_k: items ``recommend`` returns per user (capped at the number of items).
+        default_signature: which signature ``serving_default`` is: ``score`` or ``recommend``.
+        checkpoint: a checkpoint path prefix; ``None``: the latest in ``model_dir``.
+        model_name: recorded in ``serving_metadata.json``.
+        overwrite: replace an existing, non-empty ``export_dir``.
+    """
+
+    model_dir: str
+    data_dir: str
+    export_dir: str
+    top_k: int = 10
+    default_signature: str = "score"
+    checkpoint: str | None = None
+    model_name: str = "ncf"
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        if self.top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+        if self.default_signature not in SIGNATURES:
+            raise ValueError(f"default_signature must be one of {', '.join(SIGNATURES)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportResult:
+    """Where the SavedModel went and what it holds (also ``serving_metadata.json``)."""
+
+    export_dir: str
+    checkpoint: str
+    step: int
+    top_k: int
+    num_users: int
+    num_items: int
+    num_seen_pairs: int
+    tensorflow_version: str
+    default_signature: str
+    signatures: dict[str, dict[str, Any]]
+    example_requests: dict[str, dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training positives: what "seen" means for recommend's exclusion.
+# ---------------------------------------------------------------------------------------------
+
+
+def training_positives(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(row_splits, items)``: each user's distinct training items (indices), sorted, as CSR.
+
+    Read from epoch 0's training records (``labels == 1`` and ``valid_point_mask == 1``): every
+    epoch holds each training positive once. The held-out eval item is not among them.
+    """
+    spec = records.feature_spec(meta.train_prebatch_size, training=True)
+    ds = tf.data.TFRecordDataset(meta.train_file_paths(data_dir, 0), buffer_size=8 << 20)
+    ds = ds.batch(64).map(lambda s: tf.io.parse_example(s, spec), num_parallel_calls=2)
+    users, items = [], []
+    for batch in ds.as_numpy_iterator():
+        keep = (batch[records.LABELS] == 1) & (batch[records.VALID_POINT_MASK] == 1)
+        users.append(batch[records.USER_ID][keep])
+        items.append(batch[records.ITEM_ID][keep])
+    u = np.concatenate(users) if users else np.zeros(0, np.int64)
+    i = np.concatenate(items) if items else np.zeros(0, np.int64)
+    pairs = np.unique(u * meta.num_items + i)  # Sorted by user, then item; duplicates dropped.
+    u, i = pairs // meta.num_items, pairs % meta.num_items
+    if len(pairs) != meta.num_train_positives:
+        log.warning(
+            "epoch 0 holds %d distinct training positives, metadata.json says %d",
+            len(pairs),
+            meta.num_train_positives,
+        )
+    row_splits = np.zeros(meta.num_users + 1, np.int64)
+    np.cumsum(np.bincount(u, minlength=meta.num_users), out=row_splits[1:])
+    return row_splits, i.astype(np.int64)
+
+
+def read_vocab(path: str) -> np.ndarray:
+    """Raw ids of a vocab file (line number = index)."""
+    with tf.io.gfile.GFile(path) as f:
+        return np.asarray([int(line) for line in f.read().split()], dtype=np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# The serving module.
+# ---------------------------------------------------------------------------------------------
+
+
+def _vocab_table(path: str) -> tf.lookup.StaticHashTable:
+    init = tf.lookup.TextFileInitializer(
+        path,
+        key_dtype=tf.int64,
+        key_index=tf.lookup.TextFileIndex.WHOLE_LINE,
+        value_dtype=tf.int64,
+        value_index=tf.lookup.TextFileIndex.LINE_NUMBER,
+    )
+    return tf.lookup.StaticHashTable(init, default_value=-1)
+
+
+class ServingModule(tf.Module):
+    """NeuMF behind raw-id lookups, with ``score`` and ``recommend`` as ``tf.function`` s.
+
+    Args:
+        model: the restored NeuMF (float32 variables).
+        user_vocab: path of the user vocab file (raw id per line, line number = index).
+        item_vocab: path of the item vocab file.
+        item_raw_ids: raw id of each item index (the item vocab, as an array).
+        seen_row_splits: CSR row splits of each user's training items, ``[num_users + 1]``.
+        seen_items: CSR values (item indices).
+        top_k: items per ``recommend`` row.
+    """
+
+    def __init__(
+        self,
+        model: NeuMF,
+        user_vocab: str,
+        item_vocab: str,
+        item_raw_ids: np.ndarray,
+        seen_row_splits: np.ndarray,
+        seen_items: np.ndarray,
+        top_k: int,
+    ):
+        super().__init__(name="ncf_serving")
+        self.model = model
+        self.num_items = model.num_items
+        self.top_k = min(top_k, model.num_items)
+        self.user_table = _vocab_table(user_vocab)
+        self.item_table = _vocab_table(item_vocab)
+        self.item_raw_ids = tf.Variable(item_raw_ids, trainable=False, name="item_raw_ids")
+        self.seen_row_splits = tf.Variable(seen_row_splits, trainable=False, name="seen_row_splits")
+        self.seen_items = tf.Variable(seen_items, trainable=False, name="seen_items")
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.int64, name="user_id"),
+            tf.TensorSpec([None], tf.int64, name="item_id"),
+        ]
+    )
+    def score(self, user_id: tf.Tensor, item_id: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Probability of each raw (user, item) pair; 0.0 and ``known`` False for unseen ids."""
+        users = self.user_table.lookup(user_id)
+        items = self.item_table.lookup(item_id)
+        known = (users >= 0) & (items >= 0)
+        logits = self.model.score(tf.where(known, users, 0), tf.where(known, items, 0))
+        return {"score": tf.where(known, tf.sigmoid(logits), 0.0), "known": known}
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.int64, name="user_id"),
+            tf.TensorSpec([None], tf.bool, name="exclude_seen"),
+        ]
+    )
+    def recommend(self, user_id: tf.Tensor, exclude_seen: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Top-k raw item ids per raw user id, best first; -1/0.0 fill empty slots."""
+        k, n = self.top_k, self.num_items
+        users = self.user_table.lookup(user_id)
+        all_items = tf.range(n, dtype=tf.int64)
+        neg_inf = tf.constant(-np.inf, tf.float32)
+
+        def one_user(args):
+            user, exclude = args
+            known = user >= 0
+            user = tf.maximum(user, 0)
+            # One user at a time against every item: memory stays [num_items, width].
+            logits = self.model.score(tf.fill([n], user), all_items)
+            seen = self.seen_items[self.seen_row_splits[user] : self.seen_row_splits[user + 1]]
+            masked = tf.where(exclude, neg_inf, tf.gather(logits, seen))
+            logits = tf.tensor_scatter_nd_update(logits, seen[:, None], masked)
+            top = tf.math.top_k(logits, k=k)
+            valid = known & (top.values > neg_inf)
+            ids = tf.where(valid, tf.gather(self.item_raw_ids, top.indices), UNKNOWN_ITEM)
+            return ids, tf.where(valid, tf.sigmoid(top.values), 0.0)
+
+        ids, scores = tf.map_fn(
+            one_user,
+            (users, exclude_seen),
+            fn_output_signature=(
+                tf.TensorSpec([k], tf.int64),
+                tf.TensorSpec([k], tf.float32),
+            ),
+        )
+        return {"item_ids": ids, "scores": scores}
+
+
+def _signature_info(fn) -> dict[str, Any]:
+    """Inputs and outputs of a concrete function, for serving_metadata.json."""
+
+    def describe(spec) -> dict[str, Any]:
+        return {"dtype": spec.dtype.name, "shape": [d for d in spec.shape.as_list()]}
+
+    specs = tf.nest.flatten(fn.structured_input_signature)
+    return {
+        "inputs": {spec.name: describe(spec) for spec in specs},
+        "outputs": {name: describe(spec) for name, spec in sorted(fn.structured_outputs.items())},
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Export.
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_target(export_dir: str, overwrite: bool) -> bool:
+    """Whether ``export_dir`` exists; raises if the export may not replace it."""
+    if not tf.io.gfile.exists(export_dir):
+        return False
+    if not tf.io.gfile.isdir(export_dir):
+        raise FileExistsError(f"{export_dir} exists and is not a folder")
+    if tf.io.gfile.listdir(export_dir) and not overwrite:
+        raise FileExistsError(
+            f"{export_dir} is not empty; choose another folder or pass overwrite (--overwrite)"
+        )
+    return True
+
+
+def _make_room(export_dir: str, overwrite: bool) -> None:
+    """Clears the way for the final rename (an empty folder, as KFP may create, is fine)."""
+    if _check_target(export_dir, overwrite):
+        tf.io.gfile.rmtree(export_dir)
+    elif parent := os.path.dirname(export_dir):
+        tf.io.gfile.makedirs(parent)
+
+
+def export(config: ExportConfig) -> ExportResult:
+    """Restores the model on the CPU and writes the serving SavedModel to ``config.export_dir``.
+
+    The SavedModel is written to a temporary sibling folder and renamed into place last, so a
+    folder at ``export_dir`` is always complete (the rename is atomic on local disks; on Cloud
+    Storage it is a copy, and ``serving_metadata.json`` is written before it).
+
+    Raises:
+        FileNotFoundError: no checkpoint, model_config.json or prepared dataset.
+        FileExistsError: ``export_dir`` is not empty and ``overwrite`` is off.
+        ValueError: the model and the dataset do not match.
+    """
+    export_dir = config.export_dir.rstrip("/")
+    _check_target(export_dir, config.overwrite)  # Fail before the work, not after.
+    meta = read_metadata(config.data_dir)
+    _, num_users, num_items = read_model_config(config.model_dir)
+    if (num_users, num_items) != (meta.num_users, meta.num_items):
+        raise ValueError(
+            f"the model has {num_users} users and {num_items} items but {config.data_dir} has "
+            f"{meta.num_users} and {meta.num_items}; export with the data it was trained on"
+        )
+    user_vocab = os.path.join(config.data_dir, meta.user_vocab)
+    item_vocab = os.path.join(config.data_dir, meta.item_vocab)
+    item_raw_ids = read_vocab(item_vocab)
+    user_raw_ids = read_vocab(user_vocab)
+    num_vocab_users = len(user_raw_ids)
+    if (num_vocab_users, len(item_raw_ids)) != (num_users, num_items):
+        raise ValueError(
+            f"{config.data_dir}'s vocab files hold {num_vocab_users} users and "
+            f"{len(item_raw_ids)} items, metadata.json says {num_users} and {num_items}"
+        )
+
+    with tf.device("/CPU:0"):
+        checkpoint = config.checkpoint or latest_checkpoint(config.model_dir)
+        model, checkpoint, step = load_model(
+            config.model_dir, tf.distribute.get_strategy(), checkpoint
+        )
+        for v in model.trainable_variables:
+            if v.dtype != tf.float32:  # NeuMF keeps float32 weights under mixed precision.
+                raise ValueError(f"{v.name} is {v.dtype.name}; export expects float32 weights")
+        row_splits, seen = training_positives(meta, config.data_dir)
+        module = ServingModule(
+            model, user_vocab, item_vocab, item_raw_ids, row_splits, seen, config.top_k
+        )
+        fns = {
+            "score": module.score.get_concrete_function(),
+            "recommend": module.recommend.get_concrete_function(),
+        }
+    signatures = {**fns, "serving_default": fns[config.default_signature]}
+
+    result = ExportResult(
+        export_dir=config.export_dir,
+        checkpoint=checkpoint,
+        step=step,
+        top_k=module.top_k,
+        num_users=num_users,
+        num_items=num_items,
+        num_seen_pairs=int(len(seen)),
+        tensorflow_version=tf.__version__,
+        default_signature=config.default_signature,
+        signatures={name: _signature_info(fn) for name, fn in signatures.items()},
+        example_requests=example_requests(
+            int(user_raw_ids[0]),
+            [int(i) for i in item_raw_ids[:2]],
+            int(user_raw_ids.max()) + 1,  # Not in the vocabulary.
+        ),
+    )
+    tmp = f"{export_dir}.partial-{uuid.uuid4().hex[:8]}"
+    try:
+        tf.saved_model.save(module, tmp, signatures=signatures)
+        with tf.io.gfile.GFile(os.path.join(tmp, SERVING_METADATA_FILE), "w") as f:
+            f.write(json.dumps(serving_metadata(result, config), indent=2) + "\n")
+        _make_room(export_dir, config.overwrite)
+        tf.io.gfile.rename(tmp, export_dir)
+    finally:
+        if tf.io.gfile.exists(tmp):
+            tf.io.gfile.rmtree(tmp)
+    log.info(
+        "exported %s (step %d) to %s: %d users, %d items, top %d",
+        checkpoint,
+        step,
+        export_dir,
+        num_users,
+        num_items,
+        module.top_k,
+    )
+    return result
+
+
+def serving_metadata(result: ExportResult, config: ExportConfig) -> dict[str, Any]:
+    """What ``serving_metadata.json`` records."""
+    payload = result.to_dict()
+    payload.pop("export_dir")
+    return {
+        "model_name": config.model_name,
+        **payload,
+        "unknown_ids": {
+            "score": "score 0.0 and known false when the user or the item id is unknown",
+            "recommend": f"item id {UNKNOWN_ITEM} and score 0.0 in every slot for an unknown "
+            "user, and in slots left empty after excluding seen items",
+        },
+        "seen_items": "the user's training positives (the held-out eval item is not included)",
+    }
+
+
+def example_requests(user_id: int, item_ids: list[int], unknown_id: int) -> dict[str, Any]:
+    """Request bodies (TF Serving / Vertex AI row format) for each signature, with real ids.
+
+    ``unknown_id`` shows the unknown-id answer; the ``signature_name`` field selects the
+    signature where the server passes it on (TF Serving's REST API; Vertex AI's rawPredict).
+    """
+    return {
+        "score": {
+            "signature_name": "score",
+            "instances": [{"user_id": user_id, "item_id": i} for i in item_ids]
+            + [{"user_id": unknown_id, "item_id": item_ids[0]}],
+        },
+        "recommend": {
+            "signature_name": "recommend",
+            "instances": [
+                {"user_id": user_id, "exclude_seen": True},
+                {"user_id": user_id, "exclude_seen": False},
+            ],
+        },
+    }

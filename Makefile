@@ -12,8 +12,8 @@ setup: ## Install uv and the locked environment into .venv (idempotent).
 	@python3 -m uv --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==$(UV_VERSION)"
 	$(UV) sync --frozen
 
-run: setup ## Main job on the embedded sample data (writes under out/).
-	$(UV) run ncf-pipelines prepare-data --output out/sample-data --overwrite
+run: setup ## Main job: the whole pipeline locally (kfp.local) on the embedded sample data.
+	$(UV) run ncf-pipelines run-local --pipeline-root out/local-runs
 
 test: setup ## Run the whole test suite, slow tests included (what CI runs).
 	$(UV) run pytest -q --durations=15 $(PYTEST_ARGS)

@@ -1,0 +1,124 @@
+"""``ncf-pipelines validate``: the TFDV data validation gate on raw interactions."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from pipelines.cli import example_epilog
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Adds the subcommand."""
+    p = sub.add_parser(
+        "validate",
+        help="check raw interactions with TensorFlow Data Validation (a gate that blocks)",
+        description=(
+            "Compute TFDV statistics of raw interactions (same inputs as prepare-data) in an "
+            "Apache Beam pipeline, infer a schema or check against a baseline schema, look for "
+            "drift against baseline statistics, and write statistics, schema, anomalies and an "
+            "HTML report to --output. Exits with status 2 and lists each anomaly on stderr when "
+            "the data does not meet the schema (unless --warn-only). See docs/validation.md."
+        ),
+        epilog=example_epilog(
+            "ncf-pipelines validate --input ml-20m/ --output val/ml-20m",
+            "ncf-pipelines validate --input new/ratings.csv --output val/new "
+            "--baseline-schema val/ml-20m/schema --baseline-stats val/ml-20m/statistics "
+            "--drift item_id=js:0.05",
+            "ncf-pipelines validate --input /gcs/B/ml-25m/ratings.csv --output /gcs/B/val "
+            '--beam-pipeline-args="--runner=DataflowRunner --project=P --region=R '
+            '--temp_location=gs://B/tmp --sdk_container_image=IMAGE"',
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--input", required=True, help="ratings file or folder (as prepare-data)")
+    p.add_argument("--output", required=True, help="folder for statistics, schema, anomalies")
+    p.add_argument(
+        "--format",
+        default="auto",
+        help="auto (default), ml-100k, ml-1m, ml-10m, ml-20m, ml-25m, ml-32m, "
+        "ml-latest, csv or parquet",
+    )
+    p.add_argument("--user-col", help="user id column of a csv/parquet table")
+    p.add_argument("--item-col", help="item id column of a csv/parquet table")
+    p.add_argument("--time-col", help="timestamp column of a csv/parquet table")
+    p.add_argument(
+        "--baseline-schema",
+        help="reviewed schema.pbtxt (or its folder) to check against; default: infer one",
+    )
+    p.add_argument(
+        "--baseline-stats",
+        help="FeatureStats.pb (or its folder) of earlier data, to check for drift",
+    )
+    p.add_argument(
+        "--drift",
+        action="append",
+        default=[],
+        metavar="FEATURE=linf:T|js:T",
+        help="drift threshold for a feature (repeatable); default with --baseline-stats: "
+        "js:0.1 for user_id, item_id and rating",
+    )
+    p.add_argument(
+        "--drift-config", help="YAML/JSON mapping feature to 'linf:T' or 'js:T' (as --drift)"
+    )
+    p.add_argument(
+        "--min-time",
+        default="1995-01-01",
+        help="earliest plausible timestamp, epoch seconds or YYYY-MM-DD (default 1995-01-01)",
+    )
+    p.add_argument(
+        "--max-time",
+        help="latest plausible timestamp, epoch seconds or YYYY-MM-DD (default: now + 1 day)",
+    )
+    p.add_argument(
+        "--no-domain-checks",
+        action="store_true",
+        help="use the inferred or baseline schema as is, without the interaction-data checks",
+    )
+    p.add_argument(
+        "--warn-only",
+        action="store_true",
+        help="report anomalies as a warning and exit 0 instead of blocking",
+    )
+    p.add_argument(
+        "--beam-pipeline-args",
+        action="append",
+        default=[],
+        metavar='"--runner=... ..."',
+        help="Apache Beam pipeline options, shell-quoted (repeatable); default: in process "
+        "(Beam's FnApiRunner)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs the gate; returns 2 (with the anomalies on stderr) when it blocks."""
+    from training_core import io as rio
+    from training_core import validate
+
+    drift = ()
+    if args.drift_config:
+        drift += validate.load_drift_file(args.drift_config)
+    drift += tuple(validate.parse_drift(s) for s in args.drift)
+    config = validate.ValidateConfig(
+        input_path=args.input,
+        outputs=validate.OutputPaths.under(args.output),
+        format=args.format,
+        columns=rio.Columns(args.user_col, args.item_col, args.time_col),
+        baseline_schema=args.baseline_schema,
+        baseline_statistics=args.baseline_stats,
+        drift=drift,
+        domain_checks=not args.no_domain_checks,
+        min_timestamp=validate.parse_time(args.min_time),
+        max_timestamp=validate.parse_time(args.max_time) if args.max_time else None,
+        fail_on_anomalies=not args.warn_only,
+        beam_pipeline_args=tuple(a for s in args.beam_pipeline_args for a in shlex.split(s)),
+    )
+    try:
+        result = validate.validate(config)
+    except validate.ValidationFailed as e:
+        print(f"ncf-pipelines validate: {e}", file=sys.stderr)
+        return 2
+    print(validate.summary(result))
+    return 0

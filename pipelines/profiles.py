@@ -1,0 +1,429 @@
+"""Hardware profiles: which machine runs each pipeline step, and the training strategy that follows.
+
+A profile maps every step to a Vertex AI machine: the data steps (validate, prepare) and the
+evaluate/export steps to CPU machines sized for the data, training to the accelerator. Training on
+an accelerator always runs as a Vertex AI custom job (exact machine type, accelerator, replicas,
+TPU topology); CPU steps use the task's resource setters. ``preflight`` rejects combinations that
+cannot run before anything is compiled or sent, and says what to choose instead.
+
+Custom profiles come from YAML (see ``docs/profiles.md``)::
+
+    my-profile:
+      description: two L4 workers
+      train: {machine_type: g2-standard-8, accelerator_type: NVIDIA_L4, accelerator_count: 1,
+              replica_count: 2}
+      strategy: multi_worker_mirrored
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any
+
+STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu", "auto")
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """One step's machine."""
+
+    machine_type: str
+    accelerator_type: str = ""
+    accelerator_count: int = 0
+    replica_count: int = 1
+    tpu_topology: str = ""
+    cpu_limit: str = ""  # For steps placed through resource setters ("8" vCPUs).
+    memory_limit: str = ""  # "30G".
+    boot_disk_size_gb: int = 100
+
+    @property
+    def is_tpu(self) -> bool:
+        """Whether the accelerator is a TPU."""
+        return self.accelerator_type.startswith("TPU_")
+
+    @property
+    def replicas(self) -> int:
+        """Model replicas in sync training over all machines (TPU: one per core)."""
+        return self.replica_count * max(self.accelerator_count, 1)
+
+    @property
+    def custom_job(self) -> bool:
+        """Whether the step must run as a Vertex AI custom job rather than a plain task."""
+        return bool(self.accelerator_type) or self.replica_count > 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """A named hardware setup for a whole pipeline run."""
+
+    name: str
+    description: str
+    data: Machine  # validate_data, prepare_data.
+    train: Machine
+    evaluate: Machine  # evaluate_model, export_model.
+    strategy: str
+
+    def catalogue_row(self) -> str:
+        """One line for ``ncf-pipelines profiles``."""
+        t = self.train
+        acc = f"{t.accelerator_count} x {t.accelerator_type}" if t.accelerator_type else "CPU"
+        topo = f" ({t.tpu_topology})" if t.tpu_topology else ""
+        return (
+            f"{self.name:18s} {t.replica_count} x {t.machine_type:18s} {acc + topo:28s} "
+            f"{self.strategy:22s} {self.data.machine_type:15s} {self.description}"
+        )
+
+
+def _cpu(machine_type: str, cpus: int, mem_gb: int) -> Machine:
+    return Machine(machine_type, cpu_limit=str(cpus), memory_limit=f"{mem_gb}G")
+
+
+_DATA = _cpu("n1-highmem-8", 8, 52)  # ml-20m prep peaks at a few GiB; room for 10x that.
+_EVAL = _cpu("n1-standard-8", 8, 30)
+
+BUILTIN: dict[str, Profile] = {
+    p.name: p
+    for p in [
+        Profile(
+            "cpu",
+            "everything on CPU machines",
+            _DATA,
+            _cpu("n1-standard-16", 16, 60),
+            _EVAL,
+            "default",
+        ),
+        Profile(
+            "gpu-t4",
+            "one NVIDIA T4",
+            _DATA,
+            Machine("n1-standard-8", "NVIDIA_TESLA_T4", 1),
+            _EVAL,
+            "one_device",
+        ),
+        Profile(
+            "gpu-l4",
+            "one NVIDIA L4",
+            _DATA,
+            Machine("g2-standard-8", "NVIDIA_L4", 1),
+            _EVAL,
+            "one_device",
+        ),
+        Profile(
+            "gpu-a100",
+            "one NVIDIA A100 40GB",
+            _DATA,
+            Machine("a2-highgpu-1g", "NVIDIA_TESLA_A100", 1),
+            _EVAL,
+            "one_device",
+        ),
+        Profile(
+            "gpu-a100x8",
+            "eight NVIDIA A100 40GB in one machine",
+            _DATA,
+            Machine("a2-highgpu-8g", "NVIDIA_TESLA_A100", 8),
+            _EVAL,
+            "mirrored",
+        ),
+        Profile(
+            "gpu-h100",
+            "one NVIDIA H100 80GB",
+            _DATA,
+            Machine("a3-highgpu-1g", "NVIDIA_H100_80GB", 1),
+            _EVAL,
+            "one_device",
+        ),
+        Profile(
+            "gpu-h100x8",
+            "eight NVIDIA H100 80GB in one machine",
+            _DATA,
+            Machine("a3-highgpu-8g", "NVIDIA_H100_80GB", 8),
+            _EVAL,
+            "mirrored",
+        ),
+        Profile(
+            "gpu-a100-2workers",
+            "two machines with one A100 each (multi-worker)",
+            _DATA,
+            Machine("a2-highgpu-1g", "NVIDIA_TESLA_A100", 1, replica_count=2),
+            _EVAL,
+            "multi_worker_mirrored",
+        ),
+        Profile(
+            "tpu-v3-8",
+            "a TPU v3-8 (8 cores)",
+            _DATA,
+            Machine("cloud-tpu", "TPU_V3", 8),
+            _EVAL,
+            "tpu",
+        ),
+        Profile(
+            "tpu-v5e-8",
+            "a TPU v5e-8 VM (2x4 topology)",
+            _DATA,
+            Machine("ct5lp-hightpu-8t", "TPU_V5_LITEPOD", 8, tpu_topology="2x4"),
+            _EVAL,
+            "tpu",
+        ),
+    ]
+}
+
+# What each machine family offers: accelerator type -> allowed counts (None: any listed count).
+_N1_GPUS = {
+    "NVIDIA_TESLA_T4": (1, 2, 4),
+    "NVIDIA_TESLA_V100": (1, 2, 4, 8),
+    "NVIDIA_TESLA_P100": (1, 2, 4),
+    "NVIDIA_TESLA_P4": (1, 2, 4),
+}
+_FIXED_GPU = {  # machine type pattern -> (accelerator, count from the name's suffix)
+    r"a2-highgpu-(\d+)g": "NVIDIA_TESLA_A100",
+    r"a2-megagpu-(\d+)g": "NVIDIA_TESLA_A100",
+    r"a2-ultragpu-(\d+)g": "NVIDIA_A100_80GB",
+    r"a3-highgpu-(\d+)g": "NVIDIA_H100_80GB",
+    r"a3-megagpu-(\d+)g": "NVIDIA_H100_MEGA_80GB",
+}
+_G2_L4 = {
+    "g2-standard-4": 1,
+    "g2-standard-8": 1,
+    "g2-standard-12": 1,
+    "g2-standard-16": 1,
+    "g2-standard-32": 1,
+    "g2-standard-24": 2,
+    "g2-standard-48": 4,
+    "g2-standard-96": 8,
+}
+_TPU = {  # machine type -> (accelerator, cores, topology)
+    "cloud-tpu": (("TPU_V2", "TPU_V3"), (8,), ""),
+    "ct5lp-hightpu-1t": (("TPU_V5_LITEPOD",), (1,), "1x1"),
+    "ct5lp-hightpu-4t": (("TPU_V5_LITEPOD",), (4,), "2x2"),
+    "ct5lp-hightpu-8t": (("TPU_V5_LITEPOD",), (8,), "2x4"),
+}
+_CPU_FAMILIES = ("n1-", "n2-", "n2d-", "e2-", "c2-", "c3-", "n4-", "c2d-", "m1-")
+
+
+class ProfileError(ValueError):
+    """A profile or a run configuration that cannot run; the message says what to choose."""
+
+
+def _machine_problems(step: str, m: Machine) -> list[str]:
+    out = []
+    mt, acc, n = m.machine_type, m.accelerator_type, m.accelerator_count
+    if m.replica_count < 1:
+        out.append(f"{step}: replica_count must be >= 1")
+    if n < 0:
+        out.append(f"{step}: accelerator_count must be >= 0")
+    if not acc:
+        if n:
+            out.append(f"{step}: accelerator_count {n} without an accelerator_type")
+        if mt.startswith(("a2-", "a3-", "g2-", "ct5lp-")) or mt == "cloud-tpu":
+            out.append(f"{step}: {mt} is an accelerator machine; name its accelerator_type")
+        return out
+    if acc and n < 1:
+        out.append(f"{step}: {acc} needs accelerator_count >= 1")
+        return out
+    if mt in _TPU:
+        accs, counts, topo = _TPU[mt]
+        if acc not in accs:
+            out.append(f"{step}: {mt} offers {' or '.join(accs)}, not {acc}")
+        elif n not in counts:
+            out.append(
+                f"{step}: {mt} has {counts[0]} {acc} cores; set accelerator_count {counts[0]}"
+            )
+        if topo and m.tpu_topology and m.tpu_topology != topo:
+            out.append(f"{step}: {mt} has topology {topo}, not {m.tpu_topology}")
+        return out
+    if acc.startswith("TPU_"):
+        choices = ", ".join(k for k, v in _TPU.items() if acc in v[0])
+        out.append(f"{step}: {acc} runs on {choices}, not {mt}")
+        return out
+    for pattern, gpu in _FIXED_GPU.items():
+        match = re.fullmatch(pattern, mt)
+        if match:
+            count = int(match.group(1))
+            if acc != gpu:
+                out.append(f"{step}: {mt} comes with {gpu}, not {acc}")
+            elif n != count:
+                out.append(
+                    f"{step}: {mt} has exactly {count} x {gpu}; set accelerator_count "
+                    f"{count} or pick the {gpu} machine with {n} GPUs"
+                )
+            return out
+    if mt in _G2_L4:
+        if acc != "NVIDIA_L4":
+            out.append(f"{step}: {mt} comes with NVIDIA_L4, not {acc}")
+        elif n != _G2_L4[mt]:
+            fits = [k for k, v in _G2_L4.items() if v == n]
+            out.append(
+                f"{step}: {mt} has {_G2_L4[mt]} x NVIDIA_L4; for {n} use "
+                f"{', '.join(fits) or 'no g2 machine'}"
+            )
+        return out
+    if mt.startswith("n1-"):
+        if acc not in _N1_GPUS:
+            where = (
+                "a2-highgpu-*g"
+                if "A100" in acc
+                else "a3-highgpu-*g"
+                if "H100" in acc
+                else "g2-standard-*"
+                if "L4" in acc
+                else "another machine family"
+            )
+            out.append(f"{step}: {acc} is not offered on n1 machines; use {where}")
+        elif n not in _N1_GPUS[acc]:
+            out.append(f"{step}: {acc} on n1 comes in counts {_N1_GPUS[acc]}, not {n}")
+        return out
+    if mt.startswith(_CPU_FAMILIES):
+        out.append(
+            f"{step}: {mt} takes no accelerators; use n1-* (T4/V100), g2-* (L4), "
+            "a2-* (A100) or a3-* (H100)"
+        )
+    return out
+
+
+def preflight(
+    profile: Profile, train_batch_size: int | None = None, eval_users_per_batch: int | None = None
+) -> None:
+    """Rejects a profile (and batch sizes) that cannot run, listing every problem and its fix.
+
+    Args:
+        profile: the hardware profile.
+        train_batch_size: the global training batch (pre-batch rows), if known.
+        eval_users_per_batch: users per eval record, if known (auto data prep picks a multiple of
+            the replica count it is told).
+    """
+    problems = []
+    for step, m in (
+        ("data", profile.data),
+        ("train", profile.train),
+        ("evaluate", profile.evaluate),
+    ):
+        problems += _machine_problems(step, m)
+    for step, m in (("data", profile.data), ("evaluate", profile.evaluate)):
+        if m.accelerator_type or m.replica_count > 1:
+            problems.append(f"{step}: runs on one CPU machine; remove its accelerator/replicas")
+    t, s = profile.train, profile.strategy
+    if s not in STRATEGIES:
+        problems.append(f"strategy {s!r} is unknown; use one of {', '.join(STRATEGIES)}")
+    if t.is_tpu and s not in ("tpu", "auto"):
+        problems.append(f"a TPU trains only with strategy 'tpu' (or 'auto'), not {s!r}")
+    if s == "tpu" and not t.is_tpu:
+        problems.append("strategy 'tpu' needs a TPU machine (e.g. profile tpu-v3-8)")
+    gpus = t.accelerator_count if t.accelerator_type and not t.is_tpu else 0
+    if s == "one_device" and (gpus > 1 or t.replica_count > 1):
+        problems.append(
+            f"strategy 'one_device' uses 1 device but the profile has "
+            f"{t.replica_count} x {gpus} GPUs; use 'mirrored' or "
+            "'multi_worker_mirrored'"
+        )
+    if t.replica_count > 1 and s not in ("multi_worker_mirrored", "auto"):
+        problems.append(
+            f"{t.replica_count} training machines need strategy 'multi_worker_mirrored' (or 'auto')"
+        )
+    if s == "multi_worker_mirrored" and t.replica_count < 2:
+        problems.append(
+            "strategy 'multi_worker_mirrored' needs replica_count >= 2; use "
+            "'mirrored' for one machine"
+        )
+    replicas = t.replicas if (t.accelerator_type or t.replica_count > 1) else 1
+    if train_batch_size is not None and train_batch_size % replicas:
+        lo = train_batch_size // replicas * replicas
+        problems.append(
+            f"train batch {train_batch_size} does not split over {replicas} "
+            f"replicas; use {lo or replicas} or {lo + replicas}"
+        )
+    if eval_users_per_batch is not None and eval_users_per_batch % replicas:
+        problems.append(
+            f"{eval_users_per_batch} eval users per batch do not split over "
+            f"{replicas} replicas; pick an eval batch of a multiple of {replicas} "
+            "users (or leave it on auto)"
+        )
+    if problems:
+        raise ProfileError(f"profile {profile.name!r} cannot run:\n  - " + "\n  - ".join(problems))
+
+
+def replicas_of(profile: Profile) -> int:
+    """Training replicas of a profile (1 on CPU)."""
+    t = profile.train
+    return t.replicas if (t.accelerator_type or t.replica_count > 1) else 1
+
+
+def eval_users_multiple(profile: Profile) -> int:
+    """What auto eval batches must be a multiple of (users) for this profile."""
+    return math.lcm(8, replicas_of(profile))
+
+
+def _machine_from(raw: dict[str, Any], where: str) -> Machine:
+    fields = {f.name for f in dataclasses.fields(Machine)}
+    unknown = set(raw) - fields
+    if unknown:
+        raise ProfileError(
+            f"{where}: unknown keys {', '.join(sorted(unknown))}; "
+            f"known: {', '.join(sorted(fields))}"
+        )
+    if "machine_type" not in raw:
+        raise ProfileError(f"{where}: machine_type is required")
+    raw = {k: (str(v) if k in ("cpu_limit", "memory_limit") else v) for k, v in raw.items()}
+    return Machine(**raw)
+
+
+def load_profiles(path: str) -> dict[str, Profile]:
+    """Reads custom profiles from YAML; steps left out take the ``cpu`` profile's machines."""
+    import yaml
+
+    with open(path) as f:
+        try:
+            raw = yaml.safe_load(f) or {}
+        except yaml.YAMLError as e:
+            raise ProfileError(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{path}: expected a mapping of profile names to profiles")
+    base = BUILTIN["cpu"]
+    out = {}
+    for name, spec in raw.items():
+        where = f"{path}: profile {name!r}"
+        if not isinstance(spec, dict) or "train" not in spec:
+            raise ProfileError(f"{where}: needs at least a 'train' machine")
+        unknown = set(spec) - {"description", "data", "train", "evaluate", "strategy"}
+        if unknown:
+            raise ProfileError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
+        train = _machine_from(spec["train"], f"{where}.train")
+        out[name] = Profile(
+            name=str(name),
+            description=str(spec.get("description", "custom profile")),
+            data=_machine_from(spec["data"], f"{where}.data") if "data" in spec else base.data,
+            train=train,
+            evaluate=(
+                _machine_from(spec["evaluate"], f"{where}.evaluate")
+                if "evaluate" in spec
+                else base.evaluate
+            ),
+            strategy=str(spec.get("strategy", "auto")),
+        )
+    return out
+
+
+def get_profile(name: str, custom_file: str | None = None) -> Profile:
+    """A built-in profile, or one from ``custom_file``; unknown names list the choices."""
+    catalogue = dict(BUILTIN)
+    if custom_file:
+        catalogue.update(load_profiles(custom_file))
+    if name not in catalogue:
+        raise ProfileError(
+            f"unknown profile {name!r}; choose one of {', '.join(catalogue)} "
+            "(see `ncf-pipelines profiles`)"
+        )
+    return catalogue[name]
+
+
+def catalogue(custom_file: str | None = None) -> str:
+    """The readable table ``ncf-pipelines profiles`` prints."""
+    profiles = dict(BUILTIN)
+    if custom_file:
+        profiles.update(load_profiles(custom_file))
+    head = (
+        f"{'profile':18s} {'training machine(s)':22s} {'accelerator':28s} "
+        f"{'strategy':22s} {'data machine':15s} description"
+    )
+    return "\n".join([head, "-" * len(head)] + [p.catalogue_row() for p in profiles.values()])

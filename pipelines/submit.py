@@ -1,0 +1,689 @@
+"""Submit a compiled pipeline to Vertex AI Pipelines, as a run or as a schedule.
+
+``describe(config)`` says what would be sent without any network call (``--dry-run``);
+``submit(config)`` sends it through ``google.cloud.aiplatform.PipelineJob``. Inputs are checked
+before any request: labels against Vertex AI's rules, parameters against the template's root
+inputs (and converted to their declared types). Errors from the service become a
+``SubmitError`` whose message carries the service's own words and what to check.
+
+The REST transport is used for every call, so what the tests exercise against the local
+stand-in (``tests/vertex_standin.py``) is the code path used against Vertex AI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+_LOG = logging.getLogger(__name__)
+
+DATA_URI = "data_uri"
+DATA_FINGERPRINT = "data_fingerprint"
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+_LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+_LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
+_REGION = re.compile(r"[a-z]+(?:-[a-z]+)+[0-9]+")
+_PROJECT = re.compile(r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
+_NETWORK = re.compile(r"projects/[^/\s]+/global/networks/[^/\s]+")
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+_EXPERIMENT = re.compile(r"[a-z0-9][a-z0-9-]{0,127}")
+_MAX_LABELS = 64
+
+
+class SubmitError(Exception):
+    """The service (or the way to it) refused the submission; ``str()`` says what to check."""
+
+    def __init__(self, message: str, *, code: int | None = None, service_message: str = ""):
+        super().__init__(message)
+        self.code = code
+        self.service_message = service_message
+
+
+@dataclasses.dataclass(frozen=True)
+class SubmitConfig:
+    """Everything a submission needs; built once by the CLI (or a caller) and passed down.
+
+    Attributes:
+        template_path: a compiled pipeline (KFP IR YAML, from ``ncf-pipelines compile``).
+        project: Google Cloud project id.
+        region: Vertex AI region, e.g. ``us-central1``.
+        pipeline_root: ``gs://`` folder for the run's artifacts.
+        service_account: the run's service account (default: the Compute Engine default one).
+        network: VPC to peer with, ``projects/NUMBER/global/networks/NAME``.
+        labels: Vertex AI labels for the run.
+        enable_caching: ``None`` keeps the compiled per-task settings; ``True``/``False``
+            overrides them for every task.
+        experiment: Vertex AI Experiment to associate the run with (runs only).
+        parameter_values: pipeline parameters; strings are converted to the declared types.
+        display_name: run (or schedule) display name (default: the pipeline's name).
+        schedule_cron: when set, create a schedule with this cron instead of one run.
+        schedule_name: display name of the schedule (default: display name + ``-schedule``).
+        max_concurrent_runs: runs a schedule may have going at once.
+        api_endpoint: Vertex AI endpoint other than the regional default (a private endpoint,
+            or ``http://127.0.0.1:PORT`` for the test stand-in).
+        credentials: ``google.auth`` credentials; ``None`` means Application Default
+            Credentials. Never printed or logged.
+    """
+
+    template_path: str
+    project: str
+    region: str
+    pipeline_root: str
+    service_account: str | None = None
+    network: str | None = None
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    enable_caching: bool | None = None
+    experiment: str | None = None
+    parameter_values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    display_name: str | None = None
+    schedule_cron: str | None = None
+    schedule_name: str | None = None
+    max_concurrent_runs: int = 1
+    api_endpoint: str | None = None
+    credentials: Any = dataclasses.field(default=None, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class SubmitResult:
+    """What was created: a pipeline job, or a schedule."""
+
+    kind: str  # "pipeline_job" or "schedule"
+    resource_name: str
+    console_url: str
+    display_name: str
+    parameter_values: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Parameter:
+    """A root input parameter declared in the compiled template."""
+
+    name: str
+    type: str  # STRING, NUMBER_INTEGER, NUMBER_DOUBLE, BOOLEAN, LIST or STRUCT.
+    default: Any = None
+    optional: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Template:
+    """The parts of a compiled pipeline that submission checks against."""
+
+    path: str
+    pipeline_name: str
+    parameters: Mapping[str, Parameter]
+    task_count: int
+
+
+# --- template and parameters -------------------------------------------------------------------
+
+
+def load_template(path: str) -> Template:
+    """Reads a compiled KFP pipeline (IR YAML or JSON) and its root parameters.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file is not a compiled KFP pipeline.
+    """
+    import yaml
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"template {path!r} not found; compile one with `ncf-pipelines compile`"
+        )
+    with open(path, encoding="utf-8") as f:
+        try:
+            doc = yaml.safe_load(f)
+        except yaml.YAMLError as e:
+            raise ValueError(
+                f"template {path!r} is not a compiled KFP pipeline (not valid YAML: {e})"
+            ) from e
+    if isinstance(doc, dict) and isinstance(doc.get("pipelineSpec"), dict):
+        doc = doc["pipelineSpec"]  # A PipelineJob JSON wraps the spec.
+    if not (
+        isinstance(doc, dict)
+        and isinstance(doc.get("pipelineInfo"), dict)
+        and isinstance(doc.get("root"), dict)
+        and doc["pipelineInfo"].get("name")
+    ):
+        raise ValueError(
+            f"template {path!r} is not a compiled KFP pipeline (no pipelineInfo/root); "
+            "compile one with `ncf-pipelines compile`"
+        )
+    declared = (doc["root"].get("inputDefinitions") or {}).get("parameters") or {}
+    parameters = {
+        name: Parameter(
+            name=name,
+            type=spec.get("parameterType", "STRING"),
+            default=spec.get("defaultValue"),
+            optional=bool(spec.get("isOptional")) or "defaultValue" in spec,
+        )
+        for name, spec in declared.items()
+    }
+    tasks = sum(
+        len((c.get("dag") or {}).get("tasks") or {})
+        for c in [doc["root"], *(doc.get("components") or {}).values()]
+    )
+    return Template(path, doc["pipelineInfo"]["name"], parameters, tasks)
+
+
+def parse_assignments(items: Sequence[str], what: str = "--param") -> dict[str, str]:
+    """``["a=1", "b=x=y"]`` to ``{"a": "1", "b": "x=y"}``.
+
+    Raises:
+        ValueError: an item without ``=`` or with an empty name, or a name given twice.
+    """
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ValueError(f"{what} {item!r}: expected NAME=VALUE")
+        if name in out:
+            raise ValueError(f"{what} {name!r} given twice")
+        out[name] = value
+    return out
+
+
+def coerce_parameters(template: Template, values: Mapping[str, Any]) -> dict[str, Any]:
+    """Checks names against the template and converts values to the declared types.
+
+    Strings (as given on a command line) are parsed: integers, floats, booleans
+    (true/false/yes/no/1/0) and JSON for lists and structs.
+
+    Raises:
+        ValueError: an unknown name (valid names listed), a value of the wrong type, or a
+            required parameter missing.
+    """
+    valid = sorted(template.parameters)
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        param = template.parameters.get(name)
+        if param is None:
+            close = difflib.get_close_matches(name, valid, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(
+                f"unknown parameter {name!r}{hint}; pipeline {template.pipeline_name!r} "
+                f"takes: {', '.join(valid) or '(no parameters)'}"
+            )
+        out[name] = _coerce(param, value)
+    missing = [p.name for p in template.parameters.values() if not p.optional and p.name not in out]
+    if missing:
+        raise ValueError(
+            "missing required parameter(s): "
+            + ", ".join(missing)
+            + " (pass --param "
+            + " --param ".join(f"{m}=..." for m in missing)
+            + ")"
+        )
+    return out
+
+
+def _coerce(param: Parameter, value: Any) -> Any:
+    def bad(expected: str) -> ValueError:
+        return ValueError(f"parameter {param.name!r} expects {expected}, got {value!r}")
+
+    t = param.type
+    if t == "STRING":
+        if isinstance(value, str):
+            return value
+        if isinstance(value, bool | int | float):
+            return str(value)
+        raise bad("a string")
+    if t == "NUMBER_INTEGER":
+        if isinstance(value, bool):
+            raise bad("an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+        raise bad("an integer")
+    if t == "NUMBER_DOUBLE":
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                pass
+        raise bad("a number")
+    if t == "BOOLEAN":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text in ("true", "yes", "1"):
+                return True
+            if text in ("false", "no", "0"):
+                return False
+        raise bad("true or false")
+    if t in ("LIST", "STRUCT"):
+        kind = list if t == "LIST" else dict
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise bad(f"a JSON {'list' if kind is list else 'object'}") from None
+        if isinstance(value, kind):
+            return value
+        raise bad(f"a JSON {'list' if kind is list else 'object'}")
+    return value  # A type this module does not know: pass it through for the service to check.
+
+
+# --- validation --------------------------------------------------------------------------------
+
+
+def validate_labels(labels: Mapping[str, str]) -> None:
+    """Checks labels against Vertex AI's rules.
+
+    At most 64 labels; keys start with a lowercase letter; keys and values are at most 63
+    lowercase letters, digits, ``_`` or ``-``.
+
+    Raises:
+        ValueError: naming the offending label and the rule.
+    """
+    if len(labels) > _MAX_LABELS:
+        raise ValueError(f"{len(labels)} labels given; Vertex AI allows at most {_MAX_LABELS}")
+    for key, value in labels.items():
+        if not isinstance(key, str) or not _LABEL_KEY.fullmatch(key):
+            raise ValueError(
+                f"label key {key!r} is invalid: keys are 1-63 characters, start with a lowercase "
+                "letter, and use only lowercase letters, digits, '_' and '-'"
+            )
+        if not isinstance(value, str) or not _LABEL_VALUE.fullmatch(value):
+            raise ValueError(
+                f"label {key}={value!r} is invalid: values are at most 63 characters of "
+                "lowercase letters, digits, '_' and '-'"
+            )
+
+
+def validate_config(config: SubmitConfig) -> None:
+    """Checks every field that can be checked locally.
+
+    Raises:
+        ValueError: with the field, the value and the expected form.
+    """
+    if not _PROJECT.fullmatch(config.project or ""):
+        raise ValueError(
+            f"project {config.project!r} is not a project id (6-30 lowercase letters, digits "
+            "and '-', starting with a letter)"
+        )
+    if not _REGION.fullmatch(config.region or ""):
+        raise ValueError(
+            f"region {config.region!r} is not a Google Cloud region such as 'us-central1'"
+        )
+    if not config.pipeline_root.startswith("gs://"):
+        raise ValueError(
+            f"pipeline root {config.pipeline_root!r} must be a Cloud Storage folder, "
+            "gs://BUCKET/PATH (Vertex AI cannot write anywhere else)"
+        )
+    bucket = config.pipeline_root[len("gs://") :].split("/", 1)[0]
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]", bucket):
+        raise ValueError(
+            f"pipeline root {config.pipeline_root!r}: {bucket!r} is not a bucket name "
+            "(3-63 lowercase letters, digits, '-', '_' and '.')"
+        )
+    if config.service_account is not None and not _EMAIL.fullmatch(config.service_account):
+        raise ValueError(
+            f"service account {config.service_account!r} is not an email such as "
+            "NAME@PROJECT.iam.gserviceaccount.com"
+        )
+    if config.network is not None and not _NETWORK.fullmatch(config.network):
+        raise ValueError(
+            f"network {config.network!r} must be a full name: "
+            "projects/PROJECT_NUMBER/global/networks/NAME"
+        )
+    if config.experiment is not None:
+        if not _EXPERIMENT.fullmatch(config.experiment):
+            raise ValueError(
+                f"experiment {config.experiment!r}: use 1-128 lowercase letters, digits and '-'"
+            )
+        if config.schedule_cron:
+            raise ValueError("an experiment can be set for a run, not for a schedule")
+    if config.schedule_cron is not None:
+        cron = re.sub(r"^(CRON_TZ|TZ)=\S+\s+", "", config.schedule_cron.strip())
+        if len(cron.split()) != 5:
+            raise ValueError(
+                f"schedule {config.schedule_cron!r} is not a 5-field cron expression such as "
+                "'0 3 * * *' (optionally prefixed with 'TZ=Area/City ')"
+            )
+    if config.max_concurrent_runs < 1:
+        raise ValueError("max concurrent runs must be at least 1")
+    if config.display_name is not None and not 0 < len(config.display_name) <= 128:
+        raise ValueError("display name must be 1-128 characters")
+    validate_labels(config.labels)
+
+
+def prepare(config: SubmitConfig) -> tuple[Template, dict[str, Any]]:
+    """Validates the config and returns the template and the typed parameter values."""
+    validate_config(config)
+    template = load_template(config.template_path)
+    values = coerce_parameters(template, config.parameter_values)
+    data_uri = values.get(DATA_URI)
+    if isinstance(data_uri, str) and not data_uri.startswith("gs://"):
+        raise ValueError(
+            f"{DATA_URI} {data_uri!r} is not in Cloud Storage; Vertex AI cannot read local "
+            f"files: upload it (gcloud storage cp -r {data_uri} gs://BUCKET/PATH) and pass "
+            f"--param {DATA_URI}=gs://BUCKET/PATH"
+        )
+    return template, values
+
+
+# --- data fingerprint --------------------------------------------------------------------------
+
+
+def with_data_fingerprint(config: SubmitConfig, *, offline: bool = False) -> SubmitConfig:
+    """Sets ``data_fingerprint`` from the content behind ``data_uri``.
+
+    Only when the template declares ``data_fingerprint`` and the caller did not set it. With
+    ``offline`` (for a dry run), a ``gs://`` location is not listed and a placeholder says so.
+    """
+    from pipelines import fingerprint
+
+    template = load_template(config.template_path)
+    if DATA_FINGERPRINT not in template.parameters or DATA_FINGERPRINT in config.parameter_values:
+        return config
+    uri = config.parameter_values.get(DATA_URI)
+    if uri is None and DATA_URI in template.parameters:
+        uri = template.parameters[DATA_URI].default
+    if not uri:
+        raise ValueError(
+            f"the pipeline takes {DATA_FINGERPRINT!r} but no {DATA_URI!r} to compute it from; "
+            f"pass --param {DATA_URI}=... or --param {DATA_FINGERPRINT}=..."
+        )
+    uri = str(uri)
+    if offline and not os.path.exists(uri):
+        value = f"(computed at submit time from {uri})"
+    else:
+        with service_errors(config, f"listing {uri} for {DATA_FINGERPRINT}", service="storage"):
+            value = fingerprint.data_fingerprint(
+                uri, project=config.project, credentials=config.credentials
+            )
+        _LOG.info("%s of %s: %s", DATA_FINGERPRINT, uri, value)
+    return dataclasses.replace(
+        config, parameter_values={**config.parameter_values, DATA_FINGERPRINT: value}
+    )
+
+
+def with_location(config: SubmitConfig) -> SubmitConfig:
+    """Sets the pipeline's ``location`` parameter (custom jobs, registry) to the submit region.
+
+    Only when the template declares ``location`` and the caller did not set it, so training
+    custom jobs and the Model Registry live in the region the pipeline runs in.
+    """
+    template = load_template(config.template_path)
+    if "location" not in template.parameters or "location" in config.parameter_values:
+        return config
+    return dataclasses.replace(
+        config, parameter_values={**config.parameter_values, "location": config.region}
+    )
+
+
+def scheduled_caching(config: SubmitConfig) -> SubmitConfig:
+    """Turns caching off for a schedule unless asked for explicitly.
+
+    A schedule freezes its parameter values, ``data_fingerprint`` included, so with caching on
+    every scheduled run would reuse the first run's data step even after the data changed.
+    """
+    if config.schedule_cron and config.enable_caching is None:
+        _LOG.info(
+            "schedule: caching turned off so each run reads the data afresh (--cache keeps it)"
+        )
+        return dataclasses.replace(config, enable_caching=False)
+    if config.schedule_cron and config.enable_caching:
+        _LOG.warning(
+            "schedule with caching on: %s is fixed when the schedule is created, so data steps "
+            "may be served from cache after the data changes",
+            DATA_FINGERPRINT,
+        )
+    return config
+
+
+# --- describe and submit -----------------------------------------------------------------------
+
+
+def describe(config: SubmitConfig) -> dict[str, Any]:
+    """What ``submit`` would send, as a JSON-able dict; makes no network call.
+
+    Raises:
+        ValueError, FileNotFoundError: the same input errors ``submit`` raises.
+    """
+    config = scheduled_caching(config)
+    template, values = prepare(config)
+    display_name = config.display_name or template.pipeline_name
+    out: dict[str, Any] = {
+        "action": "create schedule" if config.schedule_cron else "create pipeline job",
+        "project": config.project,
+        "region": config.region,
+        "api_endpoint": config.api_endpoint or f"https://{config.region}-aiplatform.googleapis.com",
+        "template": config.template_path,
+        "pipeline_name": template.pipeline_name,
+        "display_name": display_name,
+        "pipeline_root": config.pipeline_root,
+        "parameter_values": values,
+        "labels": dict(config.labels),
+        "service_account": config.service_account or "(Compute Engine default service account)",
+        "network": config.network,
+        "enable_caching": (
+            "(as compiled)" if config.enable_caching is None else config.enable_caching
+        ),
+        "experiment": config.experiment,
+        "credentials": (
+            "Application Default Credentials"
+            if config.credentials is None
+            else type(config.credentials).__name__
+        ),
+    }
+    if config.schedule_cron:
+        out["schedule"] = {
+            "cron": config.schedule_cron,
+            "display_name": config.schedule_name or f"{display_name}-schedule",
+            "max_concurrent_run_count": config.max_concurrent_runs,
+        }
+    return out
+
+
+def default_credentials() -> Any:
+    """Application Default Credentials with the cloud-platform scope.
+
+    Raises:
+        SubmitError: none are set up, with the command that sets them up.
+    """
+    import google.auth
+    from google.auth import exceptions as auth_exceptions
+
+    try:
+        credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
+    except auth_exceptions.DefaultCredentialsError as e:
+        raise SubmitError(
+            "no Google Cloud credentials found: run `gcloud auth application-default login`, "
+            "or set GOOGLE_APPLICATION_CREDENTIALS to a service account key file"
+        ) from e
+    return credentials
+
+
+def submit(config: SubmitConfig) -> SubmitResult:
+    """Creates the pipeline job (or the schedule) on Vertex AI.
+
+    Raises:
+        ValueError, FileNotFoundError: bad input, found before any request.
+        SubmitError: the service or the network refused; the message says what to check.
+    """
+    config = scheduled_caching(config)
+    template, values = prepare(config)
+    credentials = config.credentials or default_credentials()
+    display_name = config.display_name or template.pipeline_name
+
+    with service_errors(config, "creating the schedule" if config.schedule_cron else "submitting"):
+        from google.cloud import aiplatform
+
+        # init() is process-wide in the SDK; PipelineJob has no per-call endpoint or transport.
+        aiplatform.init(
+            project=config.project,
+            location=config.region,
+            credentials=credentials,
+            api_transport="rest",
+            **({"api_endpoint": config.api_endpoint} if config.api_endpoint else {}),
+        )
+        job = aiplatform.PipelineJob(
+            display_name=display_name,
+            template_path=config.template_path,
+            pipeline_root=config.pipeline_root,
+            parameter_values=values,
+            enable_caching=config.enable_caching,
+            labels=dict(config.labels) or None,
+            project=config.project,
+            location=config.region,
+            credentials=credentials,
+        )
+        if config.schedule_cron:
+            schedule = job.create_schedule(
+                cron=config.schedule_cron,
+                display_name=config.schedule_name or f"{display_name}-schedule",
+                max_concurrent_run_count=config.max_concurrent_runs,
+                service_account=config.service_account,
+                network=config.network,
+            )
+            name = schedule.resource_name
+            return SubmitResult("schedule", name, _console_url(name), display_name, values)
+        job.submit(
+            service_account=config.service_account,
+            network=config.network,
+            experiment=config.experiment,
+        )
+        name = job.resource_name
+        return SubmitResult("pipeline_job", name, _console_url(name), display_name, values)
+
+
+def _console_url(resource_name: str) -> str:
+    m = re.fullmatch(
+        r"projects/([^/]+)/locations/([^/]+)/(pipelineJobs|schedules)/([^/]+)", resource_name
+    )
+    if not m:
+        return ""
+    project, location, kind, rid = m.groups()
+    page = "runs" if kind == "pipelineJobs" else "schedules"
+    return (
+        f"https://console.cloud.google.com/vertex-ai/locations/{location}/pipelines/"
+        f"{page}/{rid}?project={project}"
+    )
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def service_errors(config: SubmitConfig, doing: str, service: str = "vertex") -> Iterator[None]:
+    """Turns errors from Google APIs and the network into a ``SubmitError`` with advice.
+
+    Args:
+        config: the submission, for the names the advice mentions.
+        doing: what was being done, e.g. ``"submitting"``.
+        service: ``"vertex"`` (Vertex AI) or ``"storage"`` (Cloud Storage), for the advice.
+    """
+    import requests
+    from google.api_core import exceptions as api_exceptions
+    from google.auth import exceptions as auth_exceptions
+
+    try:
+        yield
+    except api_exceptions.GoogleAPICallError as e:
+        raise _api_error(e, config, doing, service) from e
+    except RuntimeError as e:
+        # The SDK wraps experiment (metadata) failures in RuntimeError.
+        if isinstance(e.__cause__, api_exceptions.GoogleAPICallError):
+            raise _api_error(e.__cause__, config, f"{doing} ({e})", service) from e
+        raise
+    except api_exceptions.RetryError as e:
+        raise SubmitError(f"{doing}: gave up after retries: {e.message}") from e
+    except auth_exceptions.RefreshError as e:
+        raise SubmitError(
+            f"{doing}: the credentials could not be refreshed ({e.args[0] if e.args else e}); "
+            "run `gcloud auth application-default login` again"
+        ) from e
+    except auth_exceptions.DefaultCredentialsError as e:
+        raise SubmitError(
+            "no Google Cloud credentials found: run `gcloud auth application-default login`"
+        ) from e
+    except requests.exceptions.ConnectionError as e:
+        endpoint = (
+            "Cloud Storage"
+            if service == "storage"
+            else config.api_endpoint or f"{config.region}-aiplatform.googleapis.com"
+        )
+        raise SubmitError(
+            f"{doing}: could not connect to {endpoint}; check the network, proxy settings "
+            "and --api-endpoint"
+        ) from e
+
+
+def _api_error(e: Any, config: SubmitConfig, doing: str, service: str) -> SubmitError:
+    from google.api_core import exceptions as api_exceptions
+
+    sa = config.service_account or "the Compute Engine default service account"
+    if isinstance(e, api_exceptions.Unauthorized):
+        hint = (
+            "the credentials were rejected: run `gcloud auth application-default login`, or "
+            "check GOOGLE_APPLICATION_CREDENTIALS"
+        )
+    elif isinstance(e, api_exceptions.Forbidden) and service == "storage":
+        hint = "you need to be able to list objects in that bucket (roles/storage.objectViewer)"
+    elif isinstance(e, api_exceptions.NotFound) and service == "storage":
+        hint = f"the bucket name in {DATA_URI}"
+    elif isinstance(e, api_exceptions.Forbidden):
+        hint = (
+            f"you need roles/aiplatform.user on project {config.project!r} and permission to act "
+            f"as {sa} (roles/iam.serviceAccountUser); that account needs read/write access to "
+            f"{config.pipeline_root}; and the Vertex AI API must be enabled"
+        )
+    elif isinstance(e, api_exceptions.NotFound):
+        hint = (
+            f"the project id {config.project!r} and region {config.region!r}, and that the "
+            "Vertex AI API (aiplatform.googleapis.com) is enabled in the project"
+        )
+    elif isinstance(e, api_exceptions.BadRequest):
+        hint = (
+            "the request was rejected as invalid: the parameter, label, network, service "
+            "account or pipeline root named in the message"
+        )
+    elif isinstance(e, api_exceptions.Conflict):
+        hint = "a resource with this name already exists: choose another display name or job"
+    elif isinstance(e, api_exceptions.TooManyRequests):
+        hint = "a quota or rate limit was hit: wait and retry, or ask for more quota"
+    else:
+        hint = "the service failed: retry later, and check https://status.cloud.google.com"
+    status_name, message = _service_words(e)
+    who = "Cloud Storage" if service == "storage" else "Vertex AI"
+    return SubmitError(
+        f"{who} refused {doing} ({e.code} {status_name}): {message}\n  What to check: {hint}",
+        code=e.code,
+        service_message=message,
+    )
+
+
+def _service_words(e: Any) -> tuple[str, str]:
+    """The service's own status name and message (REST: from the JSON error body)."""
+    status = getattr(getattr(e, "grpc_status_code", None), "name", "") or type(e).__name__
+    message = e.message or str(e)
+    response = getattr(e, "response", None)
+    if response is not None:
+        try:
+            error = response.json().get("error", {})
+        except (ValueError, AttributeError, TypeError):
+            error = {}
+        if isinstance(error, dict):
+            status = error.get("status") or status
+            message = error.get("message") or message
+    return status, message

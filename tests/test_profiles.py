@@ -1,0 +1,135 @@
+import dataclasses
+
+import pytest
+
+from pipelines import cli, profiles
+from pipelines.profiles import Machine, ProfileError
+
+REQUIRED = [
+    "cpu",
+    "gpu-t4",
+    "gpu-l4",
+    "gpu-a100",
+    "gpu-a100x8",
+    "gpu-h100",
+    "gpu-h100x8",
+    "gpu-a100-2workers",
+    "tpu-v3-8",
+    "tpu-v5e-8",
+]
+
+
+def test_catalogue_has_every_required_profile_and_each_passes_preflight():
+    assert set(REQUIRED) <= set(profiles.BUILTIN)
+    for p in profiles.BUILTIN.values():
+        profiles.preflight(p, train_batch_size=1024, eval_users_per_batch=160)
+        assert not p.data.accelerator_type and not p.evaluate.accelerator_type
+
+
+def test_strategy_follows_the_hardware():
+    b = profiles.BUILTIN
+    assert b["cpu"].strategy == "default"
+    assert b["gpu-t4"].strategy == "one_device"
+    assert b["gpu-a100x8"].strategy == "mirrored" and b["gpu-a100x8"].train.accelerator_count == 8
+    assert b["gpu-a100-2workers"].strategy == "multi_worker_mirrored"
+    assert b["gpu-a100-2workers"].train.replica_count == 2
+    assert b["tpu-v3-8"].strategy == b["tpu-v5e-8"].strategy == "tpu"
+    assert profiles.replicas_of(b["tpu-v3-8"]) == 8 and profiles.replicas_of(b["cpu"]) == 1
+    assert profiles.eval_users_multiple(b["gpu-a100-2workers"]) == 8
+
+
+def _with_train(name, **kw):
+    p = profiles.BUILTIN[name]
+    return dataclasses.replace(p, train=dataclasses.replace(p.train, **kw))
+
+
+@pytest.mark.parametrize(
+    "profile,message",
+    [
+        (
+            _with_train("gpu-t4", accelerator_type="NVIDIA_TESLA_A100"),
+            "NVIDIA_TESLA_A100 is not offered on n1 machines; use a2-highgpu",
+        ),
+        (
+            _with_train("gpu-a100", accelerator_count=2),
+            "a2-highgpu-1g has exactly 1 x NVIDIA_TESLA_A100",
+        ),
+        (_with_train("gpu-l4", accelerator_count=2), "for 2 use g2-standard-24"),
+        (_with_train("gpu-t4", accelerator_count=3), "counts (1, 2, 4), not 3"),
+        (
+            _with_train("gpu-h100", machine_type="a2-highgpu-1g"),
+            "a2-highgpu-1g comes with NVIDIA_TESLA_A100, not NVIDIA_H100_80GB",
+        ),
+        (_with_train("tpu-v3-8", accelerator_count=4), "cloud-tpu has 8 TPU_V3 cores"),
+        (_with_train("tpu-v3-8", machine_type="n1-standard-8"), "TPU_V3 runs on cloud-tpu"),
+        (
+            dataclasses.replace(profiles.BUILTIN["tpu-v3-8"], strategy="mirrored"),
+            "a TPU trains only with strategy 'tpu'",
+        ),
+        (
+            dataclasses.replace(profiles.BUILTIN["gpu-a100x8"], strategy="one_device"),
+            "'one_device' uses 1 device but the profile has 1 x 8 GPUs; use 'mirrored'",
+        ),
+        (
+            dataclasses.replace(profiles.BUILTIN["gpu-a100-2workers"], strategy="mirrored"),
+            "2 training machines need strategy 'multi_worker_mirrored'",
+        ),
+        (
+            dataclasses.replace(profiles.BUILTIN["cpu"], strategy="tpu"),
+            "strategy 'tpu' needs a TPU machine",
+        ),
+        (
+            _with_train(
+                "cpu",
+                machine_type="n2-standard-8",
+                accelerator_type="NVIDIA_L4",
+                accelerator_count=1,
+            ),
+            "n2-standard-8 takes no accelerators; use n1-",
+        ),
+    ],
+)
+def test_preflight_rejects_impossible_combinations_with_a_fix(profile, message):
+    with pytest.raises(ProfileError) as exc:
+        profiles.preflight(profile)
+    assert message in str(exc.value)
+
+
+def test_preflight_checks_batches_against_replicas():
+    with pytest.raises(
+        ProfileError, match="train batch 1001 does not split over 8 replicas; use 1000 or 1008"
+    ):
+        profiles.preflight(profiles.BUILTIN["gpu-a100x8"], train_batch_size=1001)
+    with pytest.raises(ProfileError, match="100 eval users per batch do not split over 8"):
+        profiles.preflight(profiles.BUILTIN["tpu-v3-8"], eval_users_per_batch=100)
+    profiles.preflight(profiles.BUILTIN["cpu"], train_batch_size=1000, eval_users_per_batch=100)
+
+
+def test_custom_profiles_from_yaml(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text(
+        "two-l4:\n"
+        "  description: two L4 machines\n"
+        "  train: {machine_type: g2-standard-8, accelerator_type: NVIDIA_L4,"
+        " accelerator_count: 1, replica_count: 2}\n"
+        "  strategy: multi_worker_mirrored\n"
+    )
+    p = profiles.get_profile("two-l4", str(f))
+    assert p.train == Machine("g2-standard-8", "NVIDIA_L4", 1, replica_count=2)
+    assert p.data == profiles.BUILTIN["cpu"].data
+    profiles.preflight(p, train_batch_size=1024)
+    assert "two-l4" in profiles.catalogue(str(f))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("x:\n  train: {machine_type: n1-standard-4, gpus: 2}\n")
+    with pytest.raises(ProfileError, match="unknown keys gpus"):
+        profiles.load_profiles(str(bad))
+    with pytest.raises(ProfileError, match="unknown profile 'nope'; choose one of cpu"):
+        profiles.get_profile("nope")
+
+
+def test_profiles_command_prints_the_catalogue(capsys):
+    assert cli.main(["profiles"]) == 0
+    out = capsys.readouterr().out
+    for name in REQUIRED:
+        assert name in out
+    assert "NVIDIA_H100_80GB" in out and "2x4" in out

@@ -1,0 +1,471 @@
+"""``ncf-pipelines submit`` end to end: the real aiplatform and storage clients, local stand-in.
+
+Every submission here goes through ``google.cloud.aiplatform.PipelineJob`` with the REST transport
+to ``tests/vertex_standin.py`` on 127.0.0.1; the assertions read what the stand-in received.
+"""
+
+# No `from __future__ import annotations`: KFP reads the component annotations at runtime.
+import base64
+import json
+import logging
+
+import pytest
+from kfp import compiler, dsl
+from vertex_standin import VertexStandIn
+
+from pipelines import cli, fingerprint
+from pipelines import submit as vs
+
+PROJECT = "ncf-test-project"
+REGION = "us-central1"
+BUCKET = "ncf-bucket"
+ROOT = f"gs://{BUCKET}/pipeline-root"
+SA = f"runner@{PROJECT}.iam.gserviceaccount.com"
+NETWORK = "projects/123456/global/networks/ml-vpc"
+TOKEN = "secret-token-XYZ"
+DATA = f"gs://{BUCKET}/ml-1m/"
+
+
+@dsl.component(base_image="python:3.11-slim")
+def touch_data(data_uri: str, data_fingerprint: str, epochs: int) -> str:
+    return f"{data_uri}:{data_fingerprint}:{epochs}"
+
+
+@dsl.pipeline(name="ncf-submit-test")
+def tiny_pipeline(
+    data_uri: str,
+    data_fingerprint: str = "",
+    epochs: int = 1,
+    learning_rate: float = 0.001,
+    shuffle: bool = True,
+):
+    touch_data(
+        data_uri=data_uri, data_fingerprint=data_fingerprint, epochs=epochs
+    ).set_display_name("touch-data")
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("compiled") / "pipeline.yaml")
+    compiler.Compiler().compile(tiny_pipeline, path)
+    return path
+
+
+@pytest.fixture
+def standin(monkeypatch):
+    from google.cloud import resourcemanager
+    from google.cloud.aiplatform import initializer
+
+    with VertexStandIn(access_token=TOKEN) as s:
+        s.add_bucket(BUCKET, PROJECT)
+        s.put_object(BUCKET, "ml-1m/ratings.dat", b"1::1193::5::978300760\n")
+        s.put_object(BUCKET, "ml-1m/movies.dat", b"1::Toy Story (1995)::Animation\n")
+        # The SDK checks the pipeline root bucket with google-cloud-storage (which honours
+        # STORAGE_EMULATOR_HOST) and its owner with Cloud Resource Manager, whose client takes
+        # no endpoint setting: point that client (REST) at the stand-in too.
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", s.url)
+        real_projects_client = resourcemanager.ProjectsClient
+        monkeypatch.setattr(
+            resourcemanager,
+            "ProjectsClient",
+            lambda credentials=None, **_: real_projects_client(
+                credentials=credentials, transport="rest", client_options={"api_endpoint": s.url}
+            ),
+        )
+        # aiplatform.init() is process-wide: give it back as it was.
+        saved = dict(vars(initializer.global_config))
+        try:
+            yield s
+        finally:
+            vars(initializer.global_config).clear()
+            vars(initializer.global_config).update(saved)
+
+
+@pytest.fixture(scope="module")
+def private_key_pem() -> str:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+
+
+@pytest.fixture
+def adc(standin, tmp_path, monkeypatch, private_key_pem):
+    """Application Default Credentials: a service account key whose token endpoint is the
+    stand-in, so google-auth signs a JWT, exchanges it for TOKEN, and the clients send TOKEN."""
+    path = tmp_path / "sa-key.json"
+    path.write_text(
+        json.dumps(
+            {
+                "type": "service_account",
+                "project_id": PROJECT,
+                "private_key_id": "0123456789abcdef",
+                "private_key": private_key_pem,
+                "client_email": SA,
+                "client_id": "1234567890",
+                "token_uri": f"{standin.url}/token",
+            }
+        )
+    )
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(path))
+    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
+    return path
+
+
+def _config(template, standin, **kw) -> vs.SubmitConfig:
+    from google.oauth2.credentials import Credentials
+
+    base = dict(
+        template_path=template,
+        project=PROJECT,
+        region=REGION,
+        pipeline_root=ROOT,
+        service_account=SA,
+        network=NETWORK,
+        labels={"team": "recs", "env": "test"},
+        parameter_values={"data_uri": DATA, "epochs": "3", "learning_rate": "0.01"},
+        api_endpoint=standin.url,
+        credentials=Credentials(token=TOKEN),
+    )
+    base.update(kw)
+    return vs.SubmitConfig(**base)
+
+
+def _cli_args(template, standin, *extra: str, data: str = DATA) -> list[str]:
+    return [
+        "submit",
+        "--template",
+        template,
+        "--project",
+        PROJECT,
+        "--region",
+        REGION,
+        "--pipeline-root",
+        ROOT,
+        "--service-account",
+        SA,
+        "--api-endpoint",
+        standin.url,
+        "--param",
+        f"data_uri={data}",
+        *extra,
+    ]
+
+
+def _created_job(standin) -> dict:
+    (req,) = standin.find("POST", r"/v1/projects/[^/]+/locations/[^/]+/pipelineJobs$")
+    return req.body
+
+
+def _vertex_requests(standin):
+    return [r for r in standin.requests if r.path.startswith("/v1/")]
+
+
+def test_submit_sends_spec_parameters_account_network_labels(template, standin, capsys, caplog):
+    caplog.set_level(logging.DEBUG)
+    config = vs.with_data_fingerprint(_config(template, standin, enable_caching=False))
+    result = vs.submit(config)
+
+    job = _created_job(standin)
+    spec = job["pipelineSpec"]
+    assert spec["pipelineInfo"]["name"] == "ncf-submit-test"
+    assert set(spec["root"]["inputDefinitions"]["parameters"]) == {
+        "data_uri",
+        "data_fingerprint",
+        "epochs",
+        "learning_rate",
+        "shuffle",
+    }
+    runtime = job["runtimeConfig"]
+    params = runtime["parameterValues"]
+    assert params["data_uri"] == DATA
+    assert params["epochs"] == 3 and params["learning_rate"] == 0.01
+    assert params["data_fingerprint"] == fingerprint.data_fingerprint(
+        DATA, storage_endpoint=standin.url
+    )
+    assert params["data_fingerprint"].startswith("sha256:")
+    assert runtime["gcsOutputDirectory"] == ROOT
+    assert job["serviceAccount"] == SA
+    assert job["network"] == NETWORK
+    assert job["labels"] == {"team": "recs", "env": "test"}
+    assert job["displayName"] == "ncf-submit-test"
+    # Vertex has no run-level caching switch: the SDK writes it into every task.
+    tasks = spec["root"]["dag"]["tasks"]
+    assert tasks and all(t["cachingOptions"]["enableCache"] is False for t in tasks.values())
+
+    assert result.kind == "pipeline_job"
+    assert result.resource_name in standin.pipeline_jobs
+    assert result.resource_name.startswith(f"projects/{PROJECT}/locations/{REGION}/pipelineJobs/")
+    assert result.console_url.startswith(
+        f"https://console.cloud.google.com/vertex-ai/locations/{REGION}/pipelines/runs/"
+    )
+    vertex = _vertex_requests(standin)
+    assert vertex and all(r.headers["authorization"] == f"Bearer {TOKEN}" for r in vertex)
+    out, err = capsys.readouterr()
+    assert TOKEN not in out + err + caplog.text + repr(config) + json.dumps(vs.describe(config))
+
+
+def test_caching_left_as_compiled_by_default(template, standin):
+    vs.submit(_config(template, standin))
+    tasks = _created_job(standin)["pipelineSpec"]["root"]["dag"]["tasks"]
+    assert all(t["cachingOptions"]["enableCache"] is True for t in tasks.values())
+
+
+def test_schedule_is_created_with_cron_and_caching_off(template, standin):
+    config = _config(
+        template, standin, schedule_cron="TZ=Europe/Paris 0 3 * * *", max_concurrent_runs=2
+    )
+    result = vs.submit(vs.with_data_fingerprint(config))
+
+    assert result.kind == "schedule" and result.resource_name in standin.schedules
+    (req,) = standin.find("POST", r"/schedules$")
+    body = req.body
+    assert body["cron"] == "TZ=Europe/Paris 0 3 * * *"
+    assert body["displayName"] == "ncf-submit-test-schedule"
+    assert int(body["maxConcurrentRunCount"]) == 2
+    job = body["createPipelineJobRequest"]["pipelineJob"]
+    assert job["serviceAccount"] == SA and job["network"] == NETWORK
+    assert job["runtimeConfig"]["parameterValues"]["epochs"] == 3
+    assert job["runtimeConfig"]["parameterValues"]["data_fingerprint"].startswith("sha256:")
+    # The fingerprint is frozen into a schedule, so caching is off unless asked for.
+    tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
+    assert all(t["cachingOptions"]["enableCache"] is False for t in tasks.values())
+    assert not standin.find("POST", r"/pipelineJobs$")
+
+
+def test_experiment_is_created_and_the_run_added_to_it(template, standin):
+    result = vs.submit(_config(template, standin, experiment="ncf-tuning"))
+    exp = f"projects/{PROJECT}/locations/{REGION}/metadataStores/default/contexts/ncf-tuning"
+    assert standin.contexts[exp]["schemaTitle"] == "system.Experiment"
+    job_id = result.resource_name.rsplit("/", 1)[1]
+    assert standin.context_children[exp] == [exp.rsplit("/", 1)[0] + "/" + job_id]
+
+
+def test_dry_run_prints_what_would_be_sent_and_sends_nothing(template, standin, capsys):
+    args = [*_cli_args(template, standin), "--param", "epochs=7", "--label", "team=recs"]
+    assert cli.main([*args, "--no-cache", "--experiment", "ncf-tuning", "--dry-run"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["action"] == "create pipeline job"
+    assert shown["parameter_values"] == {
+        "data_uri": DATA,
+        "epochs": 7,
+        "data_fingerprint": f"(computed at submit time from {DATA})",
+    }
+    assert shown["labels"] == {"team": "recs"} and shown["enable_caching"] is False
+    assert shown["pipeline_name"] == "ncf-submit-test" and shown["pipeline_root"] == ROOT
+    assert shown["service_account"] == SA and shown["experiment"] == "ncf-tuning"
+    assert shown["credentials"] == "Application Default Credentials"
+
+    assert cli.main([*args, "--schedule", "0 3 * * *", "--dry-run"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["action"] == "create schedule"
+    assert shown["schedule"] == {
+        "cron": "0 3 * * *",
+        "display_name": "ncf-submit-test-schedule",
+        "max_concurrent_run_count": 1,
+    }
+    assert shown["enable_caching"] is False
+    assert standin.requests == []
+
+
+def test_local_fingerprint_follows_content_not_path(tmp_path):
+    f = tmp_path / "ratings.csv"
+    f.write_text("1,2,3\n")
+    first = fingerprint.data_fingerprint(str(f))
+    assert fingerprint.data_fingerprint(str(f)) == first
+    f.write_text("1,2,4\n")  # Same path, same size, new content.
+    changed = fingerprint.data_fingerprint(str(f))
+    assert changed != first
+
+    folder = tmp_path / "ml-1m"
+    folder.mkdir()
+    (folder / "ratings.dat").write_text("1::2::5::9\n")
+    (folder / "sub").mkdir()
+    (folder / "sub" / "movies.dat").write_text("2::Toy Story\n")
+    before = fingerprint.data_fingerprint(str(folder))
+    (folder / "sub" / "movies.dat").write_text("2::Toy Story 2\n")
+    assert fingerprint.data_fingerprint(str(folder)) != before
+    (folder / "sub" / "movies.dat").write_text("2::Toy Story\n")
+    assert fingerprint.data_fingerprint(str(folder)) == before
+    (folder / "sub" / "movies.dat").rename(folder / "movies.dat")
+    assert fingerprint.data_fingerprint(str(folder)) != before
+    with pytest.raises(FileNotFoundError):
+        fingerprint.data_fingerprint(str(tmp_path / "missing"))
+
+
+def test_gcs_fingerprint_follows_generations_through_the_listing(standin):
+    standin.list_page_size = 1  # Make the client follow nextPageToken.
+    standin.put_object(BUCKET, "ml-1m-old/ratings.dat", b"not part of ml-1m/")
+    fp = fingerprint.data_fingerprint(DATA, storage_endpoint=standin.url)
+    assert fp == fingerprint.data_fingerprint(DATA.rstrip("/"), storage_endpoint=standin.url)
+    assert fp == fingerprint.data_fingerprint(f"/gcs/{BUCKET}/ml-1m", storage_endpoint=standin.url)
+    listings = standin.find("GET", rf"/storage/v1/b/{BUCKET}/o$")
+    assert len(listings) >= 3 and any("pageToken" in r.query for r in listings)
+    assert all(r.body is None for r in standin.requests)  # Listings only; nothing downloaded.
+
+    standin.put_object(BUCKET, "ml-1m/ratings.dat", b"1::1193::5::978300760\n")  # Same bytes.
+    assert fingerprint.data_fingerprint(DATA, storage_endpoint=standin.url) != fp
+
+    with pytest.raises(FileNotFoundError, match="no objects under"):
+        fingerprint.data_fingerprint(f"gs://{BUCKET}/nothing/", storage_endpoint=standin.url)
+
+
+@pytest.mark.parametrize(
+    "status, message, hint",
+    [
+        (
+            403,
+            "Permission 'aiplatform.pipelineJobs.create' denied on resource",
+            "roles/aiplatform.user",
+        ),
+        (404, "Project ncf-test-project not found or Vertex AI API not enabled.", "enabled"),
+        (400, "Invalid label value for key 'team'.", "rejected as invalid"),
+    ],
+)
+def test_service_errors_reach_the_user_clearly(
+    template, standin, adc, capsys, status, message, hint
+):
+    standin.fail_next(status, message, path_contains="/pipelineJobs")
+    code = cli.main(_cli_args(template, standin))
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "ncf-pipelines submit: error: Vertex AI refused submitting" in captured.err
+    assert message in captured.err and hint in captured.err
+    name = {403: "PERMISSION_DENIED", 404: "NOT_FOUND", 400: "INVALID_ARGUMENT"}[status]
+    assert f"({status} {name}): {message}" in captured.err
+    assert "Traceback" not in captured.err
+    assert standin.pipeline_jobs == {}
+
+
+def test_storage_error_while_fingerprinting_is_clear(template, standin, adc, capsys):
+    standin.fail_next(403, "caller does not have storage.objects.list access", "/o")
+    assert cli.main(_cli_args(template, standin)) == 2
+    err = capsys.readouterr().err
+    assert "Cloud Storage refused listing" in err and "storage.objects.list" in err
+    assert "roles/storage.objectViewer" in err
+    assert _vertex_requests(standin) == []
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (["--label", "Team=recs"], "label key 'Team' is invalid"),
+        (["--label", "team=Recs Team"], "label team='Recs Team' is invalid"),
+        (["--label", "k=" + "x" * 64], "is invalid"),
+        (["--param", "epoch=3"], "unknown parameter 'epoch' (did you mean 'epochs'?)"),
+        (["--param", "epochs=three"], "parameter 'epochs' expects an integer, got 'three'"),
+        (["--param", "shuffle=maybe"], "parameter 'shuffle' expects true or false"),
+        (["--network", "ml-vpc"], "projects/PROJECT_NUMBER/global/networks/NAME"),
+        (["--schedule", "every day"], "5-field cron"),
+        (["--schedule", "0 3 * * *", "--experiment", "e"], "not for a schedule"),
+        (["--param", "data_uri=gs://b/x"], "--param 'data_uri' given twice"),
+    ],
+)
+def test_bad_input_is_rejected_before_any_request(template, standin, adc, capsys, extra, expected):
+    assert cli.main([*_cli_args(template, standin), *extra]) == 2
+    err = capsys.readouterr().err
+    assert expected in err
+    if "unknown parameter" in expected:
+        assert "takes: data_fingerprint, data_uri, epochs, learning_rate, shuffle" in err
+    assert standin.requests == []
+
+
+def test_local_data_uri_is_refused_for_vertex(template, standin, adc, capsys):
+    assert cli.main(_cli_args(template, standin, data="/tmp/ml-1m")) == 2
+    err = capsys.readouterr().err
+    assert "Vertex AI cannot read local files" in err and "gcloud storage cp -r /tmp/ml-1m" in err
+    assert standin.requests == []
+
+
+def test_missing_required_parameter_and_bad_root(template, standin):
+    with pytest.raises(ValueError, match=r"missing required parameter\(s\): data_uri"):
+        vs.describe(_config(template, standin, parameter_values={}))
+    with pytest.raises(ValueError, match="must be a Cloud Storage folder"):
+        vs.describe(_config(template, standin, pipeline_root="/tmp/root"))
+    with pytest.raises(ValueError, match="not a compiled KFP pipeline"):
+        vs.describe(_config(__file__, standin))
+    assert standin.requests == []
+
+
+def test_unreachable_endpoint_is_a_clear_error(template, standin):
+    config = _config(template, standin, api_endpoint="http://127.0.0.1:9")
+    with pytest.raises(vs.SubmitError, match="could not connect to http://127.0.0.1:9"):
+        vs.submit(config)
+
+
+def test_cli_submit_via_adc_never_shows_credentials(
+    template, standin, adc, private_key_pem, capsys, caplog
+):
+    caplog.set_level(logging.DEBUG)
+    code = cli.main(
+        [
+            "-v",
+            *_cli_args(template, standin),
+            "--param",
+            "epochs=2",
+            "--label",
+            "team=recs",
+            "--network",
+            NETWORK,
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    job = _created_job(standin)
+    assert job["runtimeConfig"]["parameterValues"]["epochs"] == 2
+    assert job["labels"] == {"team": "recs"} and job["serviceAccount"] == SA
+    assert "Submitted pipeline job projects/" in out and "Console: https://" in out
+
+    # The clients really authenticated: google-auth exchanged a signed JWT at the token endpoint
+    # for TOKEN (used by Cloud Storage); the Vertex AI (GAPIC) clients sign their own JWTs.
+    (refresh,) = standin.find("POST", "^/token$")
+    assert (
+        "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer" in refresh.raw.decode()
+    )
+    sent = {
+        r.headers["authorization"].removeprefix("Bearer ")
+        for r in standin.requests
+        if "authorization" in r.headers
+    }
+    assert TOKEN in sent
+    vertex = {r.headers["authorization"].removeprefix("Bearer ") for r in _vertex_requests(standin)}
+    for jwt in vertex - {TOKEN}:
+        claims = json.loads(base64.urlsafe_b64decode(jwt.split(".")[1] + "=="))
+        assert claims["iss"] == SA
+    # ... and no credential shows up anywhere a person or a log collector would see it.
+    with open(template, encoding="utf-8") as f:
+        compiled = f.read()
+    secrets = sent | {private_key_pem.splitlines()[5]}
+    for secret in secrets:
+        for where, text in (("stdout", out), ("stderr", err), ("logs", caplog.text)):
+            assert secret not in text, f"a credential leaked to {where}"
+        assert secret not in compiled
+    assert "credentials" not in repr(vs.SubmitConfig("t", "p", "r", "gs://b", credentials=object()))
+
+
+def test_submit_help_shows_an_example(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["submit", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "Example:" in out and "ncf-pipelines submit --template" in out and "--dry-run" in out
+
+
+def test_real_pipeline_dry_run_fills_location_and_fingerprint(tmp_path, capsys):
+    from pipelines import pipeline, profiles
+
+    path = tmp_path / "ncf.yaml"
+    pipeline.compile_pipeline(profiles.BUILTIN["gpu-a100-2workers"], str(path))
+    code = cli.main(["submit", "--template", str(path), "--project", "my-proj", "--region",
+                     "europe-west4", "--pipeline-root", "gs://bucket/root", "--param",
+                     "data_uri=gs://bucket/ml-1m/", "--dry-run"])
+    assert code == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["parameter_values"]["location"] == "europe-west4"
+    assert shown["parameter_values"]["data_fingerprint"].startswith("(computed at submit time")
+    assert shown["pipeline_name"] == pipeline.PIPELINE_NAME

@@ -1,0 +1,312 @@
+"""The TFDV validation gate on checked-in small files (tests/data/validation, see generate.py)."""
+
+import logging
+import os
+import tempfile
+
+import pytest
+import tensorflow_data_validation as tfdv
+from kfp import dsl, local
+from kfp.dsl import HTML, Artifact, Dataset
+from tensorflow_metadata.proto.v0 import schema_pb2
+
+from components.validate_data import validate_data
+from pipelines import cli
+from training_core import io as rio
+from training_core import synthetic
+from training_core import validate as v
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "validation")
+CLEAN = os.path.join(DATA, "clean.csv")
+CLEAN_ROWS = 382  # Data lines of clean.csv.
+
+
+def _path(name: str) -> str:
+    return os.path.join(DATA, name)
+
+
+def _config(name_or_path: str, out, **kw) -> v.ValidateConfig:
+    path = name_or_path if os.path.isabs(name_or_path) else _path(name_or_path)
+    return v.ValidateConfig(input_path=path, outputs=v.OutputPaths.under(str(out)), **kw)
+
+
+def _kinds(result_or_anomalies) -> set[tuple[str, str]]:
+    anomalies = getattr(result_or_anomalies, "anomalies", result_or_anomalies)
+    return {(a.feature, a.kind) for a in anomalies}
+
+
+@pytest.fixture(scope="session")
+def clean_run(tmp_path_factory) -> v.ValidationResult:
+    """The first run of the baseline workflow: infer a schema from clean data."""
+    return v.validate(_config("clean.csv", tmp_path_factory.mktemp("clean")))
+
+
+# Core: the clean file passes and every artifact is in TFDV's own format.
+
+
+def test_clean_file_passes_with_tfdv_artifacts(clean_run):
+    r = clean_run
+    assert r.passed and r.anomalies == () and r.num_examples == CLEAN_ROWS
+    assert r.format == rio.CSV and r.schema_source == "inferred"
+    stats = tfdv.load_stats_binary(r.statistics_path)
+    names = {f.path.step[0] for f in stats.datasets[0].features}
+    assert names == {"user_id", "item_id", "timestamp", "rating"}
+    assert os.path.basename(r.statistics_path) == "FeatureStats.pb"
+    assert len(tfdv.load_anomalies_text(r.anomalies_path).anomaly_info) == 0
+    schema = tfdv.load_schema_text(r.schema_path)
+    for name in ("user_id", "item_id", "timestamp"):
+        f = tfdv.get_feature(schema, name)
+        assert f.type == schema_pb2.INT and f.presence.min_fraction == 1.0
+    assert tfdv.get_feature(schema, "item_id").int_domain.min == 0
+    ts = tfdv.get_feature(schema, "timestamp").int_domain
+    assert ts.min == v.MIN_TIMESTAMP and ts.max > 1_700_000_000
+    page = open(r.report_path).read()
+    assert "Data validation: PASSED" in page and "facets-overview" in page
+
+
+# Core: each anomaly kind is found, named, and blocks.
+
+ANOMALY_FILES = {
+    "missing_column.csv": {("timestamp", "SCHEMA_MISSING_COLUMN")},
+    "wrong_type.csv": {("user_id", "UNEXPECTED_DATA_TYPE")},
+    "out_of_range.csv": {
+        ("item_id", "INT_TYPE_SMALL_INT"),
+        ("timestamp", "INT_TYPE_SMALL_INT"),
+        ("timestamp", "INT_TYPE_BIG_INT"),
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(ANOMALY_FILES))
+def test_each_anomaly_is_found_named_and_blocks(name, tmp_path):
+    with pytest.raises(v.ValidationFailed) as exc:
+        v.validate(_config(name, tmp_path))
+    result = exc.value.result
+    assert ANOMALY_FILES[name] <= _kinds(result)
+    message = str(exc.value)
+    for feature, kind in ANOMALY_FILES[name]:
+        assert f"{feature}: {kind}: " in message
+    assert message.count("What to do:") == len(result.anomalies)
+    # Artifacts are written before the gate closes, so the report can be opened.
+    written = tfdv.load_anomalies_text(result.anomalies_path)
+    assert {f for f, _ in ANOMALY_FILES[name]} <= set(written.anomaly_info)
+    page = open(result.report_path).read()
+    assert "ANOMALIES" in page and next(iter(ANOMALY_FILES[name]))[1] in page
+
+
+def test_drift_against_baseline_blocks_and_same_data_passes(clean_run, tmp_path):
+    baseline = dict(
+        baseline_schema=os.path.dirname(clean_run.schema_path),
+        baseline_statistics=os.path.dirname(clean_run.statistics_path),
+    )
+    with pytest.raises(v.ValidationFailed) as exc:
+        v.validate(_config("drifted.csv", tmp_path / "d", **baseline))
+    assert _kinds(exc.value.result) == {("item_id", "COMPARATOR_JENSEN_SHANNON_DIVERGENCE_HIGH")}
+    assert "above the threshold 0.1" in str(exc.value)
+    same = v.validate(_config("clean.csv", tmp_path / "c", **baseline))
+    assert same.passed and same.drift_checked and same.schema_source.endswith("schema")
+    # A per-feature threshold from the caller replaces the default.
+    loose = v.validate(
+        _config(
+            "drifted.csv",
+            tmp_path / "loose",
+            drift=(v.DriftThreshold("item_id", "js", 1.0),),
+            **baseline,
+        )
+    )
+    assert loose.passed
+    written = tfdv.load_schema_text(loose.schema_path)
+    comp = tfdv.get_feature(written, "item_id").drift_comparator
+    assert comp.jensen_shannon_divergence.threshold == 1.0
+
+
+def test_warn_only_passes_with_a_warning(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="training_core.validate"):
+        result = v.validate(_config("out_of_range.csv", tmp_path, fail_on_anomalies=False))
+    assert not result.passed and ("item_id", "INT_TYPE_SMALL_INT") in _kinds(result)
+    assert "warn-only" in caplog.text and "item_id: INT_TYPE_SMALL_INT" in caplog.text
+
+
+def test_empty_and_header_only_files_name_the_file(tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(rio.DataError, match=r"empty\.csv: the file is empty"):
+        v.validate(_config(str(empty), tmp_path / "o1"))
+    header = tmp_path / "header.csv"
+    header.write_text("user_id,item_id,rating,timestamp\n")
+    with pytest.raises(rio.DataError, match=r"header\.csv: no interactions"):
+        v.validate(_config(str(header), tmp_path / "o2"))
+
+
+def test_a_malformed_line_is_a_data_error_naming_the_file(tmp_path, capsys):
+    bad = tmp_path / "ratings.dat"
+    bad.write_text("1::2::5::978300760\n1::2\n")
+    code = cli.main(["validate", "--input", str(bad), "--output", str(tmp_path / "o")])
+    assert code == 2
+    assert "ratings.dat (bytes 0-" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("layout", ["ml-1m", "parquet"])
+def test_other_layouts_map_to_the_same_features(layout, tmp_path):
+    data = rio.read_interactions(CLEAN)
+    target = str(tmp_path / ("r.parquet" if layout == "parquet" else "raw"))
+    synthetic.write(data, target, layout)
+    result = v.validate(_config(target, tmp_path / "o"))
+    assert result.passed and result.num_examples == CLEAN_ROWS
+    stats = tfdv.load_stats_binary(result.statistics_path)
+    assert {f.path.step[0] for f in stats.datasets[0].features} == {
+        "user_id",
+        "item_id",
+        "timestamp",
+        "rating",
+    }
+
+
+def test_byte_ranges_agree_and_one_bad_value_types_the_whole_column(tmp_path):
+    lines = open(CLEAN).read().splitlines()
+    lines[-1] = "x" + lines[-1]  # One text user id, in the last range only.
+    bad = tmp_path / "ratings.csv"
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(v.ValidationFailed) as exc:
+        v.validate(_config(str(bad), tmp_path / "o", range_bytes=700))
+    result = exc.value.result
+    assert result.num_examples == CLEAN_ROWS  # No line lost or doubled at range edges.
+    assert ("user_id", "UNEXPECTED_DATA_TYPE") in _kinds(result)
+
+
+# Drift settings.
+
+
+def test_parse_drift_and_drift_file(tmp_path):
+    assert v.parse_drift("item_id=js:0.1") == v.DriftThreshold("item_id", "js", 0.1)
+    assert v.parse_drift("rating=LINF:0.05").comparator == "linf"
+    for bad in ("item_id", "item_id=kl:0.1", "item_id=js:2", "item_id=js:x"):
+        with pytest.raises(ValueError, match="drift"):
+            v.parse_drift(bad)
+    f = tmp_path / "drift.yaml"
+    f.write_text("item_id: js:0.2\nrating: {linf: 0.05}\n")
+    assert v.load_drift_file(str(f)) == (
+        v.DriftThreshold("item_id", "js", 0.2),
+        v.DriftThreshold("rating", "linf", 0.05),
+    )
+
+
+def test_apply_drift_per_feature():
+    schema = schema_pb2.Schema()
+    for name in ("user_id", "item_id", "rating"):
+        schema.feature.add(name=name, type=schema_pb2.INT)
+    tfdv.get_feature(schema, "rating").int_domain.is_categorical = True
+    tfdv.get_feature(schema, "user_id").drift_comparator.infinity_norm.threshold = 0.3
+    v.apply_drift(schema, (v.DriftThreshold("rating", "linf", 0.05),), defaults=True)
+    assert tfdv.get_feature(schema, "rating").drift_comparator.infinity_norm.threshold == 0.05
+    # The schema's own comparator is kept; a feature without one gets the default.
+    assert tfdv.get_feature(schema, "user_id").drift_comparator.infinity_norm.threshold == 0.3
+    item = tfdv.get_feature(schema, "item_id").drift_comparator
+    assert item.jensen_shannon_divergence.threshold == v.DEFAULT_DRIFT_THRESHOLD
+    with pytest.raises(ValueError, match="categorical"):
+        v.apply_drift(schema, (v.DriftThreshold("item_id", "linf", 0.1),), defaults=False)
+    with pytest.raises(ValueError, match="no such feature"):
+        v.apply_drift(schema, (v.DriftThreshold("genre", "js", 0.1),), defaults=False)
+
+
+# CLI.
+
+
+def test_cli_blocks_with_exit_2_and_lists_anomalies(tmp_path, capsys):
+    code = cli.main(["validate", "--input", _path("out_of_range.csv"), "--output", str(tmp_path)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "data validation failed: 3 anomalies" in err
+    assert "item_id: INT_TYPE_SMALL_INT" in err and "timestamp: INT_TYPE_BIG_INT" in err
+    assert (tmp_path / "report.html").exists()
+
+
+def test_cli_passes_clean_and_warn_only(clean_run, tmp_path, capsys):
+    code = cli.main(
+        [
+            "validate",
+            "--input",
+            _path("drifted.csv"),
+            "--output",
+            str(tmp_path / "w"),
+            "--baseline-schema",
+            clean_run.schema_path,
+            "--baseline-stats",
+            clean_run.statistics_path,
+            "--drift",
+            "item_id=js:0.2",
+            "--warn-only",
+            "--beam-pipeline-args=--runner=DirectRunner --direct_num_workers=1",
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "1 anomalies (warn-only)" in out and "report:" in out
+    assert cli.main(["validate", "--input", CLEAN, "--output", str(tmp_path / "c")]) == 0
+
+
+def test_cli_rejects_a_bad_drift_setting(tmp_path, capsys):
+    code = cli.main(["validate", "--input", CLEAN, "--output", str(tmp_path), "--drift", "x"])
+    assert code == 2 and "FEATURE=linf:THRESHOLD" in capsys.readouterr().err
+
+
+# Component.
+
+
+def test_component_python_func_passes_clean_data(tmp_path):
+    outs = {n: Artifact(uri=str(tmp_path / n)) for n in ("statistics", "schema", "anomalies")}
+    report = HTML(uri=str(tmp_path / "report.html"))
+    validate_data.python_func(raw_data=Dataset(uri=CLEAN), report=report, **outs)
+    assert report.metadata["passed"] is True and report.metadata["num_examples"] == CLEAN_ROWS
+    assert outs["statistics"].metadata["num_anomalies"] == 0
+    assert tfdv.load_stats_binary(os.path.join(outs["statistics"].path, "FeatureStats.pb"))
+    assert tfdv.load_schema_text(os.path.join(outs["schema"].path, "schema.pbtxt"))
+    assert "Data validation: PASSED" in open(report.path).read()
+
+
+def test_component_python_func_blocks_on_drift(clean_run, tmp_path):
+    outs = {n: Artifact(uri=str(tmp_path / n)) for n in ("statistics", "schema", "anomalies")}
+    with pytest.raises(v.ValidationFailed, match="item_id: COMPARATOR_JENSEN_SHANNON"):
+        validate_data.python_func(
+            raw_data=Dataset(uri=_path("drifted.csv")),
+            report=HTML(uri=str(tmp_path / "report.html")),
+            baseline_schema_uri=os.path.dirname(clean_run.schema_path),
+            baseline_statistics_uri=clean_run.statistics_path,
+            drift=["item_id=js:0.1"],
+            **outs,
+        )
+
+
+@pytest.mark.slow
+def test_component_through_kfp_local_baseline_workflow(clean_run):
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=tempfile.mkdtemp())
+
+    @dsl.pipeline
+    def gate(clean: str, drifted: str, schema: str, stats: str, fail: bool) -> HTML:
+        first = validate_data(
+            raw_data=dsl.importer(artifact_uri=clean, artifact_class=Dataset).output
+        )
+        return (
+            validate_data(
+                raw_data=dsl.importer(artifact_uri=drifted, artifact_class=Dataset).output,
+                baseline_schema_uri=schema,
+                baseline_statistics_uri=stats,
+                fail_on_anomalies=fail,
+            )
+            .after(first)
+            .outputs["report"]
+        )
+
+    args = dict(
+        clean=CLEAN,
+        drifted=_path("drifted.csv"),
+        schema=os.path.dirname(clean_run.schema_path),
+        stats=os.path.dirname(clean_run.statistics_path),
+    )
+    report = gate(fail=False, **args).output
+    assert report.metadata["num_anomalies"] == 1 and report.metadata["passed"] is False
+    assert report.metadata["anomaly_kinds"] == ["COMPARATOR_JENSEN_SHANNON_DIVERGENCE_HIGH"]
+    assert report.metadata["drift_checked"] is True
+    assert "COMPARATOR_JENSEN_SHANNON_DIVERGENCE_HIGH" in open(report.path).read()
+    with pytest.raises(RuntimeError, match="FAILURE"):
+        gate(fail=True, **args)

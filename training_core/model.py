@@ -166,9 +166,14 @@ class NeuMF(tf.Module):
         items = tf.reshape(item_ids, [-1])
         u = tf.cast(tf.gather(self.user_embedding, users), compute_dtype)
         v = tf.cast(tf.gather(self.item_embedding, items), compute_dtype)
+        # tf.split rather than two slices per table: its gradient is one concat, where each
+        # slice's gradient is a zero-padded full-width copy summed afterwards (about a fifth of
+        # the CPU step at batch 1024). Same values either way.
         k = self.config.num_factors
-        gmf = u[:, :k] * v[:, :k]
-        h = tf.concat([u[:, k:], v[:, k:]], axis=1)
+        u_gmf, u_mlp = tf.split(u, [k, self.config.layers[0] // 2], axis=1)
+        v_gmf, v_mlp = tf.split(v, [k, self.config.layers[0] // 2], axis=1)
+        gmf = u_gmf * v_gmf
+        h = tf.concat([u_mlp, v_mlp], axis=1)
         for kernel, bias in zip(self.mlp_kernels, self.mlp_biases, strict=True):
             h = tf.nn.relu(
                 tf.matmul(h, tf.cast(kernel, compute_dtype)) + tf.cast(bias, compute_dtype)

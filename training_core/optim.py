@@ -40,17 +40,20 @@ class Adam(tf.Module):
 
     def apply(self, strategy: tf.distribute.Strategy, grads, variables) -> None:
         """Applies summed gradients; call in cross-replica context (inside ``merge_call``)."""
+        # The step's scalars are computed once here, not per variable: on CPU each small op
+        # costs more in dispatch than in arithmetic, and there are a dozen variables.
         t = tf.cast(self.iterations + 1, tf.float32)
-        lr = (
-            self.learning_rate
-            * tf.sqrt(1.0 - tf.pow(self.beta2, t))
-            / (1.0 - tf.pow(self.beta1, t))
-        )
+        beta1_power = tf.pow(self.beta1, t)
+        beta2_power = tf.pow(self.beta2, t)
+        scalars = (beta1_power, beta2_power)
+        if any(isinstance(g, tf.IndexedSlices) for g in grads):
+            lr = self.learning_rate * tf.sqrt(1.0 - beta2_power) / (1.0 - beta1_power)
+            scalars += (lr,)
         for g, var, m, v in zip(grads, variables, self.m, self.v, strict=True):
-            strategy.extended.update(var, self._update, args=(g, m, v, lr), group=False)
+            strategy.extended.update(var, self._update, args=(g, m, v, *scalars), group=False)
         self.iterations.assign_add(1)
 
-    def _update(self, var, g, m, v, lr):
+    def _update(self, var, g, m, v, beta1_power, beta2_power, lr=None):
         b1, b2, eps = self.beta1, self.beta2, self.epsilon
         if isinstance(g, tf.IndexedSlices):
             # Lazy Adam: only the rows in the batch move. Duplicate ids are summed first.
@@ -62,13 +65,12 @@ class Adam(tf.Module):
             v.scatter_update(tf.IndexedSlices(v_rows, rows))
             return var.scatter_sub(tf.IndexedSlices(lr * m_rows / (tf.sqrt(v_rows) + eps), rows))
         # One fused, multi-threaded kernel for the three dense updates (same formula as above).
-        t = tf.cast(self.iterations + 1, tf.float32)
         return tf.raw_ops.ResourceApplyAdam(
             var=var.handle,
             m=m.handle,
             v=v.handle,
-            beta1_power=tf.pow(b1, t),
-            beta2_power=tf.pow(b2, t),
+            beta1_power=beta1_power,
+            beta2_power=beta2_power,
             lr=self.learning_rate,
             beta1=b1,
             beta2=b2,

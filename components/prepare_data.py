@@ -21,17 +21,22 @@ def prepare_data(
     seed: int = 0,
     eval_users_multiple: int = 8,
     data_fingerprint: str = "",
+    runner: str = "local",
+    beam_pipeline_args: list = None,
 ):
     """Leave-one-out split, negative sampling and pre-batched TFRecords (see training_core.prepare).
 
     ``eval_batch_size`` 0 picks whole users automatically, a multiple of ``eval_users_multiple``
     (the training replica count). ``data_fingerprint`` (the content hash the submit command
     computes) only keys the step's cache, so changed data behind an unchanged path is prepared
-    again. ``examples`` gets the dataset folder and its counts as artifact metadata.
+    again. ``runner`` "beam" runs the same preparation as an Apache Beam job (Dataflow when
+    ``beam_pipeline_args`` name ``--runner=DataflowRunner`` and its options; see docs/beam.md);
+    the output is the same. ``examples`` gets the dataset folder and its counts as artifact
+    metadata.
     """
-    from training_core import prepare
+    from training_core import prepare, prepare_beam
 
-    result = prepare.prepare(
+    result = prepare_beam.run(
         prepare.PrepareConfig(
             input_path=raw_data.path,
             output_dir=examples.path,
@@ -45,7 +50,9 @@ def prepare_data(
             eval_batch_size=eval_batch_size or None,
             seed=seed,
             eval_users_multiple=eval_users_multiple,
-        )
+        ),
+        runner,
+        beam_pipeline_args or (),
     )
     print(prepare.summary(result))
     examples.metadata.update(prepare.artifact_metadata(result))

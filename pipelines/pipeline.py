@@ -106,6 +106,7 @@ def build_pipeline(profile: Profile, local: bool = False):
         fail_on_anomalies: bool = True,
         baseline_schema_uri: str = "",
         baseline_statistics_uri: str = "",
+        beam_pipeline_args: list = [],  # noqa: B006 (a KFP parameter default, never mutated)
         top_k: int = 10,
         register: bool = False,
         project: str = "",
@@ -122,6 +123,7 @@ def build_pipeline(profile: Profile, local: bool = False):
             baseline_schema_uri=baseline_schema_uri,
             baseline_statistics_uri=baseline_statistics_uri,
             data_fingerprint=data_fingerprint,
+            beam_pipeline_args=beam_pipeline_args,
         )
         validate.set_display_name("Validate raw data (TFDV gate)")
         # No retry: the gate is deterministic, a blocked run would only block again.
@@ -139,6 +141,8 @@ def build_pipeline(profile: Profile, local: bool = False):
             seed=seed,
             eval_users_multiple=multiple,
             data_fingerprint=data_fingerprint,
+            runner=profile.data_runner,
+            beam_pipeline_args=beam_pipeline_args,
         ).after(validate)
         prep.set_display_name("Prepare pre-batched TFRecords")
         _cpu_resources(prep, profile.data).set_retry(RETRIES, BACKOFF)

@@ -22,6 +22,7 @@ import math
 import re
 from typing import Any
 
+DATA_RUNNERS = ("local", "beam")
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu", "auto")
 
 
@@ -64,15 +65,17 @@ class Profile:
     train: Machine
     evaluate: Machine  # evaluate_model, export_model.
     strategy: str
+    data_runner: str = "local"  # prepare_data on one machine, or "beam" (Dataflow at scale).
 
     def catalogue_row(self) -> str:
         """One line for ``ncf-pipelines profiles``."""
         t = self.train
         acc = f"{t.accelerator_count} x {t.accelerator_type}" if t.accelerator_type else "CPU"
         topo = f" ({t.tpu_topology})" if t.tpu_topology else ""
+        data = "Beam/Dataflow" if self.data_runner == "beam" else self.data.machine_type
         return (
-            f"{self.name:18s} {t.replica_count} x {t.machine_type:18s} {acc + topo:28s} "
-            f"{self.strategy:22s} {self.data.machine_type:15s} {self.description}"
+            f"{self.name:20s} {t.replica_count} x {t.machine_type:18s} {acc + topo:28s} "
+            f"{self.strategy:22s} {data:15s} {self.description}"
         )
 
 
@@ -165,6 +168,15 @@ BUILTIN: dict[str, Profile] = {
             Machine("ct5lp-hightpu-8t", "TPU_V5_LITEPOD", 8, tpu_topology="2x4"),
             _EVAL,
             "tpu",
+        ),
+        Profile(
+            "gpu-a100x8-dataflow",
+            "data prep as a Beam job (Dataflow), eight A100 for training",
+            _cpu("n1-standard-4", 4, 15),  # Only launches the Beam jobs.
+            Machine("a2-highgpu-8g", "NVIDIA_TESLA_A100", 8),
+            _EVAL,
+            "mirrored",
+            data_runner="beam",
         ),
     ]
 }
@@ -303,6 +315,10 @@ def preflight(
     for step, m in (("data", profile.data), ("evaluate", profile.evaluate)):
         if m.accelerator_type or m.replica_count > 1:
             problems.append(f"{step}: runs on one CPU machine; remove its accelerator/replicas")
+    if profile.data_runner not in DATA_RUNNERS:
+        problems.append(
+            f"data_runner {profile.data_runner!r} is unknown; use one of {', '.join(DATA_RUNNERS)}"
+        )
     t, s = profile.train, profile.strategy
     if s not in STRATEGIES:
         problems.append(f"strategy {s!r} is unknown; use one of {', '.join(STRATEGIES)}")
@@ -385,7 +401,8 @@ def load_profiles(path: str) -> dict[str, Profile]:
         where = f"{path}: profile {name!r}"
         if not isinstance(spec, dict) or "train" not in spec:
             raise ProfileError(f"{where}: needs at least a 'train' machine")
-        unknown = set(spec) - {"description", "data", "train", "evaluate", "strategy"}
+        known = {"description", "data", "train", "evaluate", "strategy", "data_runner"}
+        unknown = set(spec) - known
         if unknown:
             raise ProfileError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
         train = _machine_from(spec["train"], f"{where}.train")
@@ -400,6 +417,7 @@ def load_profiles(path: str) -> dict[str, Profile]:
                 else base.evaluate
             ),
             strategy=str(spec.get("strategy", "auto")),
+            data_runner=str(spec.get("data_runner", "local")),
         )
     return out
 
@@ -423,7 +441,7 @@ def catalogue(custom_file: str | None = None) -> str:
     if custom_file:
         profiles.update(load_profiles(custom_file))
     head = (
-        f"{'profile':18s} {'training machine(s)':22s} {'accelerator':28s} "
+        f"{'profile':20s} {'training machine(s)':22s} {'accelerator':28s} "
         f"{'strategy':22s} {'data machine':15s} description"
     )
     return "\n".join([head, "-" * len(head)] + [p.catalogue_row() for p in profiles.values()])

@@ -13,6 +13,10 @@ DISPLAY = {
 }
 
 
+def prep_params_of(tasks):
+    return tasks["prepare-data"]["inputs"]["parameters"]
+
+
 def _gb(limit: str) -> float:
     return float(limit.rstrip("G"))
 
@@ -53,6 +57,11 @@ def test_every_profile_compiles_with_its_machines(compiled, name):
     for task in ("validate-data", "prepare-data"):
         fp = tasks[task]["inputs"]["parameters"]["data_fingerprint"]
         assert fp == {"componentInputParameter": "data_fingerprint"}
+    # The profile picks the data-prep path; Beam options are a pipeline parameter.
+    assert prep_params_of(tasks)["runner"]["runtimeValue"]["constant"] == profile.data_runner
+    assert prep_params_of(tasks)["beam_pipeline_args"] == {
+        "componentInputParameter": "beam_pipeline_args"
+    }
     # The replica count reaches data prep (whole eval users per replica).
     prep_params = tasks["prepare-data"]["inputs"]["parameters"]
     assert prep_params["eval_users_multiple"]["runtimeValue"][

@@ -36,6 +36,8 @@ def test_strategy_follows_the_hardware():
     assert b["tpu-v3-8"].strategy == b["tpu-v5e-8"].strategy == "tpu"
     assert profiles.replicas_of(b["tpu-v3-8"]) == 8 and profiles.replicas_of(b["cpu"]) == 1
     assert profiles.eval_users_multiple(b["gpu-a100-2workers"]) == 8
+    assert b["gpu-a100x8-dataflow"].data_runner == "beam"
+    assert {p.data_runner for n, p in b.items() if n != "gpu-a100x8-dataflow"} == {"local"}
 
 
 def _with_train(name, **kw):

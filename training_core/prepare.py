@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import shutil
 import time
+from collections.abc import Callable, Iterable
 from importlib import metadata as importlib_metadata
 
 import numpy as np
@@ -252,12 +253,21 @@ def auto_num_shards(num_rows: int) -> int:
     return int(min(256, max(2, math.ceil(num_rows / ROWS_PER_AUTO_SHARD))))
 
 
-# ---------------------------------------------------------------------------------------------
-# Per-shard work, run in worker processes. The indexed data reaches forked workers through this
-# module global (copy-on-write), not through pickling.
-# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class ShardOptions:
+    """What one shard's files depend on besides its users; both engines pass the same values."""
 
-_WORK: dict = {}
+    num_shards: int
+    num_neg: int
+    seed: int
+    train_batch_size: int
+    eval_negatives: int
+    eval_sampling: str
+    eval_users_per_batch: int
+
+
+# Writes framed records to a path (through a temporary name) and returns the bytes written.
+RecordWriter = Callable[[str, Iterable[bytes]], int]
 
 
 def _pad(arr: np.ndarray, total: int, value: int = 0) -> np.ndarray:
@@ -266,14 +276,18 @@ def _pad(arr: np.ndarray, total: int, value: int = 0) -> np.ndarray:
     return out
 
 
-def _write_train_shard(shard_index: int, epoch: int) -> tuple[ShardFile, float]:
-    t0 = time.perf_counter()
-    w = _WORK
-    shard = make_shard(w["data"], shard_index, w["num_shards"])
-    comp = sampling.complement(shard)
-    rows = sampling.train_rows(shard, comp, w["num_neg"], w["seed"], epoch)
+def write_train_shard(
+    shard: sampling.Shard,
+    comp: sampling.Complement,
+    epoch: int,
+    opts: ShardOptions,
+    output_dir: str,
+    write: RecordWriter = records.write_tfrecord_file,
+) -> ShardFile:
+    """One epoch of one shard's training rows, pre-batched and padded, as one TFRecord file."""
+    rows = sampling.train_rows(shard, comp, opts.num_neg, opts.seed, epoch)
     n = len(rows.users)
-    batch = w["train_batch_size"]
+    batch = opts.train_batch_size
     total = max(1, -(-n // batch)) * batch
     columns = records.as_columns(
         [
@@ -284,20 +298,21 @@ def _write_train_shard(shard_index: int, epoch: int) -> tuple[ShardFile, float]:
         ],
         training=True,
     )
-    rel = os.path.join("train", epoch_dir(epoch), records.shard_name(shard_index, w["num_shards"]))
-    size = records.write_tfrecord_file(
-        os.path.join(w["output_dir"], rel), records.encode_examples(columns, batch)
-    )
-    return ShardFile(rel, total // batch, n, size), time.perf_counter() - t0
+    rel = os.path.join("train", epoch_dir(epoch), records.shard_name(shard.index, opts.num_shards))
+    size = write(os.path.join(output_dir, rel), records.encode_examples(columns, batch))
+    return ShardFile(rel, total // batch, n, size)
 
 
-def _write_eval_shard(shard_index: int) -> tuple[ShardFile, int, float]:
-    t0 = time.perf_counter()
-    w = _WORK
-    shard = make_shard(w["data"], shard_index, w["num_shards"])
-    comp = sampling.complement(shard)
-    ev = sampling.eval_rows(shard, comp, w["eval_negatives"], w["seed"], w["eval_sampling"])
-    upb = w["eval_users_per_batch"]
+def write_eval_shard(
+    shard: sampling.Shard,
+    comp: sampling.Complement,
+    opts: ShardOptions,
+    output_dir: str,
+    write: RecordWriter = records.write_tfrecord_file,
+) -> tuple[ShardFile, int]:
+    """One shard's eval candidates as one TFRecord file; also returns its short users."""
+    ev = sampling.eval_rows(shard, comp, opts.eval_negatives, opts.seed, opts.eval_sampling)
+    upb = opts.eval_users_per_batch
     n_users, width = ev.items.shape
     padded_users = max(1, -(-n_users // upb)) * upb
     users = np.zeros((padded_users, width), np.int64)
@@ -309,15 +324,37 @@ def _write_eval_shard(shard_index: int) -> tuple[ShardFile, int, float]:
     columns = records.as_columns(
         [users.reshape(-1), items.reshape(-1), mask.reshape(-1)], training=False
     )
-    rel = os.path.join("eval", records.shard_name(shard_index, w["num_shards"]))
-    size = records.write_tfrecord_file(
-        os.path.join(w["output_dir"], rel), records.encode_examples(columns, upb * width)
+    rel = os.path.join("eval", records.shard_name(shard.index, opts.num_shards))
+    size = write(os.path.join(output_dir, rel), records.encode_examples(columns, upb * width))
+    return ShardFile(rel, padded_users // upb, n_users * width, size), ev.short_users
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-shard work, run in worker processes. The indexed data reaches forked workers through this
+# module global (copy-on-write), not through pickling.
+# ---------------------------------------------------------------------------------------------
+
+_WORK: dict = {}
+
+
+def _write_train_shard(shard_index: int, epoch: int) -> tuple[ShardFile, float]:
+    t0 = time.perf_counter()
+    w = _WORK
+    shard = make_shard(w["data"], shard_index, w["opts"].num_shards)
+    shard_file = write_train_shard(
+        shard, sampling.complement(shard), epoch, w["opts"], w["output_dir"]
     )
-    return (
-        ShardFile(rel, padded_users // upb, n_users * width, size),
-        ev.short_users,
-        time.perf_counter() - t0,
+    return shard_file, time.perf_counter() - t0
+
+
+def _write_eval_shard(shard_index: int) -> tuple[ShardFile, int, float]:
+    t0 = time.perf_counter()
+    w = _WORK
+    shard = make_shard(w["data"], shard_index, w["opts"].num_shards)
+    shard_file, short = write_eval_shard(
+        shard, sampling.complement(shard), w["opts"], w["output_dir"]
     )
+    return shard_file, short, time.perf_counter() - t0
 
 
 def _run_tasks(tasks: list[tuple], workers: int):
@@ -337,7 +374,9 @@ def _run_tasks(tasks: list[tuple], workers: int):
 # Output folder handling.
 # ---------------------------------------------------------------------------------------------
 
-_OURS = ("train", "eval", "vocab", METADATA_FILE, SUCCESS_FILE, IN_PROGRESS_FILE)
+# The Beam path stages its per-shard results under BEAM_STAGING until metadata is written.
+BEAM_STAGING = ".beam-staging"
+_OURS = ("train", "eval", "vocab", METADATA_FILE, SUCCESS_FILE, IN_PROGRESS_FILE, BEAM_STAGING)
 
 
 def _clear_dataset(output_dir: str) -> None:
@@ -404,6 +443,156 @@ def _package_version() -> str:
         return "unknown"
 
 
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What is decided once the clean data's size is known: shards, eval batch, fingerprint."""
+
+    num_shards: int
+    eval_users_per_batch: int
+    options: dict
+    fingerprint: str
+
+    def shard_options(self, config: PrepareConfig) -> ShardOptions:
+        """The per-shard options of this plan."""
+        return ShardOptions(
+            num_shards=self.num_shards,
+            num_neg=config.num_neg,
+            seed=config.seed,
+            train_batch_size=config.train_batch_size,
+            eval_negatives=config.eval_negatives,
+            eval_sampling=config.eval_sampling,
+            eval_users_per_batch=self.eval_users_per_batch,
+        )
+
+
+def make_plan(
+    config: PrepareConfig, fmt: str, source_sha: str, rows_kept: int, num_users: int, num_items: int
+) -> Plan:
+    """Shards, eval batch, options and fingerprint: a pure function of the clean data's counts.
+
+    Raises:
+        ValueError: more eval negatives asked for than the items allow.
+    """
+    if config.eval_negatives >= num_items:
+        raise ValueError(
+            f"--eval-negatives {config.eval_negatives} asks for more negatives than the "
+            f"{num_items} items allow; use at most {num_items - 1} (the reference uses 999 on "
+            "MovieLens)"
+        )
+    num_shards = config.num_shards or auto_num_shards(rows_kept)
+    num_shards = min(num_shards, num_users)
+    max_shard_users = -(-num_users // num_shards)
+    upb = resolve_eval_users_per_batch(
+        config.eval_batch_size, config.eval_negatives, max_shard_users, config.eval_users_multiple
+    )
+    options = {
+        "format": fmt,
+        "columns": dataclasses.asdict(config.columns),
+        "min_ratings": config.min_ratings,
+        "num_epochs": config.num_epochs,
+        "num_neg": config.num_neg,
+        "eval_negatives": config.eval_negatives,
+        "eval_sampling": config.eval_sampling,
+        "train_batch_size": config.train_batch_size,
+        "eval_users_per_batch": upb,
+        "seed": config.seed,
+        "num_shards": num_shards,
+    }
+    fingerprint = hashlib.sha256(
+        json.dumps(
+            {"v": FORMAT_VERSION, "source": source_sha, "options": options}, sort_keys=True
+        ).encode()
+    ).hexdigest()
+    return Plan(num_shards, upb, options, fingerprint)
+
+
+def vocab_text(vocab: np.ndarray) -> str:
+    """A vocabulary file's content: the raw id of index 0, 1, ... one per line."""
+    return "\n".join(map(str, vocab.tolist())) + "\n"
+
+
+def build_metadata(
+    config: PrepareConfig,
+    plan: Plan,
+    files: list[str],
+    fmt: str,
+    source_sha: str,
+    stats: dict[str, int],
+    num_users: int,
+    num_items: int,
+    train_files: dict[str, list[ShardFile]],
+    eval_files: list[ShardFile],
+    short_users: int,
+) -> DatasetMetadata:
+    """``metadata.json`` from the shards' counts; both engines assemble it here."""
+    if short_users:
+        log.warning(
+            "%d users have fewer than %d never-seen items; their eval rows are filled with "
+            "repeats marked in duplicate_mask",
+            short_users,
+            config.eval_negatives,
+        )
+    first_epoch = train_files[epoch_dir(0)]
+    upb = plan.eval_users_per_batch
+    return DatasetMetadata(
+        format_version=FORMAT_VERSION,
+        num_users=num_users,
+        num_items=num_items,
+        train_prebatch_size=config.train_batch_size,
+        eval_prebatch_size=upb * (1 + config.eval_negatives),
+        eval_users_per_batch=upb,
+        num_epochs=config.num_epochs,
+        num_neg=config.num_neg,
+        eval_negatives=config.eval_negatives,
+        eval_sampling=config.eval_sampling,
+        seed=config.seed,
+        num_train_positives=stats["rows_kept"] - num_users,
+        num_train_elements=sum(f.elements for f in first_epoch),
+        train_steps_per_epoch=sum(f.batches for f in first_epoch),
+        num_eval_users=num_users,
+        num_eval_elements=sum(f.elements for f in eval_files),
+        eval_steps=sum(f.batches for f in eval_files),
+        num_shards=plan.num_shards,
+        train_files=train_files,
+        eval_files=eval_files,
+        source={
+            "path": config.input_path,
+            "files": [os.path.basename(f) for f in files],
+            "format": fmt,
+            "sha256": source_sha,
+            **stats,
+            "eval_users_with_duplicates": short_users,
+        },
+        options=plan.options,
+        fingerprint=plan.fingerprint,
+        created_by=f"ncf-pipelines {_package_version()}",
+    )
+
+
+def dataset_bytes(meta: DatasetMetadata) -> int:
+    """Bytes of a dataset's TFRecord files."""
+    return sum(f.bytes for fs in meta.train_files.values() for f in fs) + sum(
+        f.bytes for f in meta.eval_files
+    )
+
+
+def start_output(out: str, num_epochs: int) -> None:
+    """Marks ``out`` in progress and makes its folders (after ``_check_output``)."""
+    os.makedirs(out, exist_ok=True)
+    _write_text_atomic(os.path.join(out, IN_PROGRESS_FILE), f"pid {os.getpid()}\n")
+    for e in range(num_epochs):
+        os.makedirs(os.path.join(out, "train", epoch_dir(e)), exist_ok=True)
+    os.makedirs(os.path.join(out, "eval"), exist_ok=True)
+    os.makedirs(os.path.join(out, "vocab"), exist_ok=True)
+
+
+def publish(out: str, meta: DatasetMetadata) -> None:
+    """Writes ``metadata.json`` then ``_SUCCESS``: from here on the folder is complete."""
+    _write_text_atomic(os.path.join(out, METADATA_FILE), meta.to_json())
+    _write_text_atomic(os.path.join(out, SUCCESS_FILE), "")
+    os.remove(os.path.join(out, IN_PROGRESS_FILE))
+
+
 def prepare(config: PrepareConfig) -> PrepareResult:
     """Runs data preparation end to end and returns the dataset's metadata.
 
@@ -428,69 +617,29 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     timings["index"] = time.perf_counter() - t_index
     del data
     num_users, num_items = indexed.num_users, indexed.num_items
-    if config.eval_negatives >= num_items:
-        raise ValueError(
-            f"--eval-negatives {config.eval_negatives} asks for more negatives than the "
-            f"{num_items} items allow; use at most {num_items - 1} (the reference uses 999 on "
-            "MovieLens)"
-        )
-    num_shards = config.num_shards or auto_num_shards(indexed.stats["rows_kept"])
-    num_shards = min(num_shards, num_users)
-    max_shard_users = -(-num_users // num_shards)
-    upb = resolve_eval_users_per_batch(
-        config.eval_batch_size, config.eval_negatives, max_shard_users, config.eval_users_multiple
-    )
-    options = {
-        "format": fmt,
-        "columns": dataclasses.asdict(config.columns),
-        "min_ratings": config.min_ratings,
-        "num_epochs": config.num_epochs,
-        "num_neg": config.num_neg,
-        "eval_negatives": config.eval_negatives,
-        "eval_sampling": config.eval_sampling,
-        "train_batch_size": config.train_batch_size,
-        "eval_users_per_batch": upb,
-        "seed": config.seed,
-        "num_shards": num_shards,
-    }
-    fingerprint = hashlib.sha256(
-        json.dumps(
-            {"v": FORMAT_VERSION, "source": source_sha, "options": options}, sort_keys=True
-        ).encode()
-    ).hexdigest()
+    plan = make_plan(config, fmt, source_sha, indexed.stats["rows_kept"], num_users, num_items)
+    num_shards = plan.num_shards
 
-    existing = _check_output(config.output_dir, fingerprint, config.overwrite)
+    existing = _check_output(config.output_dir, plan.fingerprint, config.overwrite)
     if existing is not None:
         log.info(
             "%s already holds this dataset (fingerprint %s); reusing it",
             config.output_dir,
-            fingerprint[:12],
+            plan.fingerprint[:12],
         )
-        total = sum(f.bytes for fs in existing.train_files.values() for f in fs) + sum(
-            f.bytes for f in existing.eval_files
+        return PrepareResult(
+            existing,
+            config.output_dir,
+            True,
+            time.perf_counter() - t0,
+            dataset_bytes(existing),
         )
-        return PrepareResult(existing, config.output_dir, True, time.perf_counter() - t0, total)
 
     out = config.output_dir
-    os.makedirs(out, exist_ok=True)
-    _write_text_atomic(os.path.join(out, IN_PROGRESS_FILE), f"pid {os.getpid()}\n")
-    for e in range(config.num_epochs):
-        os.makedirs(os.path.join(out, "train", epoch_dir(e)), exist_ok=True)
-    os.makedirs(os.path.join(out, "eval"), exist_ok=True)
-    os.makedirs(os.path.join(out, "vocab"), exist_ok=True)
+    start_output(out, config.num_epochs)
 
     _WORK.clear()
-    _WORK.update(
-        data=indexed,
-        num_shards=num_shards,
-        output_dir=out,
-        num_neg=config.num_neg,
-        seed=config.seed,
-        train_batch_size=config.train_batch_size,
-        eval_negatives=config.eval_negatives,
-        eval_sampling=config.eval_sampling,
-        eval_users_per_batch=upb,
-    )
+    _WORK.update(data=indexed, output_dir=out, opts=plan.shard_options(config))
     tasks = [(_write_eval_shard, (s,)) for s in range(num_shards)]
     tasks += [
         (_write_train_shard, (s, e)) for e in range(config.num_epochs) for s in range(num_shards)
@@ -542,64 +691,24 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     timings["train_task_seconds"] = task_seconds["train"]
     timings["eval_task_seconds"] = task_seconds["eval"]
     timings["workers"] = workers
-    if short_users:
-        log.warning(
-            "%d users have fewer than %d never-seen items; their eval rows are filled with "
-            "repeats marked in duplicate_mask",
-            short_users,
-            config.eval_negatives,
-        )
 
-    _write_text_atomic(
-        os.path.join(out, USER_VOCAB), "\n".join(map(str, indexed.user_vocab.tolist())) + "\n"
+    _write_text_atomic(os.path.join(out, USER_VOCAB), vocab_text(indexed.user_vocab))
+    _write_text_atomic(os.path.join(out, ITEM_VOCAB), vocab_text(indexed.item_vocab))
+    meta = build_metadata(
+        config,
+        plan,
+        files,
+        fmt,
+        source_sha,
+        indexed.stats,
+        num_users,
+        num_items,
+        train_files,
+        eval_files,
+        short_users,
     )
-    _write_text_atomic(
-        os.path.join(out, ITEM_VOCAB), "\n".join(map(str, indexed.item_vocab.tolist())) + "\n"
-    )
-
-    first_epoch = train_files[epoch_dir(0)]
-    train_elements = sum(f.elements for f in first_epoch)
-    num_positives = indexed.stats["rows_kept"] - num_users
-    meta = DatasetMetadata(
-        format_version=FORMAT_VERSION,
-        num_users=num_users,
-        num_items=num_items,
-        train_prebatch_size=config.train_batch_size,
-        eval_prebatch_size=upb * (1 + config.eval_negatives),
-        eval_users_per_batch=upb,
-        num_epochs=config.num_epochs,
-        num_neg=config.num_neg,
-        eval_negatives=config.eval_negatives,
-        eval_sampling=config.eval_sampling,
-        seed=config.seed,
-        num_train_positives=num_positives,
-        num_train_elements=train_elements,
-        train_steps_per_epoch=sum(f.batches for f in first_epoch),
-        num_eval_users=num_users,
-        num_eval_elements=sum(f.elements for f in eval_files),
-        eval_steps=sum(f.batches for f in eval_files),
-        num_shards=num_shards,
-        train_files=train_files,
-        eval_files=eval_files,
-        source={
-            "path": config.input_path,
-            "files": [os.path.basename(f) for f in files],
-            "format": fmt,
-            "sha256": source_sha,
-            **indexed.stats,
-            "eval_users_with_duplicates": short_users,
-        },
-        options=options,
-        fingerprint=fingerprint,
-        created_by=f"ncf-pipelines {_package_version()}",
-    )
-    _write_text_atomic(os.path.join(out, METADATA_FILE), meta.to_json())
-    _write_text_atomic(os.path.join(out, SUCCESS_FILE), "")
-    os.remove(os.path.join(out, IN_PROGRESS_FILE))
-    total = sum(f.bytes for fs in train_files.values() for f in fs) + sum(
-        f.bytes for f in eval_files
-    )
-    return PrepareResult(meta, out, False, time.perf_counter() - t0, total, timings)
+    publish(out, meta)
+    return PrepareResult(meta, out, False, time.perf_counter() - t0, dataset_bytes(meta), timings)
 
 
 def summary(result: PrepareResult) -> str:

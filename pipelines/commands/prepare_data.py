@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "ncf-pipelines prepare-data --input ml-1m/ --output data/ml-1m --num-epochs 3",
             "ncf-pipelines prepare-data --input events.parquet --user-col uid --item-col sku "
             "--time-col ts --output data/events",
+            "ncf-pipelines prepare-data --input /gcs/b/raw/ --output /gcs/b/data --runner beam "
+            '--beam-pipeline-args="--runner=DataflowRunner --project=P --region=us-central1 '
+            '--temp_location=gs://b/tmp --max_num_workers=100"',
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -83,11 +86,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--overwrite", action="store_true", help="replace a different dataset already in --output"
     )
+    p.add_argument(
+        "--runner",
+        default="local",
+        choices=["local", "beam"],
+        help="local: this machine (default); beam: an Apache Beam job, in-process unless "
+        "--beam-pipeline-args names a runner (same output either way; see docs/beam.md)",
+    )
+    p.add_argument(
+        "--beam-pipeline-args",
+        default="",
+        help='Beam/Dataflow options for --runner beam, one string after "=": '
+        '--beam-pipeline-args="--runner=DataflowRunner '
+        "--project=P --region=R --temp_location=gs://... --machine_type=n1-highmem-8 "
+        '--max_num_workers=100 --sdk_container_image=IMAGE" (default: in-process runner)',
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Runs data preparation and prints a summary."""
+    import shlex
+
     from training_core import io as rio
     from training_core import prepare
     from training_core.sample_data import sample_path
@@ -109,6 +129,14 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         overwrite=args.overwrite,
     )
-    result = prepare.prepare(config)
+    beam_args = shlex.split(args.beam_pipeline_args)
+    if args.runner == "beam":
+        from training_core import prepare_beam
+
+        result = prepare_beam.run(config, "beam", beam_args)
+    elif beam_args:
+        raise ValueError("--beam-pipeline-args needs --runner beam")
+    else:
+        result = prepare.prepare(config)
     print(prepare.summary(result))
     return 0

@@ -1,0 +1,198 @@
+"""The Beam data prep path writes what the single-machine path writes, byte for byte."""
+
+import os
+
+import numpy as np
+import pytest
+from conftest import tree_bytes
+from kfp.dsl import Dataset
+
+from components.prepare_data import prepare_data
+from pipelines import cli
+from training_core import io as rio
+from training_core import metadata, prepare, prepare_beam, synthetic
+
+IN_PROCESS = ("--direct_num_workers=1",)
+THREADS = ("--direct_num_workers=2", "--direct_running_mode=multi_threading")
+
+
+def _config(src, out, **kw):
+    kw.setdefault("min_ratings", 0)
+    kw.setdefault("eval_negatives", 50)
+    kw.setdefault("train_batch_size", 256)
+    return prepare.PrepareConfig(input_path=str(src), output_dir=str(out), **kw)
+
+
+def _beam(config, args=IN_PROCESS, range_bytes=4096, num_buckets=None):
+    return prepare_beam.prepare_beam(
+        config, prepare_beam.BeamConfig(tuple(args), range_bytes, num_buckets)
+    )
+
+
+@pytest.mark.parametrize(
+    "args, num_shards, num_buckets",
+    [(IN_PROCESS, None, None), (THREADS, 3, 5)],
+    ids=["1-worker-auto-shards", "2-threads-3-shards"],
+)
+def test_beam_tree_is_byte_identical_to_the_single_path(
+    tmp_path, tiny_csv, args, num_shards, num_buckets
+):
+    kw = dict(num_epochs=2, num_shards=num_shards)
+    local = prepare.prepare(_config(tiny_csv, tmp_path / "local", workers=1, **kw))
+    beam = _beam(_config(tiny_csv, tmp_path / "beam", **kw), args, num_buckets=num_buckets)
+    # metadata.json included: the training code cannot tell which path wrote the folder.
+    assert tree_bytes(local.output_dir) == tree_bytes(beam.output_dir)
+    assert beam.metadata == local.metadata and not beam.reused
+    assert not (tmp_path / "beam" / prepare.BEAM_STAGING).exists()
+    assert not list((tmp_path / "beam").rglob("*.partial"))
+
+
+def test_duplicates_ties_and_filters_across_chunks_match(tmp_path):
+    rows = ["user_id,item_id,timestamp"]
+    for u in range(1, 9):  # Equal timestamps: ties are broken by file order, across chunks.
+        rows += [f"{u},{i},{100 + i // 3}" for i in range(1, 10) if i != u % 9 + 1]
+    rows += ["6,1,100", "7,2,101", "6,3,109"]  # Repeats, one newer than the first.
+    rows += ["9,1,100", "9,2,101"]  # Too few for min_ratings=3.
+    rows += ["10,3,100"]  # One interaction.
+    rows += [f"11,{i},{100}" for i in range(1, 11)]  # Every item: dropped.
+    rows += [f"{u},{i},{50}" for u in (1, 2) for i in (1, 2)]  # Older repeats.
+    src = tmp_path / "events.csv"
+    src.write_text("\n".join(rows) + "\n")
+    for min_ratings in (0, 3):
+        cfg = dict(min_ratings=min_ratings, eval_negatives=2, num_shards=2)
+        local = prepare.prepare(_config(src, tmp_path / f"l{min_ratings}", **cfg))
+        beam = _beam(_config(src, tmp_path / f"b{min_ratings}", **cfg), THREADS, range_bytes=64)
+        assert tree_bytes(local.output_dir) == tree_bytes(beam.output_dir)
+        assert beam.metadata == local.metadata
+    assert beam.metadata.source["users_with_every_item"] == 1
+    assert beam.metadata.source["duplicate_pairs_dropped"] > 0
+    assert beam.metadata.source["users_below_min_ratings"] == 2
+
+
+def test_parquet_folder_and_movielens_dat_match(tmp_path, tiny_interactions):
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    half = len(tiny_interactions) // 2
+    for k, part in enumerate((slice(0, half), slice(half, None))):
+        data = rio.Interactions(
+            tiny_interactions.users[part],
+            tiny_interactions.items[part],
+            tiny_interactions.timestamps[part],
+            (),
+            rio.PARQUET,
+        )
+        path = synthetic.write(data, str(folder / f"part-{k}.parquet"), "parquet")
+        assert os.path.exists(path)
+    dat = synthetic.write(tiny_interactions, str(tmp_path / "ratings.dat"), "ml-1m")
+    for src in (folder, dat):
+        name = os.path.basename(str(src))
+        local = prepare.prepare(_config(src, tmp_path / f"l-{name}", num_shards=2))
+        beam = _beam(_config(src, tmp_path / f"b-{name}", num_shards=2), range_bytes=2048)
+        assert tree_bytes(local.output_dir) == tree_bytes(beam.output_dir)
+
+
+def test_reuse_overwrite_and_seed(tmp_path, tiny_csv):
+    out = tmp_path / "d"
+    first = prepare.prepare(_config(tiny_csv, out))
+    again = _beam(_config(tiny_csv, out))  # A folder the single path wrote is the same dataset.
+    assert again.reused and again.metadata == first.metadata
+    with pytest.raises(FileExistsError, match="different prepared dataset.*--overwrite"):
+        _beam(_config(tiny_csv, out, num_neg=2))
+    res = _beam(_config(tiny_csv, out, num_neg=2, overwrite=True))
+    assert res.metadata.num_neg == 2 and not res.reused
+    other = _beam(_config(tiny_csv, tmp_path / "s1", seed=1))
+    name = "eval/part-00000-of-00002.tfrecord"
+    assert tree_bytes(other.output_dir)[name] != tree_bytes(str(out))[name]
+
+
+def _bad_inputs(tmp_path):
+    cases = {}
+    (tmp_path / "a").mkdir()
+    bad = tmp_path / "a" / "ratings.dat"
+    bad.write_text("".join(f"{u}::{i}::5::{100 + i}\n" for u in (1, 2) for i in range(40)))
+    with open(bad, "a") as f:
+        f.write("3::x::4::101\n")
+    cases["non-integer id"] = (bad, {})
+    short = tmp_path / "u.data"
+    short.write_text("1\t2\t5\t100\n" * 50 + "1\t2\n")
+    cases["malformed line"] = (short, {})
+    cols = tmp_path / "events.csv"
+    cols.write_text("uid,sku,ts\n1,2,3\n")
+    cases["missing column"] = (cols, {})
+    cases["unknown column"] = (cols, {"columns": rio.Columns("uid", "nope", "ts")})
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    cases["empty file"] = (empty, {"format": "csv"})
+    header = tmp_path / "header.csv"
+    header.write_text("user_id,item_id,timestamp\n")
+    cases["header only"] = (header, {})
+    cases["too few ratings"] = (bad.with_name("ok.csv"), {"min_ratings": 1000})
+    bad.with_name("ok.csv").write_text("user_id,item_id,timestamp\n1,2,3\n1,3,4\n2,2,3\n2,4,4\n")
+    cases["too many negatives"] = (bad.with_name("ok.csv"), {"eval_negatives": 50})
+    return cases
+
+
+def test_bad_input_fails_the_job_with_the_single_path_message(tmp_path):
+    for what, (src, kw) in _bad_inputs(tmp_path).items():
+        with pytest.raises(ValueError) as local:
+            prepare.prepare(_config(src, tmp_path / "o-local", **kw))
+        with pytest.raises(ValueError) as beam:
+            _beam(_config(src, tmp_path / "o-beam", **kw), range_bytes=64)
+        assert type(beam.value) is type(local.value), what
+        assert str(beam.value) == str(local.value), what
+        assert not (tmp_path / "o-beam").exists(), what  # Nothing half-written.
+
+
+def test_cli_runner_beam_and_bad_input_exit_2(tmp_path, tiny_csv, capsys):
+    out = tmp_path / "o"
+    args = ["prepare-data", "--input", tiny_csv, "--output", str(out), "--min-ratings", "0"]
+    args += ["--eval-negatives", "20", "--runner", "beam"]
+    assert cli.main([*args, "--beam-pipeline-args=--direct_num_workers=1"]) == 0
+    assert "users 200" in capsys.readouterr().out
+    assert metadata.read_metadata(out).eval_negatives == 20
+    bad = tmp_path / "ratings.dat"
+    bad.write_text("1::2::5::100\n1::x::4::101\n")
+    code = cli.main(["prepare-data", "--input", str(bad), "--output", str(tmp_path / "b")])
+    code_beam = cli.main(
+        ["prepare-data", "--input", str(bad), "--output", str(tmp_path / "b"), "--runner", "beam"]
+    )
+    err = capsys.readouterr().err
+    assert code == code_beam == 2
+    assert err.count("ratings.dat:2: item id 'x'") == 2 and "Traceback" not in err
+    assert cli.main([*args[:-2], "--beam-pipeline-args=--direct_num_workers=2"]) == 2
+    assert "needs --runner beam" in capsys.readouterr().err
+
+
+def test_component_with_runner_beam(tmp_path, tiny_csv):
+    common = dict(min_ratings=0, eval_negatives=30, train_batch_size=128)
+    local = Dataset(uri=str(tmp_path / "local"))
+    beam = Dataset(uri=str(tmp_path / "beam"))
+    prepare_data.python_func(raw_data=Dataset(uri=tiny_csv), examples=local, **common)
+    prepare_data.python_func(
+        raw_data=Dataset(uri=tiny_csv),
+        examples=beam,
+        runner="beam",
+        beam_pipeline_args=["--direct_num_workers=1"],
+        **common,
+    )
+    assert tree_bytes(local.path) == tree_bytes(beam.path)
+    assert beam.metadata == local.metadata
+    with pytest.raises(ValueError, match="unknown data prep runner"):
+        prepare_data.python_func(
+            raw_data=Dataset(uri=tiny_csv), examples=Dataset(uri=str(tmp_path / "x")), runner="x"
+        )
+
+
+@pytest.mark.slow
+def test_multi_processing_workers_and_many_chunks_match(tmp_path):
+    cfg = synthetic.SyntheticConfig(num_users=3000, num_items=800, num_interactions=120_000, seed=5)
+    src = synthetic.write(synthetic.generate(cfg), str(tmp_path / "ratings.csv"), "csv")
+    kw = dict(num_shards=4, num_epochs=2, eval_negatives=100)
+    local = prepare.prepare(_config(src, tmp_path / "l", **kw))
+    beam = _beam(
+        _config(src, tmp_path / "b", **kw),
+        ("--direct_num_workers=2", "--direct_running_mode=multi_processing"),
+        range_bytes=100_000,
+    )
+    assert tree_bytes(local.output_dir) == tree_bytes(beam.output_dir)
+    assert np.isclose(beam.metadata.num_train_elements, local.metadata.num_train_elements)

@@ -8,8 +8,17 @@ from training_core import metadata
 
 @pytest.mark.slow
 def test_run_local_whole_pipeline_on_the_embedded_sample(tmp_path, capsys):
-    code = cli.main(["run-local", "--pipeline-root", str(tmp_path), "--param", "epochs=2",
-                     "--param", "eval_negatives=100"])
+    code = cli.main(
+        [
+            "run-local",
+            "--pipeline-root",
+            str(tmp_path),
+            "--param",
+            "epochs=2",
+            "--param",
+            "eval_negatives=100",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "HR@10" in out and "Exported model:" in out
@@ -17,19 +26,23 @@ def test_run_local_whole_pipeline_on_the_embedded_sample(tmp_path, capsys):
     assert 0.3 < hr <= 1.0  # 100 negatives: popularity alone gives well under this here.
     exported = out.split("Exported model: ")[1].split()[0]
     assert os.path.exists(os.path.join(exported, "saved_model.pb"))
-    for step in ("validate-data", "prepare-data", "train-model", "evaluate-model",
-                 "export-model"):
+    for step in ("validate-data", "prepare-data", "train-model", "evaluate-model", "export-model"):
         assert f"  {step}" in out
-    examples = next(line.split()[-1] for line in out.splitlines()
-                    if line.strip().startswith("prepare-data") and "examples" in line)
+    examples = next(
+        line.split()[-1]
+        for line in out.splitlines()
+        if line.strip().startswith("prepare-data") and "examples" in line
+    )
     assert metadata.read_metadata(examples).eval_negatives == 100
 
 
 @pytest.mark.slow
 def test_run_local_stops_at_the_failing_step_with_its_message(tmp_path, capfd):
     bad = tmp_path / "ratings.csv"
-    bad.write_text("user_id,item_id,timestamp\n" + "".join(
-        f"{u},{-i},{1_000_000_000 + i}\n" for u in range(1, 30) for i in range(1, 25)))
+    bad.write_text(
+        "user_id,item_id,timestamp\n"
+        + "".join(f"{u},{-i},{1_000_000_000 + i}\n" for u in range(1, 30) for i in range(1, 25))
+    )
     code = cli.main(["run-local", "--data", str(bad), "--pipeline-root", str(tmp_path / "r")])
     assert code == 2
     captured = capfd.readouterr()

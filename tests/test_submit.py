@@ -461,9 +461,22 @@ def test_real_pipeline_dry_run_fills_location_and_fingerprint(tmp_path, capsys):
 
     path = tmp_path / "ncf.yaml"
     pipeline.compile_pipeline(profiles.BUILTIN["gpu-a100-2workers"], str(path))
-    code = cli.main(["submit", "--template", str(path), "--project", "my-proj", "--region",
-                     "europe-west4", "--pipeline-root", "gs://bucket/root", "--param",
-                     "data_uri=gs://bucket/ml-1m/", "--dry-run"])
+    code = cli.main(
+        [
+            "submit",
+            "--template",
+            str(path),
+            "--project",
+            "my-proj",
+            "--region",
+            "europe-west4",
+            "--pipeline-root",
+            "gs://bucket/root",
+            "--param",
+            "data_uri=gs://bucket/ml-1m/",
+            "--dry-run",
+        ]
+    )
     assert code == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["parameter_values"]["location"] == "europe-west4"

@@ -136,18 +136,22 @@ def index_interactions(data: rio.Interactions, min_ratings: int) -> IndexedData:
     n = len(data)
     stats = {"rows_read": n}
     row = np.arange(n, dtype=np.int64)
-    user_vocab, users = np.unique(data.users, return_inverse=True)
-    item_vocab, items = np.unique(data.items, return_inverse=True)
-    users = users.astype(np.int64)
-    items = items.astype(np.int64)
+    user_vocab, users = _factorize(data.users)
+    item_vocab, items = _factorize(data.items)
     ts = data.timestamps
 
-    # Keep the latest of repeated (user, item) pairs.
-    order = np.lexsort((ts, items, users))  # Stable: equal keys stay in file order.
-    pair = users[order] * len(item_vocab) + items[order]
-    last_of_pair = np.ones(n, dtype=bool)
-    last_of_pair[:-1] = pair[1:] != pair[:-1]
-    keep = order[last_of_pair]
+    # Keep the latest of repeated (user, item) pairs. Most tables have none: one sort tells.
+    pair = users * len(item_vocab) + items
+    sorted_pair = np.sort(pair)
+    if n > 1 and (sorted_pair[1:] == sorted_pair[:-1]).any():
+        order = np.lexsort((ts, items, users))  # Stable: equal keys stay in file order.
+        pair = pair[order]
+        last_of_pair = np.ones(n, dtype=bool)
+        last_of_pair[:-1] = pair[1:] != pair[:-1]
+        keep = np.sort(order[last_of_pair])  # Back to file order.
+    else:
+        keep = row
+    del pair, sorted_pair
     stats["duplicate_pairs_dropped"] = int(n - len(keep))
     if stats["duplicate_pairs_dropped"]:
         log.warning(
@@ -204,12 +208,38 @@ def index_interactions(data: rio.Interactions, min_ratings: int) -> IndexedData:
     user_vocab = user_vocab[user_present]
 
     # Group by user in time order; ties keep file order, so the held-out item is well defined.
-    order = np.lexsort((row, ts, users))
+    # Rows are in file order here, so a stable sort on (user, time) is that order.
+    order = _stable_order(users, ts)
     items = items[order]
     counts = np.bincount(users, minlength=len(user_vocab))
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     stats["rows_kept"] = int(len(items))
     return IndexedData(user_vocab, item_vocab, offsets, items.astype(np.int64), stats)
+
+
+def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct values and each value's index among them.
+
+    Hash-based (pandas), so faster than ``np.unique(return_inverse=True)``; same result.
+    """
+    import pandas as pd
+
+    codes, uniques = pd.factorize(values, sort=True)
+    return np.asarray(uniques, dtype=np.int64), codes.astype(np.int64, copy=False)
+
+
+def _stable_order(users: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """Indices that sort by (user, timestamp), ties in array order.
+
+    One stable sort of a combined int64 key when it cannot overflow; else a lexsort.
+    """
+    if len(ts) == 0:
+        return np.zeros(0, dtype=np.int64)
+    t_min, t_max = int(ts.min()), int(ts.max())
+    span = t_max - t_min + 1
+    if (int(users.max()) + 1) * span < 2**62:
+        return np.argsort(users * span + (ts - t_min), kind="stable")
+    return np.lexsort((ts, users))
 
 
 def make_shard(data: IndexedData, shard: int, num_shards: int) -> sampling.Shard:

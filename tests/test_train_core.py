@@ -24,9 +24,10 @@ def test_pipelines_split_global_batches_in_order_and_skip_exactly(
 ):
     meta = read_metadata(tiny_data)
     layout = input_pipeline.train_layout(meta, global_batch, replicas)
+    files = meta.train_file_paths(tiny_data, 1)
     whole = np.concatenate(
         _rows(
-            tf.data.TFRecordDataset(meta.train_file_paths(tiny_data, 1)).map(
+            input_pipeline.ordered_records(files).map(
                 lambda s: tf.io.parse_single_example(
                     s, {"item_id": tf.io.FixedLenFeature([256, 1], tf.int64)}
                 )
@@ -54,6 +55,19 @@ def test_pipelines_split_global_batches_in_order_and_skip_exactly(
                 start = (skip + s) * global_batch
                 np.testing.assert_array_equal(got, whole[start : start + global_batch])
                 assert got.shape == (replicas * b,)
+
+
+def test_records_alternate_over_shard_files_in_a_fixed_order(tiny_data):
+    meta = read_metadata(tiny_data)
+    files = meta.train_file_paths(tiny_data, 0)
+    assert len(files) >= 2
+    per_file = [[r.numpy() for r in tf.data.TFRecordDataset(f)] for f in files]
+    expected = []
+    for k in range(max(len(p) for p in per_file)):
+        expected += [p[k] for p in per_file if k < len(p)]
+    got = [r.numpy() for r in input_pipeline.ordered_records(files)]
+    assert got == expected  # Round robin, one record per file in turn, every time.
+    assert got == [r.numpy() for r in input_pipeline.ordered_records(files)]
 
 
 def test_impossible_batches_say_what_to_change(tiny_data):

@@ -3,7 +3,7 @@ UV_VERSION := 0.13.8
 UV := python3 -m uv
 PYTEST_ARGS ?=
 
-.PHONY: help setup run test test-fast lint format bench-prepare clean
+.PHONY: help setup run test test-fast lint format bench-prepare bench-reference bench-quality clean
 
 help: ## Show this help.
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-15s %s\n", $$1, $$2}'
@@ -31,6 +31,15 @@ format: setup ## Apply ruff formatting and safe fixes.
 
 bench-prepare: setup ## Data-prep benchmark on ml-1m and ml-20m shaped synthetic data.
 	$(UV) run python bench/prepare_speed.py --shapes ml-1m ml-20m
+
+bench-reference: setup ## Side by side with TF Model Garden's NCF: data prep, training speed.
+	bash bench/reference/setup_reference_env.sh
+	$(UV) run python bench/prep_vs_reference.py --rounds 3
+	$(UV) run python bench/train_vs_reference.py --rounds 3
+
+bench-quality: setup ## HR@10/NDCG@10 per epoch, ours vs the reference (writes docs/quality-curve.md).
+	bash bench/reference/setup_reference_env.sh
+	$(UV) run python bench/quality_curve.py --epochs 5 --docs
 
 clean: ## Remove outputs (keeps .venv).
 	rm -rf out .pytest_cache

@@ -69,6 +69,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def add_input_arguments(parser: argparse.ArgumentParser, required: bool, help_text: str) -> None:
+    """The raw-input options that data prep and validation share (--input, --format, columns)."""
+    parser.add_argument("--input", required=required, help=help_text)
+    parser.add_argument(
+        "--format",
+        default="auto",
+        help="auto (default), ml-100k, ml-1m, ml-10m, ml-20m, ml-25m, ml-32m, "
+        "ml-latest, csv or parquet",
+    )
+    parser.add_argument("--user-col", help="user id column of a csv/parquet table")
+    parser.add_argument("--item-col", help="item id column of a csv/parquet table")
+    parser.add_argument("--time-col", help="timestamp column of a csv/parquet table")
+
+
+def input_columns(args: argparse.Namespace):
+    """The ``training_core.io.Columns`` the input options name."""
+    from training_core import io as rio
+
+    return rio.Columns(args.user_col, args.item_col, args.time_col)
+
+
 def example_epilog(*lines: str) -> str:
     """An ``Example:`` block for a subcommand's --help."""
     return "Example:\n" + "\n".join(f"  {line}" for line in lines)

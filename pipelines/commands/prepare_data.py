@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pipelines.cli import example_epilog
+from pipelines.cli import add_input_arguments, example_epilog, input_columns
 
 
 def _positive_or_auto(text: str) -> int | None:
@@ -32,17 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--input", help="ratings file or folder (default: the embedded sample)")
-    p.add_argument("--output", required=True, help="folder to write the dataset into")
-    p.add_argument(
-        "--format",
-        default="auto",
-        help="auto (default), ml-100k, ml-1m, ml-10m, ml-20m, ml-25m, ml-32m, "
-        "ml-latest, csv or parquet",
+    add_input_arguments(
+        p, required=False, help_text="ratings file or folder (default: the embedded sample)"
     )
-    p.add_argument("--user-col", help="user id column of a csv/parquet table")
-    p.add_argument("--item-col", help="item id column of a csv/parquet table")
-    p.add_argument("--time-col", help="timestamp column of a csv/parquet table")
+    p.add_argument("--output", required=True, help="folder to write the dataset into")
     p.add_argument(
         "--min-ratings",
         type=int,
@@ -108,7 +101,6 @@ def run(args: argparse.Namespace) -> int:
     """Runs data preparation and prints a summary."""
     import shlex
 
-    from training_core import io as rio
     from training_core import prepare
     from training_core.sample_data import sample_path
 
@@ -116,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         input_path=args.input or sample_path(),
         output_dir=args.output,
         format=args.format,
-        columns=rio.Columns(args.user_col, args.item_col, args.time_col),
+        columns=input_columns(args),
         min_ratings=args.min_ratings,
         num_epochs=args.num_epochs,
         num_neg=args.num_neg,

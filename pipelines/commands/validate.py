@@ -6,7 +6,7 @@ import argparse
 import shlex
 import sys
 
-from pipelines.cli import example_epilog
+from pipelines.cli import add_input_arguments, example_epilog, input_columns
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,17 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--input", required=True, help="ratings file or folder (as prepare-data)")
+    add_input_arguments(p, required=True, help_text="ratings file or folder (as prepare-data)")
     p.add_argument("--output", required=True, help="folder for statistics, schema, anomalies")
-    p.add_argument(
-        "--format",
-        default="auto",
-        help="auto (default), ml-100k, ml-1m, ml-10m, ml-20m, ml-25m, ml-32m, "
-        "ml-latest, csv or parquet",
-    )
-    p.add_argument("--user-col", help="user id column of a csv/parquet table")
-    p.add_argument("--item-col", help="item id column of a csv/parquet table")
-    p.add_argument("--time-col", help="timestamp column of a csv/parquet table")
     p.add_argument(
         "--baseline-schema",
         help="reviewed schema.pbtxt (or its folder) to check against; default: infer one",
@@ -94,7 +85,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs the gate; returns 2 (with the anomalies on stderr) when it blocks."""
-    from training_core import io as rio
     from training_core import validate
 
     drift = ()
@@ -105,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         input_path=args.input,
         outputs=validate.OutputPaths.under(args.output),
         format=args.format,
-        columns=rio.Columns(args.user_col, args.item_col, args.time_col),
+        columns=input_columns(args),
         baseline_schema=args.baseline_schema,
         baseline_statistics=args.baseline_stats,
         drift=drift,

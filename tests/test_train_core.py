@@ -121,3 +121,29 @@ def test_presets():
     assert model.get_preset("tiny", epochs=7, batch_size=None).epochs == 7
     with pytest.raises(ValueError, match="unknown preset"):
         model.get_preset("ml-2m")
+
+
+def test_target_hr_stops_training_early(tiny_data, tmp_path):
+    import json
+
+    from pipelines import cli
+
+    metrics = tmp_path / "m.json"
+    argv = [
+        "train",
+        "--data",
+        tiny_data,
+        "--model-dir",
+        str(tmp_path / "m"),
+        "--preset",
+        "tiny",
+        "--epochs",
+        "3",
+        "--steps-per-loop",
+        "50",
+        "--metrics-out",
+        str(metrics),
+    ]
+    assert cli.main([*argv, "--target-hr", "0.01"]) == 0
+    epochs = json.loads(metrics.read_text())["epochs"]
+    assert len(epochs) == 1 and epochs[0]["hr_at_10"] >= 0.01

@@ -129,6 +129,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="train every epoch even after HR@10 reaches the preset's target",
     )
+    p.add_argument(
+        "--target-hr",
+        type=float,
+        help="stop early once HR@10 reaches this (default: the preset's target)",
+    )
     p.add_argument("--metrics-out", help="write per-epoch metrics as JSON here")
     p.add_argument("--plots-out", help="write an HTML page of loss/HR/NDCG per epoch here")
     add_strategy_args(p)
@@ -157,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         dense_gradients=dense,
         summaries_dir=os.environ.get("AIP_TENSORBOARD_LOG_DIR") or None,
         early_stop=not args.no_early_stop,
+        hr_threshold=args.target_hr,
     )
     result = train(config, strategy)
     payload = result.to_dict()

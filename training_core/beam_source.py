@@ -167,7 +167,7 @@ def _ranges(local: list[str], files: list[str], range_bytes: int) -> list[tuple[
     return out
 
 
-def _read_range(path: str, start: int, end: int) -> bytes:
+def read_range(path: str, start: int, end: int) -> bytes:
     """The lines that begin in [start, end), whole (a compressed file: all of it)."""
     if end < 0:
         with FileSystems.open(path) as f:
@@ -189,7 +189,7 @@ def _parse(
     rng: tuple[str, int, int], src: Source, types: dict[str, pa.DataType] | None
 ) -> pa.Table | None:
     path, start, end = rng
-    data = _read_range(path, start, end)
+    data = read_range(path, start, end)
     delim = src.delimiter
     if delim == "::":
         # pyarrow takes one-character delimiters; .dat fields are numeric, so a tab is safe.
@@ -311,3 +311,22 @@ def _as_lists(values: pa.Array) -> pa.ListArray:
     valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     offsets = np.concatenate([[0], np.cumsum(valid, dtype=np.int32)]).astype(np.int32)
     return pa.ListArray.from_arrays(pa.array(offsets), values.drop_null(), mask=pa.array(~valid))
+
+
+def in_process_runner(options):
+    """Beam's FnApiRunner, set up as the DirectRunner sets it up for a batch pipeline.
+
+    Named explicitly because Beam 2.72's DirectRunner first tries the Prism runner, which it
+    downloads from GitHub at run time; where that works, behaviour and speed differ from what
+    was tested, and a container should not fetch binaries.
+    """
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    return fn_runner.FnApiRunner(
+        provision_info=fn_runner.ExtendedProvisionInfo(
+            beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
+        )
+    )

@@ -286,7 +286,7 @@ def _read_delimited(path: str, fmt: str, columns: Columns) -> tuple[np.ndarray, 
             convert_options=convert,
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        raise _locate_error(
+        raise locate_error(
             path, fmt, header, (user_col, item_col, time_col), names is None, str(e)
         ) from None
     return _columns_to_arrays(table, user_col, item_col, time_col, path)
@@ -306,7 +306,7 @@ def _lines(path: str) -> Iterator[tuple[int, str]]:
             yield number, line.rstrip("\r\n")
 
 
-def _locate_error(
+def locate_error(
     path: str,
     fmt: str,
     header: list[str],

@@ -418,7 +418,7 @@ def _clear_dataset(output_dir: str) -> None:
             os.remove(path)
 
 
-def _check_output(output_dir: str, fingerprint: str, overwrite: bool) -> DatasetMetadata | None:
+def check_output(output_dir: str, fingerprint: str, overwrite: bool) -> DatasetMetadata | None:
     """Decides what to do with an existing output folder; returns a complete matching dataset."""
     if not os.path.isdir(output_dir):
         if os.path.exists(output_dir):
@@ -607,7 +607,7 @@ def dataset_bytes(meta: DatasetMetadata) -> int:
 
 
 def start_output(out: str, num_epochs: int) -> None:
-    """Marks ``out`` in progress and makes its folders (after ``_check_output``)."""
+    """Marks ``out`` in progress and makes its folders (after ``check_output``)."""
     os.makedirs(out, exist_ok=True)
     _write_text_atomic(os.path.join(out, IN_PROGRESS_FILE), f"pid {os.getpid()}\n")
     for e in range(num_epochs):
@@ -650,7 +650,7 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     plan = make_plan(config, fmt, source_sha, indexed.stats["rows_kept"], num_users, num_items)
     num_shards = plan.num_shards
 
-    existing = _check_output(config.output_dir, plan.fingerprint, config.overwrite)
+    existing = check_output(config.output_dir, plan.fingerprint, config.overwrite)
     if existing is not None:
         log.info(
             "%s already holds this dataset (fingerprint %s); reusing it",

@@ -215,7 +215,7 @@ def read_chunk(chunk: Chunk, specs: list[FileSpec]):
             )
             raise _report("data", message) from None
     else:
-        data = beam_source._read_range(spec.path, chunk.start, chunk.end)
+        data = beam_source.read_range(spec.path, chunk.start, chunk.end)
         delim = rio._layout(spec.format)[0]
         if delim == "::":
             data, delim = data.replace(b"::", b"\t"), "\t"
@@ -572,7 +572,7 @@ def _raise_failure(error: BaseException, specs: list[FileSpec]) -> None:
         return
     if payload["kind"] == "parse":
         spec = specs[payload["file"]]
-        raise rio._locate_error(
+        raise rio.locate_error(
             spec.local_path,
             spec.format,
             list(spec.header),
@@ -600,8 +600,6 @@ def prepare_beam(config: prepare.PrepareConfig, beam_config: BeamConfig) -> prep
     (``--direct_num_workers`` applies). The launcher needs the input and output as local or
     mounted paths (``/gcs/...`` on Vertex AI; workers then use ``gs://...``).
     """
-    from training_core.validate import _in_process_runner
-
     config.check()
     t0 = time.perf_counter()
     options, runner_name, remote = _pipeline_options(beam_config.pipeline_args)
@@ -610,7 +608,7 @@ def prepare_beam(config: prepare.PrepareConfig, beam_config: BeamConfig) -> prep
     source_sha = rio.file_sha256(files)
     out = config.output_dir
     fingerprint = _predicted_fingerprint(config, out, fmt, source_sha)
-    existing = prepare._check_output(out, fingerprint, config.overwrite)
+    existing = prepare.check_output(out, fingerprint, config.overwrite)
     if existing is not None:
         log.info(
             "%s already holds this dataset (fingerprint %s); reusing it", out, fingerprint[:12]
@@ -633,7 +631,7 @@ def prepare_beam(config: prepare.PrepareConfig, beam_config: BeamConfig) -> prep
     )
     t_job = time.perf_counter()
     try:
-        runner = None if runner_name else _in_process_runner(options)
+        runner = None if runner_name else beam_source.in_process_runner(options)
         with beam.Pipeline(runner=runner, options=options) as p:
             build_pipeline(
                 p,

@@ -342,7 +342,7 @@ def compute_statistics(
     options = PipelineOptions(list(beam_pipeline_args))
     runner_name = options.view_as(StandardOptions).runner
     remote = "dataflow" in str(runner_name).lower()
-    runner = None if runner_name else _in_process_runner(options)
+    runner = None if runner_name else beam_source.in_process_runner(options)
     os.makedirs(os.path.dirname(output_file) or ".", exist_ok=True)
     stats_options = tfdv.StatsOptions(schema=schema) if schema is not None else tfdv.StatsOptions()
     with beam.Pipeline(runner=runner, options=options) as p:
@@ -354,25 +354,6 @@ def compute_statistics(
             | "WriteStatistics"
             >> tfdv.WriteStatisticsToBinaryFile(beam_source.beam_path(output_file, remote))
         )
-
-
-def _in_process_runner(options):
-    """Beam's FnApiRunner, set up as the DirectRunner sets it up for a batch pipeline.
-
-    Named explicitly because Beam 2.72's DirectRunner first tries the Prism runner, which it
-    downloads from GitHub at run time; where that works, behaviour and speed differ from what
-    was tested, and a container should not fetch binaries.
-    """
-    from apache_beam.portability.api import beam_provision_api_pb2
-    from apache_beam.runners.portability.fn_api_runner import fn_runner
-    from apache_beam.runners.portability.portable_runner import JobServiceHandle
-
-    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    return fn_runner.FnApiRunner(
-        provision_info=fn_runner.ExtendedProvisionInfo(
-            beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
-        )
-    )
 
 
 def apply_domain_checks(schema, min_timestamp: int, max_timestamp: int) -> None:

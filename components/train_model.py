@@ -16,8 +16,10 @@ def train_model(
     epochs: int = 0,
     batch_size: int = 0,
     seed: int = 0,
-    strategy: str = "auto",
+    distribution_strategy: str = "auto",
     tpu_address: str = "",
+    expect_accelerator: str = "",
+    expect_accelerator_count: int = 0,
     checkpoint_every_steps: int = 0,
     target_hr: float = -1.0,
 ):
@@ -26,13 +28,26 @@ def train_model(
     ``epochs``/``batch_size`` 0 take the preset's epochs and the data's pre-batch size;
     ``target_hr`` stops early at that HR@10 (-1: the preset's target, 0: never). Metrics get
     the last epoch's HR@10, NDCG@10, loss and examples/s; ``plots`` charts them per epoch.
+    ``distribution_strategy`` is the tf.distribute strategy (not named ``strategy``: the Vertex
+    AI custom-job wrapper owns that input, the job's scheduling strategy).
+    ``expect_accelerator``/``expect_accelerator_count`` (the profile's accelerator) make the step
+    fail with a clear message when the accelerator is not visible, instead of training on the
+    CPU. On a multi-worker job only the chief writes ``metrics`` and ``plots``.
     """
     import os
 
     from training_core import report, train
     from training_core import strategy as st
 
-    dist = st.build_strategy(st.StrategyConfig(name=strategy, tpu_address=tpu_address or None))
+    dist = st.build_strategy(
+        st.StrategyConfig(
+            name=distribution_strategy,
+            tpu_address=tpu_address or None,
+            expect_accelerator=expect_accelerator or None,
+            expect_accelerator_count=expect_accelerator_count,
+            allow_missing_accelerator=os.environ.get(st.ALLOW_MISSING_ACCELERATOR_ENV) == "1",
+        )
+    )
     config = train.config_for(
         examples.path,
         model.path,
@@ -45,6 +60,8 @@ def train_model(
         summaries_dir=os.environ.get("AIP_TENSORBOARD_LOG_DIR") or None,
     )
     result = train.train(config, dist)
+    if not result.is_chief:
+        return  # Only the chief publishes: the /gcs/ mount takes one writer per file.
     for key, value in train.summary_metrics(result).items():
         metrics.log_metric(key, value)
     with open(plots.path, "w") as f:

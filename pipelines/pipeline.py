@@ -8,23 +8,34 @@ docs require). ``compile_pipeline`` writes the IR YAML, with one image for every
 """
 
 import copy
+import dataclasses
 import os
 import tempfile
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from kfp import compiler, dsl
 from kfp.dsl import Dataset, Metrics, Model
 
-from components._image import DEFAULT_IMAGE
+from components import custom_job_launcher
+from components._image import DEFAULT_IMAGE, IMAGE_REPOSITORY, image_for, variant_for_accelerator
 from components.evaluate_model import evaluate_model
 from components.export_model import export_model, register_model
 from components.prepare_data import prepare_data
 from components.train_model import train_model
 from components.validate_data import validate_data
-from pipelines.profiles import Machine, Profile, eval_users_multiple, preflight
+from pipelines.profiles import (
+    Machine,
+    Profile,
+    batch_problems,
+    eval_users_multiple,
+    preflight,
+    raise_problems,
+)
 
 PIPELINE_NAME = "ncf-pipeline"
 LOCAL_PROFILE = "cpu"
+TRAIN_TASK = "train-model"  # The compiled task name of train_model (KFP derives it).
 # Steps that only read their inputs and publish outputs last: safe to retry.
 RETRIES = 2
 BACKOFF = "60s"
@@ -46,8 +57,34 @@ def _cpu_resources(task: dsl.PipelineTask, machine: Machine) -> dsl.PipelineTask
     return task
 
 
-def _custom_job_train_op(profile: Profile):
-    """``train_model`` as a Vertex AI custom job on the profile's training machine(s)."""
+@dataclasses.dataclass(frozen=True)
+class Images:
+    """The images a compiled pipeline runs: ``cpu`` for every plain step, ``train`` for training."""
+
+    cpu: str
+    train: str
+
+    @classmethod
+    def for_profile(
+        cls, profile: Profile, repository: str | None = None, image: str | None = None
+    ) -> "Images":
+        """``image`` for everything, or the repository's tags that match the profile."""
+        if image:
+            return cls(image, image)
+        repo = repository or IMAGE_REPOSITORY
+        variant = variant_for_accelerator(profile.train.accelerator_type)
+        return cls(image_for("cpu", repo), image_for(variant, repo))
+
+
+def _custom_job_train_op(profile: Profile, train_image: str, launcher_image: str):
+    """``train_model`` as a Vertex AI custom job on the profile's training machine(s).
+
+    The job runs in the pipeline's own region, as the pipeline's service account, on the
+    pipeline's network (GCPC's placeholders, which Vertex AI fills in when the task runs), and its
+    launcher is ours (``components.custom_job_launcher``): a retry creates a new job instead of
+    re-reading the failed one.
+    """
+    from google_cloud_pipeline_components import _placeholders
     from google_cloud_pipeline_components.v1.custom_job import (
         create_custom_training_job_from_component,
     )
@@ -62,25 +99,40 @@ def _custom_job_train_op(profile: Profile):
         accelerator_count=t.accelerator_count or 1,
         boot_disk_size_gb=t.boot_disk_size_gb,
         restart_job_on_worker_restart=True,
+        service_account=_placeholders.SERVICE_ACCOUNT_PLACEHOLDER,
+        network=_placeholders.NETWORK_PLACEHOLDER,
     )
+    container = op.component_spec.implementation.container
+    container.image = launcher_image
+    container.command = ["python3", "-u", "-m", custom_job_launcher.MODULE]
     specs = copy.deepcopy(op.component_spec.inputs["worker_pool_specs"].default)
-    if t.tpu_topology:
-        # The wrapper has no topology argument; TPU v5e machine types need one.
-        for spec in specs:
+    for spec in specs:
+        spec["container_spec"]["image_uri"] = train_image
+        if t.tpu_topology:
+            # The wrapper has no topology argument; TPU v5e machine types need one.
             spec["machine_spec"]["tpu_topology"] = t.tpu_topology
+    op.component_spec.inputs["worker_pool_specs"].default = specs  # One truth in the YAML.
     return op, specs
 
 
-def build_pipeline(profile: Profile, local: bool = False):
-    """The pipeline function for a profile (``local``: plain tasks only, for kfp.local)."""
+def build_pipeline(profile: Profile, local: bool = False, images: Images | None = None):
+    """The pipeline function for a profile (``local``: plain tasks only, for kfp.local).
+
+    ``images`` names the training image baked into the custom job's worker pools (default: the
+    profile's family in the default repository); plain tasks are swapped by ``compile_pipeline``.
+    """
+    images = images or Images.for_profile(profile)
     train_op, worker_pool_specs = (
         (train_model, None)
         if local or not profile.train.custom_job
-        else _custom_job_train_op(profile)
+        else _custom_job_train_op(profile, images.train, DEFAULT_IMAGE)
     )
+    t = profile.train
     strategy = "default" if local else profile.strategy
-    tpu_address = "local" if profile.train.is_tpu and not local else ""
+    tpu_address = "local" if t.is_tpu and not local else ""
+    expect = "" if local else t.accelerator_type
     multiple = eval_users_multiple(profile)
+    from google_cloud_pipeline_components import _placeholders
 
     @dsl.pipeline(
         name=PIPELINE_NAME,
@@ -109,8 +161,6 @@ def build_pipeline(profile: Profile, local: bool = False):
         beam_pipeline_args: list = [],  # noqa: B006 (a KFP parameter default, never mutated)
         top_k: int = 10,
         register: bool = False,
-        project: str = "",
-        location: str = "us-central1",
         model_display_name: str = "ncf-neumf",
     ) -> Outputs:
         raw = dsl.importer(artifact_uri=data_uri, artifact_class=Dataset, reimport=False)
@@ -152,12 +202,14 @@ def build_pipeline(profile: Profile, local: bool = False):
             preset=preset,
             epochs=epochs,
             seed=seed,
-            strategy=strategy,
+            distribution_strategy=strategy,
             tpu_address=tpu_address,
+            expect_accelerator=expect,
+            expect_accelerator_count=t.accelerator_count if expect else 0,
             target_hr=target_hr,
         )
         if worker_pool_specs is not None:
-            train_args.update(worker_pool_specs=worker_pool_specs, location=location)
+            train_args.update(worker_pool_specs=worker_pool_specs)
         train = train_op(**train_args)
         train.set_display_name(f"Train NeuMF ({profile.name})")
         train.set_retry(RETRIES, BACKOFF)  # Resumes from the last checkpoint in its model folder.
@@ -178,8 +230,8 @@ def build_pipeline(profile: Profile, local: bool = False):
             with dsl.If(register == True, name="register-requested"):  # noqa: E712 (KFP condition)
                 reg = register_model(
                     exported_model=export.outputs["exported_model"],
-                    project=project,
-                    location=location,
+                    project=_placeholders.PROJECT_ID_PLACEHOLDER,
+                    location=_placeholders.LOCATION_PLACEHOLDER,
                     display_name=model_display_name,
                 )
                 reg.set_display_name("Register in Vertex AI Model Registry")
@@ -193,47 +245,95 @@ def build_pipeline(profile: Profile, local: bool = False):
     return ncf_pipeline
 
 
-def _replace_image(node: Any, image: str) -> Any:
-    if isinstance(node, dict):
-        return {k: _replace_image(v, image) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_replace_image(v, image) for v in node]
-    if node == DEFAULT_IMAGE:
-        return image
-    return node
+def compiled_replicas(spec: Mapping[str, Any]) -> int:
+    """Training replicas of a compiled pipeline, read from its training task as compiled."""
+    task = spec["root"]["dag"]["tasks"][TRAIN_TASK]
+    pools = task["inputs"]["parameters"].get("worker_pool_specs")
+    if not pools:
+        return 1  # A plain task: one CPU machine, one replica.
+    pools = pools["runtimeValue"]["constant"]
+    ms = pools[0]["machine_spec"]
+    machine = Machine(
+        ms["machine_type"],
+        ms.get("accelerator_type", ""),
+        int(ms.get("accelerator_count", 0)) if ms.get("accelerator_type") else 0,
+        replica_count=sum(int(p.get("replica_count", 1)) for p in pools),
+    )
+    return machine.sync_replicas
+
+
+def run_problems(spec: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:
+    """What in a run's parameter values cannot run on the compiled machines.
+
+    ``values`` override the compiled defaults; the batch sizes are checked against the training
+    replicas the template was compiled for (the profile travels inside the template).
+    """
+    from training_core.prepare import resolve_eval_users_per_batch
+
+    declared = spec["root"]["inputDefinitions"]["parameters"]
+
+    def value(name: str) -> Any:
+        return values[name] if name in values else declared.get(name, {}).get("defaultValue")
+
+    train_rows, eval_rows = value("train_batch_size"), value("eval_batch_size")
+    users = None
+    if eval_rows:  # 0: automatic, whole users in a multiple of the replicas.
+        users = resolve_eval_users_per_batch(int(eval_rows), int(value("eval_negatives")), 1, 1)
+    return batch_problems(
+        compiled_replicas(spec), None if train_rows is None else int(train_rows), users
+    )
+
+
+def _set_images(spec: dict[str, Any], cpu_image: str) -> None:
+    for executor in spec["deploymentSpec"]["executors"].values():
+        container = executor.get("container")
+        if container and container.get("image") == DEFAULT_IMAGE:
+            container["image"] = cpu_image
+
+
+def _set_defaults(spec: dict[str, Any], defaults: Mapping[str, Any]) -> None:
+    from pipelines import submit
+
+    declared = spec["root"]["inputDefinitions"]["parameters"]
+    template = submit.template_from_spec(spec, "(being compiled)")
+    for name, value in submit.coerce_parameters(template, defaults, require_all=False).items():
+        declared[name]["defaultValue"] = value
 
 
 def compile_pipeline(
     profile: Profile,
     output_path: str,
     image: str | None = None,
-    train_batch_size: int | None = None,
-    eval_users_per_batch: int | None = None,
+    image_repository: str | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> str:
     """Preflights the profile and compiles the pipeline to ``output_path`` (IR YAML).
 
-    Every component runs in ``image`` (default: ``components._image.DEFAULT_IMAGE``), the custom
-    job's worker pools included. The file is written under a temporary name and renamed last.
+    Plain steps run in the repository's CPU image and training in the image of the profile's
+    accelerator family (``Images.for_profile``); ``image`` puts every step in one image.
+    ``defaults`` become the compiled defaults of pipeline parameters (converted to their declared
+    types); the batch sizes among them are checked against the training replicas. The file is
+    written under a temporary name and renamed last, with the permissions of any new file.
+
+    Raises:
+        ProfileError: the profile, or the defaults on its machines, cannot run.
     """
     import yaml
 
-    preflight(profile, train_batch_size=train_batch_size, eval_users_per_batch=eval_users_per_batch)
-    pipeline_func = build_pipeline(profile)
+    preflight(profile)
+    images = Images.for_profile(profile, image_repository, image)
     directory = os.path.dirname(os.path.abspath(output_path))
     os.makedirs(directory, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=directory, delete=False) as tmp:
-        tmp_path = tmp.name
-    try:
-        compiler.Compiler().compile(pipeline_func, tmp_path)
-        if image and image != DEFAULT_IMAGE:
-            with open(tmp_path) as f:
-                docs = list(yaml.safe_load_all(f))
-            docs = [_replace_image(d, image) for d in docs]
-            with open(tmp_path, "w") as f:
-                yaml.safe_dump_all(docs, f, sort_keys=False)
-        os.replace(tmp_path, output_path)
-    except BaseException:
-        if os.path.exists(tmp_path):
-            os.remove(tmp_path)
-        raise
+    with tempfile.TemporaryDirectory(dir=directory, prefix=".compile-") as scratch:
+        raw = os.path.join(scratch, "pipeline.yaml")
+        compiler.Compiler().compile(build_pipeline(profile, images=images), raw)
+        with open(raw) as f:
+            spec, *rest = list(yaml.safe_load_all(f))
+        _set_images(spec, images.cpu)
+        _set_defaults(spec, defaults or {})
+        raise_problems(profile.name, run_problems(spec, {}))
+        tmp = os.path.join(scratch, "out.yaml")
+        with open(tmp, "x") as f:  # Mode 0666 less the umask, like any file the user writes.
+            yaml.safe_dump_all([spec, *rest], f, sort_keys=False)
+        os.replace(tmp, output_path)
     return output_path

@@ -54,6 +54,11 @@ class Machine:
         """Whether the step must run as a Vertex AI custom job rather than a plain task."""
         return bool(self.accelerator_type) or self.replica_count > 1
 
+    @property
+    def sync_replicas(self) -> int:
+        """Replicas a training batch is split over on this machine (1 for a plain CPU task)."""
+        return self.replicas if self.custom_job else 1
+
 
 @dataclasses.dataclass(frozen=True)
 class Profile:
@@ -342,27 +347,39 @@ def preflight(
             "strategy 'multi_worker_mirrored' needs replica_count >= 2; use "
             "'mirrored' for one machine"
         )
-    replicas = t.replicas if (t.accelerator_type or t.replica_count > 1) else 1
+    problems += batch_problems(t.sync_replicas, train_batch_size, eval_users_per_batch)
+    raise_problems(profile.name, problems)
+
+
+def batch_problems(
+    replicas: int, train_batch_size: int | None, eval_users_per_batch: int | None
+) -> list[str]:
+    """Batch sizes that do not split over ``replicas``, each with the sizes that would."""
+    problems = []
     if train_batch_size is not None and train_batch_size % replicas:
         lo = train_batch_size // replicas * replicas
         problems.append(
-            f"train batch {train_batch_size} does not split over {replicas} "
+            f"train_batch_size {train_batch_size} does not split over {replicas} "
             f"replicas; use {lo or replicas} or {lo + replicas}"
         )
     if eval_users_per_batch is not None and eval_users_per_batch % replicas:
         problems.append(
-            f"{eval_users_per_batch} eval users per batch do not split over "
-            f"{replicas} replicas; pick an eval batch of a multiple of {replicas} "
-            "users (or leave it on auto)"
+            f"{eval_users_per_batch} eval users per batch (eval_batch_size) do not split over "
+            f"{replicas} replicas; pick an eval_batch_size of a multiple of {replicas} users "
+            "(or 0: automatic)"
         )
+    return problems
+
+
+def raise_problems(name: str, problems: list[str]) -> None:
+    """Raises one ``ProfileError`` listing every problem, if there are any."""
     if problems:
-        raise ProfileError(f"profile {profile.name!r} cannot run:\n  - " + "\n  - ".join(problems))
+        raise ProfileError(f"profile {name!r} cannot run:\n  - " + "\n  - ".join(problems))
 
 
 def replicas_of(profile: Profile) -> int:
     """Training replicas of a profile (1 on CPU)."""
-    t = profile.train
-    return t.replicas if (t.accelerator_type or t.replica_count > 1) else 1
+    return profile.train.sync_replicas
 
 
 def eval_users_multiple(profile: Profile) -> int:

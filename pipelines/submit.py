@@ -120,6 +120,7 @@ class Template:
     pipeline_name: str
     parameters: Mapping[str, Parameter]
     task_count: int
+    spec: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
 
 # --- template and parameters -------------------------------------------------------------------
@@ -157,6 +158,11 @@ def load_template(path: str) -> Template:
             f"template {path!r} is not a compiled KFP pipeline (no pipelineInfo/root); "
             "compile one with `ncf-pipelines compile`"
         )
+    return template_from_spec(doc, path)
+
+
+def template_from_spec(doc: Mapping[str, Any], path: str) -> Template:
+    """The root parameters and task count of a compiled pipeline spec (already parsed)."""
     declared = (doc["root"].get("inputDefinitions") or {}).get("parameters") or {}
     parameters = {
         name: Parameter(
@@ -171,7 +177,7 @@ def load_template(path: str) -> Template:
         len((c.get("dag") or {}).get("tasks") or {})
         for c in [doc["root"], *(doc.get("components") or {}).values()]
     )
-    return Template(path, doc["pipelineInfo"]["name"], parameters, tasks)
+    return Template(path, doc["pipelineInfo"]["name"], parameters, tasks, doc)
 
 
 def parse_assignments(items: Sequence[str], what: str = "--param") -> dict[str, str]:
@@ -192,15 +198,17 @@ def parse_assignments(items: Sequence[str], what: str = "--param") -> dict[str, 
     return out
 
 
-def coerce_parameters(template: Template, values: Mapping[str, Any]) -> dict[str, Any]:
+def coerce_parameters(
+    template: Template, values: Mapping[str, Any], require_all: bool = True
+) -> dict[str, Any]:
     """Checks names against the template and converts values to the declared types.
 
     Strings (as given on a command line) are parsed: integers, floats, booleans
     (true/false/yes/no/1/0) and JSON for lists and structs.
 
     Raises:
-        ValueError: an unknown name (valid names listed), a value of the wrong type, or a
-            required parameter missing.
+        ValueError: an unknown name (valid names listed), a value of the wrong type, or (with
+            ``require_all``) a required parameter missing.
     """
     valid = sorted(template.parameters)
     out: dict[str, Any] = {}
@@ -215,7 +223,7 @@ def coerce_parameters(template: Template, values: Mapping[str, Any]) -> dict[str
             )
         out[name] = _coerce(param, value)
     missing = [p.name for p in template.parameters.values() if not p.optional and p.name not in out]
-    if missing:
+    if missing and require_all:
         raise ValueError(
             "missing required parameter(s): "
             + ", ".join(missing)
@@ -371,6 +379,7 @@ def prepare(config: SubmitConfig) -> tuple[Template, dict[str, Any]]:
     validate_config(config)
     template = load_template(config.template_path)
     values = coerce_parameters(template, config.parameter_values)
+    check_run_values(template, values)
     data_uri = values.get(DATA_URI)
     if isinstance(data_uri, str) and not data_uri.startswith("gs://"):
         raise ValueError(
@@ -379,6 +388,24 @@ def prepare(config: SubmitConfig) -> tuple[Template, dict[str, Any]]:
             f"--param {DATA_URI}=gs://BUCKET/PATH"
         )
     return template, values
+
+
+def check_run_values(template: Template, values: Mapping[str, Any]) -> None:
+    """The compile-time preflight again, on the values of this run (batch sizes vs replicas).
+
+    Raises:
+        ValueError: listing what does not fit the compiled machines and what would.
+    """
+    from pipelines import pipeline
+
+    if pipeline.TRAIN_TASK not in template.spec.get("root", {}).get("dag", {}).get("tasks", {}):
+        return  # Not an ncf-pipelines template: nothing of ours to check.
+    problems = pipeline.run_problems(template.spec, values)
+    if problems:
+        raise ValueError(
+            f"these parameter values cannot run on the machines {template.path} was compiled "
+            "for:\n  - " + "\n  - ".join(problems)
+        )
 
 
 # --- data fingerprint --------------------------------------------------------------------------
@@ -414,20 +441,6 @@ def with_data_fingerprint(config: SubmitConfig, *, offline: bool = False) -> Sub
         _LOG.info("%s of %s: %s", DATA_FINGERPRINT, uri, value)
     return dataclasses.replace(
         config, parameter_values={**config.parameter_values, DATA_FINGERPRINT: value}
-    )
-
-
-def with_location(config: SubmitConfig) -> SubmitConfig:
-    """Sets the pipeline's ``location`` parameter (custom jobs, registry) to the submit region.
-
-    Only when the template declares ``location`` and the caller did not set it, so training
-    custom jobs and the Model Registry live in the region the pipeline runs in.
-    """
-    template = load_template(config.template_path)
-    if "location" not in template.parameters or "location" in config.parameter_values:
-        return config
-    return dataclasses.replace(
-        config, parameter_values={**config.parameter_values, "location": config.region}
     )
 
 

@@ -99,10 +99,12 @@ def test_preflight_rejects_impossible_combinations_with_a_fix(profile, message):
 
 def test_preflight_checks_batches_against_replicas():
     with pytest.raises(
-        ProfileError, match="train batch 1001 does not split over 8 replicas; use 1000 or 1008"
+        ProfileError, match="train_batch_size 1001 does not split over 8 replicas; use 1000 or 1008"
     ):
         profiles.preflight(profiles.BUILTIN["gpu-a100x8"], train_batch_size=1001)
-    with pytest.raises(ProfileError, match="100 eval users per batch do not split over 8"):
+    with pytest.raises(
+        ProfileError, match=r"100 eval users per batch \(eval_batch_size\) do not split over 8"
+    ):
         profiles.preflight(profiles.BUILTIN["tpu-v3-8"], eval_users_per_batch=100)
     profiles.preflight(profiles.BUILTIN["cpu"], train_batch_size=1000, eval_users_per_batch=100)
 

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import subprocess
 import sys
@@ -122,3 +123,38 @@ def test_tpu_requested_where_none_exists_fails_clearly():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "ERROR: no usable TPU at 'local'" in out.stdout, out.stderr[-2000:]
     assert "choose another strategy" in out.stdout
+
+
+def test_missing_gpu_fails_instead_of_training_on_the_cpu():
+    want = StrategyConfig(
+        name="mirrored", expect_accelerator="NVIDIA_TESLA_A100", expect_accelerator_count=8
+    )
+    env = {"NCF_PIPELINES_IMAGE_VARIANT": "cpu"}
+    with pytest.raises(ValueError) as exc:
+        resolve(want, env, visible_gpus=0)
+    message = str(exc.value)
+    assert "compiled for 8 x NVIDIA_TESLA_A100" in message and "found 0 GPU(s)" in message
+    assert "image variant: cpu" in message and "'gpu' image" in message
+    with pytest.raises(ValueError, match="found 4 GPU"):  # Half the GPUs paid for: refused too.
+        resolve(want, env, visible_gpus=4)
+    assert resolve(want, env, visible_gpus=8).num_gpus == 8
+    # One GPU, one_device: the GPU it was compiled for is there.
+    one = StrategyConfig(
+        name="one_device", expect_accelerator="NVIDIA_L4", expect_accelerator_count=1
+    )
+    assert resolve(one, {}, visible_gpus=1).num_gpus == 1
+    # Only when a local check asks for it does the step train on the CPU.
+    allowed = dataclasses.replace(want, allow_missing_accelerator=True)
+    assert resolve(allowed, env, visible_gpus=0).name == "default"
+
+
+def test_missing_tpu_fails_unless_the_host_has_one():
+    want = StrategyConfig(
+        name="tpu", tpu_address="local", expect_accelerator="TPU_V3", expect_accelerator_count=8
+    )
+    with pytest.raises(ValueError, match="compiled for 8 x TPU_V3, but found no TPU device"):
+        resolve(want, {}, visible_gpus=0)
+    assert resolve(want, {"TPU_ACCELERATOR_TYPE": "v3-8"}, visible_gpus=0).name == "tpu"
+    assert resolve(want, {}, visible_gpus=0, local_tpu=True).name == "tpu"
+    # No expectation (a plain CPU step): nothing is checked.
+    assert resolve(StrategyConfig(name="default"), {}, visible_gpus=0).name == "default"

@@ -479,6 +479,31 @@ def test_real_pipeline_dry_run_fills_location_and_fingerprint(tmp_path, capsys):
     )
     assert code == 0
     shown = json.loads(capsys.readouterr().out)
-    assert shown["parameter_values"]["location"] == "europe-west4"
+    # The custom job's region comes from the pipeline job itself, not from a parameter.
+    assert "location" not in shown["parameter_values"]
     assert shown["parameter_values"]["data_fingerprint"].startswith("(computed at submit time")
     assert shown["pipeline_name"] == pipeline.PIPELINE_NAME
+
+
+def test_submit_preflights_the_submitted_batch_sizes_against_the_compiled_replicas(
+    tmp_path, capsys
+):
+    """The profile travels in the template: 1001 rows cannot split over gpu-a100x8's 8 GPUs."""
+    from pipelines import pipeline, profiles
+
+    path = tmp_path / "ncf.yaml"
+    pipeline.compile_pipeline(profiles.BUILTIN["gpu-a100x8"], str(path))
+    base = ["submit", "--template", str(path), "--project", "my-proj", "--region", "us-east1"]
+    base += ["--pipeline-root", "gs://bucket/root", "--param", "data_uri=gs://bucket/ml-1m/"]
+    assert cli.main([*base, "--param", "train_batch_size=1001", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "train_batch_size 1001 does not split over 8 replicas; use 1000 or 1008" in err
+    # Not only in a dry run: a real submission stops before credentials or any request.
+    assert cli.main([*base, "--param", "train_batch_size=1001"]) == 2
+    assert "does not split over 8 replicas" in capsys.readouterr().err
+    assert cli.main([*base, "--param", "train_batch_size=1008", "--dry-run"]) == 0
+    # The CPU template trains on one replica: any batch runs.
+    cpu = tmp_path / "cpu.yaml"
+    pipeline.compile_pipeline(profiles.BUILTIN["cpu"], str(cpu))
+    base[2] = str(cpu)
+    assert cli.main([*base, "--param", "train_batch_size=1001", "--dry-run"]) == 0

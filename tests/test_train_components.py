@@ -25,7 +25,7 @@ def test_train_then_evaluate_components(tiny_data, tmp_path):
         plots=plots,
         preset="tiny",
         epochs=2,
-        strategy="default",
+        distribution_strategy="default",
     )
     m = metrics.metadata
     for key in ("hr_at_10", "ndcg_at_10", "loss", "examples_per_sec", "epochs"):

@@ -20,6 +20,11 @@ log = logging.getLogger(__name__)
 
 STRATEGIES = ("auto", "off", "default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 ALL_REDUCE_ALGS = ("nccl", "hierarchical_copy")
+# Set to "1" to train on the CPU when the expected accelerator is missing (``ncf-pipelines verify``
+# runs accelerator profiles' replicas on a CPU machine this way); never set in the cloud.
+ALLOW_MISSING_ACCELERATOR_ENV = "NCF_ALLOW_MISSING_ACCELERATOR"
+# Set by each image's Dockerfile stage (components/_image.py: VARIANT_ENV).
+IMAGE_VARIANT_ENV = "NCF_PIPELINES_IMAGE_VARIANT"
 
 # Vertex AI names worker pools; TF_CONFIG names task types (Vertex AI's own translation).
 _VERTEX_POOL_TO_TASK = {
@@ -44,6 +49,11 @@ class StrategyConfig:
         all_reduce_alg: cross-device all-reduce for ``mirrored`` (``nccl`` or
             ``hierarchical_copy``); ``None`` lets TensorFlow choose.
         num_packs: gradient packs for that all-reduce.
+        expect_accelerator: the accelerator the machine was asked for (a Vertex AI accelerator
+            type such as ``NVIDIA_TESLA_A100`` or ``TPU_V3``); ``None``: none expected. When it
+            is missing, building the strategy fails instead of quietly training on the CPU.
+        expect_accelerator_count: how many of them (GPUs must all be visible).
+        allow_missing_accelerator: train on the CPU anyway, with a warning (local checks only).
     """
 
     name: str = "auto"
@@ -51,6 +61,9 @@ class StrategyConfig:
     tpu_address: str | None = None
     all_reduce_alg: str | None = None
     num_packs: int = 1
+    expect_accelerator: str | None = None
+    expect_accelerator_count: int = 0
+    allow_missing_accelerator: bool = False
 
     def __post_init__(self) -> None:
         if self.name not in STRATEGIES:
@@ -132,6 +145,34 @@ def _load_json(env: Mapping[str, str], key: str) -> dict[str, Any] | None:
     return value
 
 
+def _missing_accelerator(
+    config: StrategyConfig, env: Mapping[str, str], visible_gpus: int, local_tpu: bool
+) -> str | None:
+    """What is wrong when the expected accelerator is not visible (``None``: all there)."""
+    want = config.expect_accelerator
+    if not want:
+        return None
+    count = max(config.expect_accelerator_count, 1)
+    image = env.get(IMAGE_VARIANT_ENV) or "unknown (not one of the ncf-pipelines images)"
+    if want.startswith("TPU_"):
+        remote = config.tpu_address not in (None, "", "local")
+        if remote or local_tpu or any(k in env for k in _LOCAL_TPU_ENV):
+            return None
+        found = "no TPU device (/dev/accel*, /dev/vfio) and no TPU VM variables"
+        needed = "tpu"
+    else:
+        if visible_gpus >= count:
+            return None
+        found = f"{visible_gpus} GPU(s) visible to TensorFlow"
+        needed = "gpu"
+    return (
+        f"this training step was compiled for {count} x {want}, but found {found}; image "
+        f"variant: {image}. Check that the machine has the accelerator, that the step runs the "
+        f"'{needed}' image (`ncf-pipelines compile` picks it for the profile; --image overrides "
+        "it), and that the drivers are loaded. Refusing to train on the CPU instead."
+    )
+
+
 def resolve(
     config: StrategyConfig,
     env: Mapping[str, str],
@@ -149,6 +190,16 @@ def resolve(
     Raises:
         ValueError: the request cannot be met here; the message says what to change.
     """
+    missing = _missing_accelerator(config, env, visible_gpus, local_tpu)
+    if missing and not config.allow_missing_accelerator:
+        raise ValueError(missing)
+    if missing:
+        log.warning(
+            "%s; %s=1, so training goes on on the CPU", missing, ALLOW_MISSING_ACCELERATOR_ENV
+        )
+        return Resolution(
+            "default", f"expected accelerator missing ({ALLOW_MISSING_ACCELERATOR_ENV})"
+        )
     num_gpus = visible_gpus if config.num_gpus is None else config.num_gpus
     if num_gpus > visible_gpus:
         raise ValueError(

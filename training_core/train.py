@@ -104,6 +104,7 @@ class TrainResult:
     stopped_early: bool
     num_replicas: int
     strategy: str
+    is_chief: bool = True  # False on the other workers of a multi-worker run: they publish nothing.
 
     @property
     def last(self) -> EpochResult | None:
@@ -498,6 +499,7 @@ class _Trainer:
             stopped_early=stopped,
             num_replicas=layout.num_replicas,
             strategy=type(self.strategy).__name__,
+            is_chief=self.is_chief,
         )
 
     def _run_epoch(self, epoch: int, start: int, partial: tuple[float, int, float]) -> EpochResult:

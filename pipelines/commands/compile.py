@@ -15,8 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="compile the pipeline for a hardware profile to a YAML file",
         description=(
             "Check the profile (preflight) and compile validate -> prepare -> train -> evaluate -> "
-            "export (-> register) into a KFP pipeline YAML that Vertex AI Pipelines runs. Every "
-            "component uses one container image (--image, or NCF_PIPELINES_IMAGE)."
+            "export (-> register) into a KFP pipeline YAML that Vertex AI Pipelines runs. Plain "
+            "steps run the CPU image, training the image of the profile's accelerator family "
+            "(GPU or TPU); `ncf-pipelines verify FILE` then runs the compiled tasks locally."
         ),
         epilog=example_epilog(
             "ncf-pipelines compile --profile gpu-a100 --output pipeline.yaml",
@@ -28,38 +29,51 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", default="cpu", help="hardware profile (see `profiles`)")
     p.add_argument("--profiles-file", help="YAML file with custom profiles")
     p.add_argument("--output", required=True, help="YAML file to write")
-    p.add_argument("--image", help="container image for every component")
+    p.add_argument(
+        "--image-repository",
+        help="repository of the ncf-pipelines images (default: NCF_PIPELINES_IMAGE_REPOSITORY, "
+        "else components/_image.py's); each step gets the tag of its accelerator family",
+    )
+    p.add_argument(
+        "--image",
+        help="one container image for every step (default: NCF_PIPELINES_IMAGE, else the "
+        "repository's tags per accelerator family)",
+    )
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="compiled default of a pipeline parameter (repeatable); batch sizes are checked "
+        "against the profile's replicas",
+    )
     p.add_argument(
         "--train-batch-size",
         type=int,
-        default=1024,
-        help="global training batch the run will use, checked against the replicas",
-    )
-    p.add_argument(
-        "--eval-users-per-batch",
-        type=int,
-        help="eval users per record, if not automatic (checked against replicas)",
+        help="short for --param train_batch_size=N (the pipeline's global training batch)",
     )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Compiles and says where."""
-    from pipelines import pipeline, profiles
+    from pipelines import pipeline, profiles, submit
 
     profile = profiles.get_profile(args.profile, args.profiles_file)
+    defaults: dict[str, object] = dict(submit.parse_assignments(args.param, "--param"))
+    if args.train_batch_size is not None:
+        defaults["train_batch_size"] = args.train_batch_size
     image = args.image or os.environ.get("NCF_PIPELINES_IMAGE")
+    repository = args.image_repository or os.environ.get("NCF_PIPELINES_IMAGE_REPOSITORY")
     path = pipeline.compile_pipeline(
-        profile,
-        args.output,
-        image=image,
-        train_batch_size=args.train_batch_size,
-        eval_users_per_batch=args.eval_users_per_batch,
+        profile, args.output, image=image, image_repository=repository, defaults=defaults
     )
+    images = pipeline.Images.for_profile(profile, repository, image)
     t = profile.train
     acc = f", {t.accelerator_count} x {t.accelerator_type}" if t.accelerator_type else ""
     print(
         f"compiled profile {profile.name} ({t.replica_count} x {t.machine_type}{acc}, "
-        f"strategy {profile.strategy}) to {path}"
+        f"strategy {profile.strategy}) to {path}\n  images: steps {images.cpu}, "
+        f"training {images.train}"
     )
     return 0

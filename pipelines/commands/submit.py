@@ -125,7 +125,6 @@ def run(args: argparse.Namespace) -> int:
         api_endpoint=args.api_endpoint,
     )
     try:
-        config = vs.with_location(config)
         if args.dry_run:
             config = vs.with_data_fingerprint(config, offline=True)
             print(json.dumps(vs.describe(config), indent=2))

@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "profiles",
     "compile",
     "submit",
+    "verify",
     "run_local",
 )
 

@@ -467,6 +467,53 @@ def scheduled_caching(config: SubmitConfig) -> SubmitConfig:
 # --- describe and submit -----------------------------------------------------------------------
 
 
+def custom_jobs(config: SubmitConfig, values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every custom-job request the run would create, built offline and checked, by task.
+
+    Built as Vertex AI and the launcher build them (``pipelines.verify``: placeholders filled with
+    this submission's project, region, service account and network; GCPC's own payload steps;
+    the aiplatform ``CreateCustomJobRequest``), so a request the service would refuse is found
+    before the run is sent, not after the pipeline queue.
+
+    Raises:
+        ValueError: a request that would be refused, naming the task and the field.
+    """
+    from pipelines import verify
+
+    try:
+        requests = verify.custom_job_requests(
+            config.template_path,
+            values,
+            project=config.project,
+            region=config.region,
+            service_account=config.service_account,
+            network=config.network,
+            pipeline_root=config.pipeline_root,
+        )
+    except verify.RequestError as e:
+        raise ValueError(f"{config.template_path} would fail on Vertex AI: {e}") from None
+    out = {}
+    for task, request in requests.items():
+        spec = request.custom_job.job_spec
+        out[task] = {
+            "parent": request.parent,
+            "service_account": spec.service_account,
+            "network": spec.network or None,
+            "worker_pools": [
+                f"{p.replica_count} x {p.machine_spec.machine_type}"
+                + (
+                    f" + {p.machine_spec.accelerator_count} x "
+                    f"{p.machine_spec.accelerator_type.name}"
+                    if p.machine_spec.accelerator_count
+                    else ""
+                )
+                + f" ({p.container_spec.image_uri})"
+                for p in spec.worker_pool_specs
+            ],
+        }
+    return out
+
+
 def describe(config: SubmitConfig) -> dict[str, Any]:
     """What ``submit`` would send, as a JSON-able dict; makes no network call.
 
@@ -476,6 +523,7 @@ def describe(config: SubmitConfig) -> dict[str, Any]:
     config = scheduled_caching(config)
     template, values = prepare(config)
     display_name = config.display_name or template.pipeline_name
+    jobs = custom_jobs(config, values)
     out: dict[str, Any] = {
         "action": "create schedule" if config.schedule_cron else "create pipeline job",
         "project": config.project,
@@ -493,6 +541,8 @@ def describe(config: SubmitConfig) -> dict[str, Any]:
             "(as compiled)" if config.enable_caching is None else config.enable_caching
         ),
         "experiment": config.experiment,
+        # Where, as whom and on which network each training custom job runs.
+        "custom_jobs": jobs,
         "credentials": (
             "Application Default Credentials"
             if config.credentials is None
@@ -536,6 +586,7 @@ def submit(config: SubmitConfig) -> SubmitResult:
     """
     config = scheduled_caching(config)
     template, values = prepare(config)
+    custom_jobs(config, values)  # A request the service would refuse stops here, unsent.
     credentials = config.credentials or default_credentials()
     display_name = config.display_name or template.pipeline_name
 

@@ -144,8 +144,17 @@ def test_missing_gpu_fails_instead_of_training_on_the_cpu():
     )
     assert resolve(one, {}, visible_gpus=1).num_gpus == 1
     # Only when a local check asks for it does the step train on the CPU.
+    # The strategy asked for stays (a multi-worker replica still joins its cluster).
     allowed = dataclasses.replace(want, allow_missing_accelerator=True)
-    assert resolve(allowed, env, visible_gpus=0).name == "default"
+    assert (resolve(allowed, env, visible_gpus=0).name, resolve(allowed, env, 0).num_gpus) == (
+        "mirrored",
+        0,
+    )
+    workers = dataclasses.replace(allowed, name="multi_worker_mirrored")
+    assert resolve(workers, {"CLUSTER_SPEC": VERTEX_SPEC}, 0).tf_config["task"] == {
+        "type": "worker",
+        "index": 1,
+    }
 
 
 def test_missing_tpu_fails_unless_the_host_has_one():
@@ -156,5 +165,7 @@ def test_missing_tpu_fails_unless_the_host_has_one():
         resolve(want, {}, visible_gpus=0)
     assert resolve(want, {"TPU_ACCELERATOR_TYPE": "v3-8"}, visible_gpus=0).name == "tpu"
     assert resolve(want, {}, visible_gpus=0, local_tpu=True).name == "tpu"
+    allowed = dataclasses.replace(want, allow_missing_accelerator=True)
+    assert resolve(allowed, {}, visible_gpus=0).name == "default"
     # No expectation (a plain CPU step): nothing is checked.
     assert resolve(StrategyConfig(name="default"), {}, visible_gpus=0).name == "default"

@@ -479,8 +479,12 @@ def test_real_pipeline_dry_run_fills_location_and_fingerprint(tmp_path, capsys):
     )
     assert code == 0
     shown = json.loads(capsys.readouterr().out)
-    # The custom job's region comes from the pipeline job itself, not from a parameter.
+    # The custom job's region comes from the pipeline job itself, not from a parameter, and the
+    # dry run shows the request built as Vertex AI would build it.
     assert "location" not in shown["parameter_values"]
+    job = shown["custom_jobs"]["train-model"]
+    assert job["parent"] == "projects/my-proj/locations/europe-west4"
+    assert len(job["worker_pools"]) == 2 and "NVIDIA_TESLA_A100" in job["worker_pools"][0]
     assert shown["parameter_values"]["data_fingerprint"].startswith("(computed at submit time")
     assert shown["pipeline_name"] == pipeline.PIPELINE_NAME
 
@@ -507,3 +511,20 @@ def test_submit_preflights_the_submitted_batch_sizes_against_the_compiled_replic
     pipeline.compile_pipeline(profiles.BUILTIN["cpu"], str(cpu))
     base[2] = str(cpu)
     assert cli.main([*base, "--param", "train_batch_size=1001", "--dry-run"]) == 0
+
+
+def test_custom_job_runs_as_the_submitted_account_on_the_submitted_network(tmp_path, capsys):
+    from pipelines import pipeline, profiles
+
+    path = tmp_path / "ncf.yaml"
+    pipeline.compile_pipeline(profiles.BUILTIN["gpu-t4"], str(path))
+    args = ["submit", "--template", str(path), "--project", "my-proj", "--region", "asia-east1"]
+    args += ["--pipeline-root", "gs://bucket/root", "--param", "data_uri=gs://bucket/d/"]
+    args += ["--service-account", "runner@my-proj.iam.gserviceaccount.com"]
+    args += ["--network", "projects/123/global/networks/vpc", "--dry-run"]
+    assert cli.main(args) == 0
+    job = json.loads(capsys.readouterr().out)["custom_jobs"]["train-model"]
+    assert job["parent"] == "projects/my-proj/locations/asia-east1"
+    assert job["service_account"] == "runner@my-proj.iam.gserviceaccount.com"
+    assert job["network"] == "projects/123/global/networks/vpc"
+    assert job["worker_pools"][0].startswith("1 x n1-standard-8 + 1 x NVIDIA_TESLA_T4")

@@ -197,9 +197,10 @@ def resolve(
         log.warning(
             "%s; %s=1, so training goes on on the CPU", missing, ALLOW_MISSING_ACCELERATOR_ENV
         )
-        return Resolution(
-            "default", f"expected accelerator missing ({ALLOW_MISSING_ACCELERATOR_ENV})"
-        )
+        if config.expect_accelerator.startswith("TPU_"):  # TPUStrategy needs a TPU.
+            return Resolution("default", f"no TPU here ({ALLOW_MISSING_ACCELERATOR_ENV})")
+        # Otherwise the requested strategy on the CPU: mirrored over CPU devices, multi-worker
+        # still joins its cluster.
     num_gpus = visible_gpus if config.num_gpus is None else config.num_gpus
     if num_gpus > visible_gpus:
         raise ValueError(

@@ -129,7 +129,9 @@ def run(args: argparse.Namespace) -> int:
             config = vs.with_data_fingerprint(config, offline=True)
             print(json.dumps(vs.describe(config), indent=2))
             return 0
-        vs.prepare(config)  # Input errors surface before credentials or any request.
+        # Input errors, and custom-job requests the service would refuse, surface before
+        # credentials or any request.
+        vs.custom_jobs(config, vs.prepare(config)[1])
         config = dataclasses.replace(config, credentials=vs.default_credentials())
         config = vs.with_data_fingerprint(config)
         result = vs.submit(config)

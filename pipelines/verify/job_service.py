@@ -1,0 +1,372 @@
+"""A local stand-in for Vertex AI's JobService (gRPC on 127.0.0.1) that runs custom jobs here.
+
+It serves ``CreateCustomJob``, ``GetCustomJob`` and ``CancelCustomJob`` of
+``google.cloud.aiplatform.v1.JobService`` with the aiplatform proto-plus types' own
+(de)serializers, so the launcher's real ``JobServiceClient`` talks to it unchanged apart from its
+channel. A request is checked as the service checks it (``custom_job.service_problems``) and
+refused with ``INVALID_ARGUMENT`` if it fails; an accepted job runs each worker pool's container
+``command + args`` as one local process per replica, with the ``CLUSTER_SPEC`` Vertex AI gives each
+(``workerpoolN`` names, loopback addresses on free ports) and the ``AIP_*`` variables it sets. The
+job is ``RUNNING`` until every replica has exited, then ``SUCCEEDED``, or ``FAILED`` with the
+failing replica's last lines of output. The container image is not pulled: this Python
+environment stands in for it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import itertools
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+
+from pipelines.verify import custom_job
+from pipelines.verify.report import JobRecord, ProcessRecord, tail
+
+SERVICE = "google.cloud.aiplatform.v1.JobService"
+_ENDPOINT = re.compile(r"(?P<region>[a-z0-9-]+?)-aiplatform\.googleapis\.com(?::\d+)?")
+_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+# How long the other replicas may go on after one failed (Vertex AI then tears the job down).
+_GRACE_SECONDS = 10.0
+
+ReplicaEnv = Callable[[str], dict[str, str]]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def expand_env(value: str, env: dict[str, str]) -> str:
+    """``$(VAR)`` expanded as Vertex AI documents for ``EnvVar.value`` (``$$`` escapes it)."""
+    return _VAR.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), value)
+
+
+def shared_writes(replicas: list[ProcessRecord]) -> list[tuple[str, list[str]]]:
+    """``gs://`` objects more than one replica opened for writing, with their names."""
+    writers: dict[str, list[str]] = {}
+    for replica in replicas:
+        for uri in replica.writes():
+            writers.setdefault(uri, []).append(replica.name)
+    return sorted((uri, names) for uri, names in writers.items() if len(names) > 1)
+
+
+def accelerator_here(accelerator_type: str) -> bool:
+    """Whether this machine has that kind of accelerator at all (GPU or TPU device nodes)."""
+    if accelerator_type.startswith("TPU"):
+        return os.path.exists("/dev/accel0") or os.path.exists("/dev/vfio/0")
+    return os.path.exists("/dev/nvidia0")
+
+
+class JobServiceStandIn:
+    """The stand-in server; ``jobs`` and ``rejections`` record what it received.
+
+    Args:
+        work_dir: folder for the replicas' scratch folders and logs.
+        replica_env: the environment of a replica process, given a name for its write log; the
+            stand-in adds what Vertex AI sets (``CLUSTER_SPEC``, ``AIP_*``, the pool's ``env``).
+        project_number: the project number job names carry (Vertex names resources with it).
+        allow_missing_accelerator_env: the variable that lets training go on without the
+            accelerator the pool asked for; set for replicas when this machine has none.
+        timeout_s: the longest a job may run here before it is stopped and failed.
+    """
+
+    def __init__(
+        self,
+        work_dir: str,
+        replica_env: ReplicaEnv,
+        project_number: str,
+        allow_missing_accelerator_env: str,
+        timeout_s: float = 1800.0,
+    ) -> None:
+        self.work_dir = work_dir
+        self.replica_env = replica_env
+        self.project_number = project_number
+        self.allow_env = allow_missing_accelerator_env
+        self.timeout_s = timeout_s
+        self.jobs: dict[str, JobRecord] = {}
+        self.rejections: list[str] = []
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1000)
+        self._fail_next: list[str] = []
+        self._threads: list[threading.Thread] = []
+        self._processes: dict[str, list[subprocess.Popen]] = {}
+        self._server = None
+        self.address = ""
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> str:
+        """Starts serving on a free loopback port; returns ``HOST:PORT``."""
+        import grpc
+        from google.cloud.aiplatform_v1 import types
+        from google.protobuf import empty_pb2
+
+        handlers = {
+            "CreateCustomJob": grpc.unary_unary_rpc_method_handler(
+                self._create,
+                request_deserializer=types.CreateCustomJobRequest.deserialize,
+                response_serializer=types.CustomJob.serialize,
+            ),
+            "GetCustomJob": grpc.unary_unary_rpc_method_handler(
+                self._get,
+                request_deserializer=types.GetCustomJobRequest.deserialize,
+                response_serializer=types.CustomJob.serialize,
+            ),
+            "CancelCustomJob": grpc.unary_unary_rpc_method_handler(
+                self._cancel,
+                request_deserializer=types.CancelCustomJobRequest.deserialize,
+                response_serializer=empty_pb2.Empty.SerializeToString,
+            ),
+        }
+        server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=8))
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self._server = server
+        self.address = f"127.0.0.1:{port}"
+        return self.address
+
+    def stop(self) -> None:
+        """Stops every replica still running and the server."""
+        for name in list(self._processes):
+            self._kill(name)
+        for thread in self._threads:
+            thread.join(timeout=30)
+        if self._server is not None:
+            self._server.stop(grace=None)
+            self._server = None
+
+    def __enter__(self) -> JobServiceStandIn:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def fail_next_job(self, message: str) -> None:
+        """Makes the next created job fail with ``message`` without running (a preemption)."""
+        self._fail_next.append(message)
+
+    def created_since(self, count: int) -> list[JobRecord]:
+        """Jobs created after the first ``count``."""
+        with self._lock:
+            return list(self.jobs.values())[count:]
+
+    # --- RPCs ------------------------------------------------------------------------------
+
+    def _create(self, request, context):
+        import grpc
+        from google.cloud.aiplatform_v1 import types
+
+        metadata = dict(context.invocation_metadata())
+        endpoint = metadata.get("x-ncf-verify-endpoint", "")
+        match = _ENDPOINT.fullmatch(endpoint)
+        problems = custom_job.service_problems(request, match["region"] if match else None)
+        if problems:
+            message = "; ".join(problems)
+            self.rejections.append(message)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+        location = request.parent.split("/")[3]
+        name = f"projects/{self.project_number}/locations/{location}/customJobs/{next(self._ids)}"
+        job = types.CustomJob(request.custom_job)
+        record = JobRecord(name=name, endpoint=endpoint, request=request)
+        with self._lock:
+            self.jobs[name] = record
+        if self._fail_next:
+            self._finish(record, "JOB_STATE_FAILED", self._fail_next.pop(0))
+        else:
+            record.state = "JOB_STATE_RUNNING"
+            thread = threading.Thread(target=self._run, args=(record,), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+        return self._job(name, job)
+
+    def _get(self, request, context):
+        import grpc
+        from google.cloud.aiplatform_v1 import types
+
+        record = self.jobs.get(request.name)
+        if record is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"CustomJob {request.name} not found")
+        return self._job(request.name, types.CustomJob(record.request.custom_job))
+
+    def _cancel(self, request, context):
+        import grpc
+        from google.protobuf import empty_pb2
+
+        record = self.jobs.get(request.name)
+        if record is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"CustomJob {request.name} not found")
+        self._kill(request.name)
+        self._finish(record, "JOB_STATE_CANCELLED", "cancelled")
+        return empty_pb2.Empty()
+
+    def _job(self, name: str, job):
+        from google.cloud.aiplatform_v1 import types
+        from google.rpc import status_pb2
+
+        record = self.jobs[name]
+        job.name = name
+        job.state = types.JobState[record.state]
+        if record.error:
+            job.error = status_pb2.Status(code=3, message=record.error)
+        return job
+
+    # --- running a job ---------------------------------------------------------------------
+
+    def _finish(self, record: JobRecord, state: str, error: str = "") -> None:
+        with self._lock:
+            if record.state not in ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"):
+                record.state, record.error = state, error
+
+    def _run(self, record: JobRecord) -> None:
+        try:
+            self._run_replicas(record)
+        except Exception as e:  # A failure of the stand-in itself fails the job, visibly.
+            self._finish(record, "JOB_STATE_FAILED", f"verify could not run the job: {e!r}")
+
+    def _run_replicas(self, record: JobRecord) -> None:
+        spec = record.request.custom_job.job_spec
+        pools = list(spec.worker_pool_specs)
+        ports = {
+            (i, r): free_port() for i, pool in enumerate(pools) for r in range(pool.replica_count)
+        }
+        cluster = {
+            f"workerpool{i}": [f"127.0.0.1:{ports[(i, r)]}" for r in range(pool.replica_count)]
+            for i, pool in enumerate(pools)
+            if pool.replica_count
+        }
+        job_dir = os.path.join(self.work_dir, record.name.rsplit("/", 1)[-1])
+        for i, pool in enumerate(pools):
+            if pool.replica_count and not pool.container_spec.command:
+                self._finish(
+                    record,
+                    "JOB_STATE_FAILED",
+                    f"workerpool{i}: verify runs container_spec.command (+args); this pool has "
+                    "none, so its image's entrypoint would run, which verify cannot know",
+                )
+                return
+        processes: list[tuple[ProcessRecord, subprocess.Popen]] = []
+        for i, pool in enumerate(pools):
+            container = pool.container_spec
+            accelerator = pool.machine_spec.accelerator_type.name
+            missing = pool.machine_spec.accelerator_count and not accelerator_here(accelerator)
+            if missing:
+                record.notes.append(
+                    f"workerpool{i} asks for {pool.machine_spec.accelerator_count} x {accelerator}"
+                    f", which this machine lacks: its replicas ran with {self.allow_env}=1 "
+                    "(training on the CPU)"
+                )
+            for r in range(pool.replica_count):
+                name = f"workerpool{i}-{r}"
+                vertex_env = self._vertex_env(spec, cluster, i, r)
+                if missing:
+                    vertex_env[self.allow_env] = "1"
+                scratch = os.path.join(job_dir, name)
+                os.makedirs(scratch, exist_ok=True)
+                env = self.replica_env(os.path.join(scratch, "gcs-writes.txt"))
+                for var in container.env:
+                    vertex_env[var.name] = expand_env(var.value, {**env, **vertex_env})
+                env.update(vertex_env)
+                command = list(container.command) + list(container.args)
+                rec = ProcessRecord(
+                    name=name,
+                    command=command,
+                    env=vertex_env,
+                    stdout_path=os.path.join(scratch, "output.log"),
+                    write_log=os.path.join(scratch, "gcs-writes.txt"),
+                )
+                rec.save_command(scratch)
+                with open(rec.stdout_path, "w") as log:
+                    proc = subprocess.Popen(
+                        command,
+                        env=env,
+                        cwd=scratch,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
+                record.replicas.append(rec)
+                processes.append((rec, proc))
+        self._processes[record.name] = [p for _, p in processes]
+        self._wait(record, processes)
+
+    def _vertex_env(self, spec, cluster: dict, pool: int, index: int) -> dict[str, str]:
+        env = {
+            "CLUSTER_SPEC": json.dumps(
+                {
+                    "cluster": cluster,
+                    "task": {"type": f"workerpool{pool}", "index": index},
+                    "environment": "cloud",
+                }
+            )
+        }
+        prefix = spec.base_output_directory.output_uri_prefix.rstrip("/")
+        if prefix:
+            env["AIP_MODEL_DIR"] = f"{prefix}/model/"
+            env["AIP_CHECKPOINT_DIR"] = f"{prefix}/checkpoints/"
+            env["AIP_TENSORBOARD_LOG_DIR"] = f"{prefix}/logs/"
+        return env
+
+    def _wait(self, record: JobRecord, processes: list[tuple[ProcessRecord, subprocess.Popen]]):
+        start = time.monotonic()
+        failed_at = None
+        first_failure = None
+        while True:
+            running = False
+            for rec, proc in processes:
+                code = proc.poll()
+                if code is None:
+                    running = True
+                    continue
+                if rec.returncode is None:
+                    rec.returncode, rec.seconds = code, time.monotonic() - start
+                    if code != 0 and first_failure is None:
+                        first_failure, failed_at = rec, time.monotonic()
+            if not running:
+                break
+            now = time.monotonic()
+            if failed_at is not None and now - failed_at > _GRACE_SECONDS:
+                self._kill(record.name)
+            if now - start > self.timeout_s:
+                self._kill(record.name)
+                self._finish(record, "JOB_STATE_FAILED", f"timed out after {self.timeout_s:.0f}s")
+            time.sleep(0.2)
+        self._processes.pop(record.name, None)
+        shared = shared_writes([rec for rec, _ in processes])
+        if shared:
+            listed = "; ".join(f"{uri} ({', '.join(names)})" for uri, names in shared[:5])
+            record.notes.append(
+                f"{len(shared)} object(s) written by more than one replica (Cloud Storage FUSE "
+                f"keeps one writer's copy): {listed}"
+            )
+        if first_failure is not None:
+            output = tail(first_failure.stdout_path, 15)
+            last = [line.strip() for line in output.splitlines() if line.strip()][-1:]
+            self._finish(
+                record,
+                "JOB_STATE_FAILED",
+                f"The replica {first_failure.name} exited with a non-zero status of "
+                f"{first_failure.returncode}: {''.join(last)}\n{output}",
+            )
+        elif any(rec.returncode != 0 for rec, _ in processes):
+            self._finish(record, "JOB_STATE_FAILED", "a replica was stopped")
+        else:
+            self._finish(record, "JOB_STATE_SUCCEEDED")
+
+    def _kill(self, name: str) -> None:
+        for proc in self._processes.get(name, []):
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)

@@ -1,0 +1,438 @@
+"""Executes a compiled pipeline task by task on this machine, as Vertex AI Pipelines would.
+
+``Verification`` walks the root DAG in dependency order (sub-DAGs of conditions included, when
+their condition holds). A plain container task gets the executor input Vertex builds, its
+command and arguments with every placeholder resolved, and runs as a subprocess; its executor
+output feeds the tasks after it. A custom-job task's launcher runs the same way against the
+JobService stand-in, which runs the worker pools; its request is also built offline, so a
+failure comes with a diagnosis. With ``run_tasks=False`` nothing runs: every custom-job request
+is built and checked.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pipelines.verify import cache, custom_job, placeholders, report, shim, template
+from pipelines.verify.executor_io import Scope, build_executor_input, read_outputs, task_inputs
+from pipelines.verify.parameters import DATA_URI, plan_parameters, stage
+from pipelines.verify.report import FAILED, SKIPPED, ProcessRecord, TaskRecord
+
+DEFAULT_PIPELINE_ROOT = "gs://ncf-verify/pipeline-root"
+DEFAULT_PROJECT = "verify-project"
+DEFAULT_REGION = "us-central1"
+
+
+class VerifyError(Exception):
+    """Verification could not start (bad template, parameters or data)."""
+
+
+class Verification:
+    """One verification of a compiled template; use as a context manager.
+
+    Args:
+        template_path: the compiled pipeline (IR YAML or JSON).
+        work_dir: folder for the ``/gcs/`` stand-in, logs and scratch (default: a new temp dir).
+        data_path: local data behind ``data_uri`` (default: the embedded sample).
+        parameter_values: pipeline parameters (checked and converted to the declared types).
+        project: project id the run stands for.
+        region: Vertex AI region the run stands for.
+        service_account: the run's service account (``None``: the default compute account).
+        network: the VPC the run is peered with.
+        pipeline_root: the run's ``gs://`` pipeline root.
+        run_tasks: run every task (``False``: build and check custom-job requests only).
+        task_timeout_s: the longest one task (or custom job) may take.
+        poll_seconds: how often the custom-job launcher polls (Vertex: 20 s).
+        cache_dir: reuse outputs of identical executions from earlier verifications here, as
+            Vertex AI's execution cache does (``None``: every task runs).
+        retries: run a failed task again as its ``retryPolicy`` allows, as Vertex AI does
+            (without waiting the backoff); ``False``: stop at the first failure.
+        echo: called with a line as each task starts and ends.
+
+    Raises:
+        VerifyError: the template, the parameters or the data cannot be used.
+    """
+
+    def __init__(
+        self,
+        template_path: str,
+        *,
+        work_dir: str | None = None,
+        data_path: str | None = None,
+        parameter_values: Mapping[str, Any] | None = None,
+        project: str = DEFAULT_PROJECT,
+        region: str = DEFAULT_REGION,
+        service_account: str | None = None,
+        network: str | None = None,
+        pipeline_root: str = DEFAULT_PIPELINE_ROOT,
+        run_tasks: bool = True,
+        task_timeout_s: float = 1800.0,
+        poll_seconds: float = 0.5,
+        cache_dir: str | None = None,
+        retries: bool = False,
+        echo: Callable[[str], None] | None = None,
+    ) -> None:
+        from pipelines import submit
+
+        if not pipeline_root.startswith("gs://"):
+            raise VerifyError(f"pipeline_root must be a gs:// URI, got {pipeline_root!r}")
+        bucket = pipeline_root[len("gs://") :].split("/", 1)[0]
+        try:
+            self.spec = template.load_spec(template_path)
+            loaded = submit.load_template(template_path)
+            values, self.overrides, self.data_path = plan_parameters(
+                loaded.parameters, parameter_values or {}, data_path, run_tasks, bucket
+            )
+            self.parameters = submit.coerce_parameters(loaded, values)
+        except (FileNotFoundError, ValueError) as e:
+            raise VerifyError(str(e)) from e
+        self.template_path = template_path
+        self.ctx = placeholders.RunContext(
+            project=project,
+            region=region,
+            pipeline_root=pipeline_root.rstrip("/"),
+            pipeline_name=loaded.pipeline_name,
+            job_id=_job_id(loaded.pipeline_name),
+            service_account=service_account,
+            network=network,
+        )
+        self.run_tasks = run_tasks
+        if work_dir:
+            self.work_dir = os.path.abspath(work_dir)
+        else:  # Requests only write nothing.
+            self.work_dir = tempfile.mkdtemp(prefix="ncf-verify-") if run_tasks else ""
+        self.gcs_dir = os.path.join(self.work_dir, "gcs")
+        self.shim_dir = os.path.join(self.work_dir, "shim")
+        self.task_timeout_s = task_timeout_s
+        self.poll_seconds = poll_seconds
+        self.cache_dir = os.path.abspath(cache_dir) if cache_dir else None
+        self.retries = retries
+        self.echo = echo or (lambda line: None)
+        self.data_fingerprint = ""
+        self.job_service = None
+        self.records: list[TaskRecord] = []
+        self.notes: list[str] = []
+        self._root: Scope | None = None
+        self._attempts: dict[str, int] = {}
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> Verification:
+        if self.run_tasks:
+            self._start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.job_service is not None:
+            self.job_service.stop()
+            self.job_service = None
+
+    def _start(self) -> None:
+        from pipelines.verify.job_service import JobServiceStandIn
+        from training_core.strategy import ALLOW_MISSING_ACCELERATOR_ENV
+
+        os.makedirs(self.gcs_dir, exist_ok=True)
+        shim.write_shim(self.shim_dir)
+        if self.data_path:
+            uri = self.parameters[DATA_URI]
+            stage(self.data_path, uri, self.local_path(uri))
+            self.data_fingerprint = cache.fingerprint_path(self.data_path)
+            self.notes.append(f"data: {self.data_path} staged as {uri}")
+        self.job_service = JobServiceStandIn(
+            os.path.join(self.work_dir, "custom-jobs"),
+            replica_env=lambda write_log: self._env(write_log),
+            project_number=self.ctx.project_number,
+            allow_missing_accelerator_env=ALLOW_MISSING_ACCELERATOR_ENV,
+            timeout_s=self.task_timeout_s,
+        )
+        address = self.job_service.start()
+        self.notes += [
+            f"Cloud Storage: gs:// objects are files under {self.gcs_dir} (the /gcs/ mount's "
+            "stand-in)",
+            f"Vertex AI JobService: a gRPC stand-in on {address}; every process runs offline",
+            f"container images: every step ran in this Python environment ({sys.executable})",
+        ]
+
+    def local_path(self, uri_or_path: str) -> str:
+        """The stand-in file behind a ``gs://`` URI or ``/gcs/`` path."""
+        path = placeholders.gcs_path(uri_or_path)
+        if not path.startswith(placeholders.GCS_MOUNT):
+            return path
+        return os.path.join(self.gcs_dir, path[len(placeholders.GCS_MOUNT) :])
+
+    def _env(self, write_log: str | None, job_service: bool = False) -> dict[str, str]:
+        return shim.process_env(
+            dict(os.environ),
+            self.shim_dir,
+            self.gcs_dir,
+            write_log=write_log,
+            job_service=self.job_service.address if job_service else None,
+            poll_seconds=self.poll_seconds,
+        )
+
+    # --- the DAG ---------------------------------------------------------------------------
+
+    def run(self) -> report.VerifyReport:
+        """Runs (or, requests only, builds) every task of the root DAG.
+
+        Raises:
+            VerifyError: the root DAG holds something verify cannot run (a loop, a cycle).
+        """
+        self._root = Scope(parameters=dict(self.parameters), artifacts={})
+        self.records = []
+        try:
+            self._run_dag(self.spec["root"], self._root)
+        except template.TemplateError as e:
+            raise VerifyError(str(e)) from e
+        return self.report()
+
+    def run_task(self, name: str) -> TaskRecord:
+        """Runs one root task again on the outputs its upstream tasks produced (a retry).
+
+        The first attempt's files, ``gcp_resources`` included, are where it left them, as a
+        Vertex AI retry of the task finds them. The cache is not consulted.
+
+        Raises:
+            KeyError: no such task, or ``run`` has not been called.
+        """
+        if self._root is None:
+            raise KeyError("call run() first")
+        tasks = {t.name: t for t in template.dag_tasks(self.spec, self.spec["root"])}
+        record = self._run_one(tasks[name], self._root, use_cache=False)
+        self._root.records[name] = record
+        self.records = [record if r.name == name else r for r in self.records]
+        return record
+
+    def report(self) -> report.VerifyReport:
+        """What has run so far."""
+        return report.VerifyReport(
+            template=self.template_path,
+            work_dir=self.work_dir,
+            parameters=dict(self.parameters),
+            overrides=dict(self.overrides),
+            tasks=list(self.records),
+            notes=list(self.notes),
+            ran=self.run_tasks,
+        )
+
+    def _run_dag(self, component: Mapping[str, Any], scope: Scope) -> None:
+        for task in template.dag_tasks(self.spec, component):
+            blocked = _blocked_by(task, scope)
+            if blocked:
+                record = TaskRecord(task.name, task.display_name, task.kind, SKIPPED, blocked)
+            else:
+                self.echo(f"{task.name}: {'running' if self.run_tasks else 'building'}")
+                record = self._run_one(task, scope)
+                first = (record.reason.splitlines() or [""])[0]
+                self.echo(f"{task.name}: {record.status}" + (f" ({first})" if first else ""))
+            scope.records[task.name] = record
+            self.records.append(record)
+
+    def _run_one(self, task: template.Task, scope: Scope, use_cache: bool = True) -> TaskRecord:
+        record = self._attempt(task, scope, use_cache)
+        if not self.retries or task.kind not in ("container", "custom_job"):
+            return record
+        limit = int((task.spec.get("retryPolicy") or {}).get("maxRetryCount", 0))
+        earlier: list[TaskRecord] = []
+        while record.status == FAILED and record.process is not None and len(earlier) < limit:
+            earlier.append(record)
+            self.echo(f"{task.name}: failed, retry {len(earlier)} of {limit} (retryPolicy)")
+            record = self._attempt(task, scope, use_cache=False)
+        record.earlier = earlier
+        return record
+
+    def _attempt(self, task: template.Task, scope: Scope, use_cache: bool) -> TaskRecord:
+        record = TaskRecord(task.name, task.display_name, task.kind)
+        try:
+            params, artifacts = task_inputs(task, scope)
+            if task.condition and not template.evaluate_condition(task.condition, params):
+                record.status = SKIPPED
+                record.reason = f"condition {task.condition} is false ({_shown(task, params)})"
+            elif task.kind == "dag":
+                self._run_dag(task.component, Scope(params, artifacts))
+            elif task.kind == "importer":
+                record.artifacts = {"artifact": self._import(task, params)}
+            else:
+                self._run_executor(task, params, artifacts, record, use_cache)
+        except (
+            template.TemplateError,
+            placeholders.PlaceholderError,
+            custom_job.RequestError,
+        ) as e:
+            record.status, record.reason = FAILED, str(e)
+        return record
+
+    def _import(self, task: template.Task, params: Mapping[str, Any]) -> dict[str, Any]:
+        spec = task.executor["importer"]
+        source = spec["artifactUri"]
+        uri = params[source["runtimeParameter"]] if "runtimeParameter" in source else None
+        store = self.ctx.job_resource_name.split("/pipelineJobs/")[0]
+        return {
+            "name": f"{store}/metadataStores/default/artifacts/{self.ctx.task_id(task.name)}",
+            "type": dict(spec["typeSchema"]),
+            "uri": uri if uri is not None else source["constant"],
+            "metadata": dict(spec.get("metadata") or {}),
+        }
+
+    # --- one executor ----------------------------------------------------------------------
+
+    def _run_executor(self, task, params, artifacts, record: TaskRecord, use_cache: bool) -> None:
+        executor_input = build_executor_input(task, params, artifacts, self.ctx)
+        container = task.executor["container"]
+        command = placeholders.resolve_command(
+            list(container.get("command") or []) + list(container.get("args") or []),
+            executor_input,
+            self.ctx.run_level(task.name),
+        )
+        record.command = command
+        diagnosis = self._build_request(command, record) if task.kind == "custom_job" else ""
+        if not self.run_tasks:
+            if task.kind == "custom_job":
+                record.status, record.reason = (FAILED if diagnosis else report.BUILT), diagnosis
+            else:
+                record.status, record.reason = report.PLANNED, "requests only: resolved, not run"
+            record.artifacts, record.parameters = read_outputs(task, executor_input, None)
+            return
+        key = ""
+        if self.cache_dir and use_cache and _caches(task):
+            key = cache.key(task.executor, executor_input, self.data_fingerprint)
+            if self._from_cache(key, record):
+                return
+        before = len(self.job_service.jobs)
+        record.process = self._process(task.name, command, task.kind == "custom_job")
+        if task.kind == "custom_job":
+            record.jobs = self._jobs_of(executor_input, before)
+        if record.process.returncode != 0:
+            record.status, record.reason = FAILED, self._failure(record, diagnosis)
+            return
+        record.artifacts, record.parameters = read_outputs(task, executor_input, self.local_path)
+        if key:
+            root = self.ctx.task_root(task.name)
+            cache.store(
+                self.cache_dir,
+                key,
+                root,
+                self.local_path(root),
+                record.artifacts,
+                record.parameters,
+            )
+
+    def _from_cache(self, key: str, record: TaskRecord) -> bool:
+        entry = cache.load(self.cache_dir, key)
+        if entry is None:
+            return False
+        cache.restore(entry, self.local_path(entry.task_root))
+        record.artifacts, record.parameters = entry.artifacts, entry.parameters
+        record.reason = f"cached: outputs of an identical execution ({entry.task_root})"
+        return True
+
+    def _build_request(self, command: list[str], record: TaskRecord) -> str:
+        """Builds the launcher's request offline; returns what is wrong with it ("" if nothing)."""
+        flags = custom_job.launcher_flags(command)
+        try:
+            request = custom_job.build_request(
+                flags["--project"], flags["--location"], flags["--payload"]
+            )
+        except custom_job.RequestError as e:
+            return str(e)
+        record.requests.append(request)
+        problems = custom_job.service_problems(request, flags["--location"])
+        return "Vertex AI would refuse the custom job: " + "; ".join(problems) if problems else ""
+
+    def _process(self, name: str, command: list[str], job_service: bool) -> ProcessRecord:
+        attempt = self._attempts[name] = self._attempts.get(name, 0) + 1
+        logs = os.path.join(self.work_dir, "tasks", name, f"attempt-{attempt}")
+        os.makedirs(logs, exist_ok=True)
+        record = ProcessRecord(
+            name=name,
+            command=command,
+            env={},
+            stdout_path=os.path.join(logs, "stdout.log"),
+            stderr_path=os.path.join(logs, "stderr.log"),
+            write_log=os.path.join(logs, "gcs-writes.txt"),
+        )
+        record.save_command(logs)
+        start = time.monotonic()
+        with open(record.stdout_path, "w") as out, open(record.stderr_path, "w") as err:
+            proc = subprocess.Popen(
+                command,
+                env=self._env(record.write_log, job_service),
+                cwd=logs,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            try:
+                record.returncode = proc.wait(timeout=self.task_timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            except BaseException:  # Interrupted: the task runs in its own session, stop it too.
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise
+        record.seconds = time.monotonic() - start
+        return record
+
+    def _jobs_of(self, executor_input: Mapping[str, Any], before: int) -> list:
+        """Jobs the launcher created, and the one its ``gcp_resources`` names (if it polled)."""
+        jobs = self.job_service.created_since(before)
+        output = (executor_input["outputs"].get("parameters") or {}).get("gcp_resources")
+        if output:
+            named = custom_job.job_in_gcp_resources(self.local_path(output["outputFile"]))
+            polled = self.job_service.jobs.get(named)
+            if polled is not None and polled not in jobs:
+                jobs.insert(0, polled)
+        return jobs
+
+    def _failure(self, record: TaskRecord, diagnosis: str) -> str:
+        """One line: the exit status and the most telling error."""
+        process = record.process
+        if process.returncode is None:
+            return f"timed out after {self.task_timeout_s:.0f}s"
+        parts = [f"exit status {process.returncode}"]
+        job_errors = [job.error.splitlines()[0] for job in record.jobs if job.error]
+        last = [line.strip() for line in process.stderr_tail(40).splitlines() if line.strip()]
+        if job_errors:
+            parts += job_errors
+        elif last:
+            parts.append(last[-1])
+        if record.kind == "custom_job" and not record.jobs and self.job_service.rejections:
+            parts.append(f"the JobService stand-in refused it: {self.job_service.rejections[-1]}")
+        if diagnosis:
+            parts.append(f"diagnosis: {diagnosis}")
+        return "; ".join(parts)
+
+
+def _blocked_by(task: template.Task, scope: Scope) -> str:
+    for dep in sorted(template.upstream(task.spec)):
+        upstream = scope.records.get(dep)
+        if upstream is None or upstream.status == SKIPPED:
+            return f"not run: upstream task {dep} did not run"
+        if upstream.status == FAILED:
+            return f"not run: upstream task {dep} failed"
+    return ""
+
+
+def _shown(task: template.Task, params: Mapping[str, Any]) -> str:
+    named = {k: v for k, v in params.items() if k in (task.condition or "")}
+    return ", ".join(f"{k.removeprefix('pipelinechannel--')}={v!r}" for k, v in named.items())
+
+
+def _job_id(pipeline_name: str) -> str:
+    """A pipeline job id as Vertex AI makes them (name and time), unique per verification."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d%H%M%S")
+    return f"{pipeline_name}-{now}-{secrets.token_hex(2)}"
+
+
+def _caches(task: template.Task) -> bool:
+    return bool((task.spec.get("cachingOptions") or {}).get("enableCache"))

@@ -50,3 +50,21 @@ def test_run_local_stops_at_the_failing_step_with_its_message(tmp_path, capfd):
     assert "validate-data" in captured.err  # The summary names the failing step...
     assert "item_id" in both and "INT_TYPE_SMALL_INT" in both  # ...its log says why.
     assert "train-model" not in captured.err
+
+
+@pytest.mark.parametrize(
+    ("param", "message"),
+    [
+        # Anything but a boolean was False before: the validation gate silently turned off.
+        ("fail_on_anomalies=ture", "parameter 'fail_on_anomalies' expects true or false"),
+        ("epochs=two", "parameter 'epochs' expects an integer, got 'two'"),
+        ("nosuch=1", "unknown parameter 'nosuch'"),
+        ("preset=nosuch", "preset 'nosuch' is unknown; use one of"),
+    ],
+)
+def test_run_local_refuses_bad_parameters_before_any_step_runs(tmp_path, capsys, param, message):
+    root = tmp_path / "runs"
+    code = cli.main(["run-local", "--pipeline-root", str(root), "--param", param])
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not root.exists()  # Nothing ran.

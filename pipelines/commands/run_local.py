@@ -12,13 +12,6 @@ from pipelines.cli import example_epilog
 LOCAL_DEFAULTS = {"preset": "ml-100k", "epochs": 4, "eval_negatives": 999, "min_ratings": 20}
 
 
-def _param(text: str) -> tuple[str, str]:
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    name, value = text.split("=", 1)
-    return name.strip(), value
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds the subcommand."""
     p = sub.add_parser(
@@ -44,7 +37,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--param",
-        type=_param,
         action="append",
         default=[],
         metavar="NAME=VALUE",
@@ -53,39 +45,39 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _coerce(value: str, default: object) -> object:
-    if isinstance(default, bool):
-        return value.lower() in ("1", "true", "yes")
-    if isinstance(default, int):
-        return int(value)
-    if isinstance(default, float):
-        return float(value)
-    return value
-
-
 def run(args: argparse.Namespace) -> int:
     """Runs the pipeline and prints the summary."""
-    import inspect
+    from google.protobuf import json_format
 
+    from pipelines import submit
     from pipelines.cli import UserError
     from pipelines.local_run import LocalRunFailed, run_local
-    from pipelines.pipeline import LOCAL_PROFILE, build_pipeline
+    from pipelines.pipeline import LOCAL_PROFILE, build_pipeline, run_problems
     from pipelines.profiles import BUILTIN
     from training_core.sample_data import sample_path
 
-    signature = inspect.signature(build_pipeline(BUILTIN[LOCAL_PROFILE], local=True).pipeline_func)
-    defaults = {n: p.default for n, p in signature.parameters.items()}
+    # The same typed parameters, and the same checks, as a submission of this pipeline.
+    spec = json_format.MessageToDict(
+        build_pipeline(BUILTIN[LOCAL_PROFILE], local=True).pipeline_spec
+    )
+    template = submit.template_from_spec(spec, "the local pipeline")
+    given = submit.coerce_parameters(
+        template, submit.parse_assignments(args.param, "--param"), require_all=False
+    )
     arguments = {
         "data_uri": os.path.abspath(args.data) if args.data else sample_path(),
         **LOCAL_DEFAULTS,
+        **given,
     }
-    for name, value in args.param:
-        if name not in defaults:
-            raise ValueError(
-                f"unknown pipeline parameter {name!r}; known: {', '.join(sorted(defaults))}"
-            )
-        default = defaults[name] if defaults[name] is not inspect.Parameter.empty else ""
-        arguments[name] = _coerce(value, arguments.get(name, default))
+    problems = run_problems(spec, arguments)
+    from training_core.model import PRESETS
+
+    if arguments.get("preset", "") not in PRESETS:  # Found now, not after validate and prepare.
+        problems.append(
+            f"preset {arguments.get('preset')!r} is unknown; use one of {', '.join(PRESETS)}"
+        )
+    if problems:
+        raise ValueError("these parameter values cannot run:\n  - " + "\n  - ".join(problems))
     root = os.path.abspath(os.path.join(args.pipeline_root, time.strftime("%Y%m%d-%H%M%S")))
     try:
         result = run_local(root, arguments)

@@ -1,32 +1,90 @@
-# The one image every ncf-pipelines component runs in (components/_image.py names its default tag;
-# `ncf-pipelines compile --image ...` points a pipeline at yours).
+# syntax=docker/dockerfile:1.7
+# The images ncf-pipelines components run in: one per accelerator family, all from uv.lock.
+# docs/images.md explains the design; components/_image.py derives every tag (none is written here).
 #
-#   docker build -t REGION-docker.pkg.dev/PROJECT/REPO/ncf-pipelines:0.1.0 .
-#   docker build --build-arg VARIANT=gpu -t REGION-docker.pkg.dev/PROJECT/REPO/ncf-pipelines:0.1.0-gpu .
+#   make image                                   # all three, tagged by components/_image.py
+#   docker build --target gpu -t "$(uv run python -m components._image --variant gpu)" .
 #
-# CPU variant: python:3.11-slim. GPU variant: NVIDIA's CUDA 12.3 base image (TensorFlow 2.16 is
-# built against CUDA 12.3 and cuDNN 8.9); the CUDA/cuDNN libraries themselves come from the
-# `tensorflow[and-cuda]` extra's pip packages. The environment is the committed uv.lock, so the image runs
-# exactly the versions the tests ran.
-ARG VARIANT=cpu
+# Stages:
+#   builder      uv and a compiler; the lock and tools/ (no project sources, so the big wheel layers
+#                below survive source edits)
+#   wheels-<v>   the variant's locked set exported from uv.lock and turned into a hash-checked
+#                wheelhouse: locked wheels downloaded, the sdist-only packages (crcmod,
+#                google-apitools, kfp, kfp-server-api, pyfarmhash) built from their locked sdists
+#   project      the project's own wheel (training_core, components, pipelines)
+#   cpu|gpu|tpu  python:3.11-slim + a venv at /opt/venv holding exactly the wheelhouse's wheels,
+#                installed offline with --no-build; no compiler, no pip, no wheel files left behind
+#
+# Every step is tools/install_locked.sh, which `make image-check` also runs (without Docker).
+# The base of the builder and of the final stages (make image-check substitutes a stand-in).
+ARG PYTHON_IMAGE=python:3.11-slim
 
-FROM python:3.11-slim AS base-cpu
-FROM nvidia/cuda:12.3.2-base-ubuntu22.04 AS base-gpu
-RUN apt-get update && apt-get install -y --no-install-recommends python3.11 python3.11-venv \
-        python3-pip && rm -rf /var/lib/apt/lists/* \
-    && ln -sf /usr/bin/python3.11 /usr/local/bin/python3
-
-FROM base-${VARIANT}
-ARG VARIANT
-ENV PYTHONUNBUFFERED=1 UV_PROJECT_ENVIRONMENT=/opt/venv PATH=/opt/venv/bin:$PATH
-RUN python3 -m pip install --no-cache-dir "uv==0.13.8"
-WORKDIR /app
+FROM ${PYTHON_IMAGE} AS builder
+# Kept equal to the Makefile's UV_VERSION (make image passes it; make image-check compares them).
+ARG UV_VERSION=0.13.8
+# A C/C++ compiler for the sdist-only packages (pyfarmhash is a C++ extension). Only here.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends build-essential \
+    && rm -rf /var/lib/apt/lists/*
+# uv (exports the lock, builds the project wheel, installs the final venvs) and pip (downloads
+# and builds the wheelhouse) in a venv of their own.
+RUN python3 -m venv /opt/build \
+    && /opt/build/bin/pip install --no-cache-dir --disable-pip-version-check "uv==${UV_VERSION}"
+ENV PATH=/opt/build/bin:$PATH
+WORKDIR /src
 COPY pyproject.toml uv.lock README.md ./
-RUN uv sync --frozen --no-dev --no-install-project
+COPY tools/install_locked.sh tools/wheelhouse.py tools/verify_image.py tools/
+RUN mkdir -p /stage/bin && cp /opt/build/bin/uv /stage/bin/uv && cp -r tools /stage/tools
+
+FROM builder AS wheels-cpu
+RUN --mount=type=cache,target=/root/.cache/pip \
+    tools/install_locked.sh requirements cpu /stage/req \
+    && tools/install_locked.sh wheels cpu /stage/req /stage/wheels
+
+FROM builder AS wheels-gpu
+RUN --mount=type=cache,target=/root/.cache/pip \
+    tools/install_locked.sh requirements gpu /stage/req \
+    && tools/install_locked.sh wheels gpu /stage/req /stage/wheels
+
+FROM builder AS wheels-tpu
+RUN --mount=type=cache,target=/root/.cache/pip \
+    tools/install_locked.sh requirements tpu /stage/req \
+    && tools/install_locked.sh wheels tpu /stage/req /stage/wheels
+
+FROM builder AS project
 COPY training_core ./training_core
 COPY components ./components
 COPY pipelines ./pipelines
-RUN uv sync --frozen --no-dev \
-    && if [ "$VARIANT" = "gpu" ]; then uv pip install "tensorflow[and-cuda]==2.16.2"; fi \
-    && python3 -c "import training_core, components, pipelines, tensorflow_data_validation"
-# KFP lightweight components run `python3 -m kfp.dsl.executor_main`; no entrypoint needed.
+RUN tools/install_locked.sh project /dist
+
+# What every final stage shares. python3 on PATH is the environment's (KFP lightweight
+# components run `python3 -m kfp.dsl.executor_main`; Vertex custom jobs run GCPC's
+# `python3 -m google_cloud_pipeline_components.container.v1.custom_job.launcher`), so no entrypoint.
+FROM ${PYTHON_IMAGE} AS runtime
+ENV PYTHONUNBUFFERED=1 VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
+
+# CUDA, cuDNN, NCCL etc. come from the locked nvidia-* wheels (TensorFlow finds them through its
+# RUNPATH); the NVIDIA driver is mounted into the container by the GPU host (Vertex AI), so the
+# base stays python:3.11-slim.
+FROM runtime AS gpu
+ENV NCF_PIPELINES_IMAGE_VARIANT=gpu
+RUN --mount=type=bind,from=wheels-gpu,source=/stage,target=/stage \
+    --mount=type=bind,from=project,source=/dist,target=/dist \
+    UV=/stage/bin/uv /stage/tools/install_locked.sh install gpu /stage/req /stage/wheels /dist /opt/venv
+
+# TensorFlow's TPU build (tensorflow-tpu) instead of tensorflow. Its libtpu (2.16.0rc0, which
+# also provides the PJRT C API TensorFlow uses on TPU VMs such as v5e) is not on PyPI and so not in
+# uv.lock: until it is, this stage stops with that reason instead of shipping an image that
+# cannot reach a TPU (docs/images.md, "TPU").
+FROM runtime AS tpu
+ENV NCF_PIPELINES_IMAGE_VARIANT=tpu
+RUN --mount=type=bind,from=wheels-tpu,source=/stage,target=/stage \
+    --mount=type=bind,from=project,source=/dist,target=/dist \
+    UV=/stage/bin/uv /stage/tools/install_locked.sh install tpu /stage/req /stage/wheels /dist /opt/venv
+
+# Last, so that a plain `docker build .` builds the CPU image.
+FROM runtime AS cpu
+ENV NCF_PIPELINES_IMAGE_VARIANT=cpu
+RUN --mount=type=bind,from=wheels-cpu,source=/stage,target=/stage \
+    --mount=type=bind,from=project,source=/dist,target=/dist \
+    UV=/stage/bin/uv /stage/tools/install_locked.sh install cpu /stage/req /stage/wheels /dist /opt/venv

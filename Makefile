@@ -2,8 +2,16 @@
 UV_VERSION := 0.13.8
 UV := python3 -m uv
 PYTEST_ARGS ?=
+# Images (docs/images.md): which variants (default: all of components/_image.py's VARIANTS), which
+# repository (default: components/_image.py's IMAGE_REPOSITORY), which image-check engines.
+IMAGE_VARIANTS ?=
+IMAGE_REPOSITORY ?=
+IMAGE_CHECK_ENGINES ?= chroot buildah
+# Where image-check keeps its clean root and downloaded wheels between runs.
+IMAGE_CHECK_WORK ?= out/image-check
 
-.PHONY: help setup run test test-fast lint format bench-prepare bench-reference bench-quality clean
+.PHONY: help setup run test test-fast lint format bench-prepare bench-reference bench-quality \
+	image image-check clean
 
 help: ## Show this help.
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-15s %s\n", $$1, $$2}'
@@ -40,6 +48,22 @@ bench-reference: setup ## Side by side with TF Model Garden's NCF: data prep, tr
 bench-quality: setup ## HR@10/NDCG@10 per epoch, ours vs the reference (writes docs/quality-curve.md).
 	bash bench/reference/setup_reference_env.sh
 	$(UV) run python bench/quality_curve.py --epochs 5 --docs
+
+image: setup ## Build the cpu, gpu and tpu images with Docker; tags from components/_image.py.
+	@command -v docker >/dev/null 2>&1 || { echo "make image needs Docker; without it: make image-check"; exit 1; }
+	@set -e; for variant in $(or $(IMAGE_VARIANTS),$$($(UV) run --frozen python -c \
+			'from components._image import VARIANTS; print(*VARIANTS)')); do \
+		tag=$$($(UV) run --frozen python -m components._image --variant $$variant \
+			$(if $(IMAGE_REPOSITORY),--repository $(IMAGE_REPOSITORY))); \
+		echo "== $$variant -> $$tag"; \
+		DOCKER_BUILDKIT=1 docker build --build-arg UV_VERSION=$(UV_VERSION) \
+			--target $$variant --tag $$tag .; \
+	done
+
+image-check: setup ## Without Docker: each stage's install (--no-build) in a clean root; buildah build (CI).
+	python3 tools/image_check.py --uv-version $(UV_VERSION) --engines $(IMAGE_CHECK_ENGINES) \
+		--work $(IMAGE_CHECK_WORK) \
+		$(if $(IMAGE_VARIANTS),--variants $(IMAGE_VARIANTS))
 
 clean: ## Remove outputs (keeps .venv).
 	rm -rf out .pytest_cache

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# How an image variant's environment is made from uv.lock: the one home of these steps. The
+# Dockerfile's stages run them and `make image-check` (tools/image_check.py) runs the very same
+# ones without Docker, so the two cannot drift. docs/images.md explains the design.
+#
+#   install_locked.sh requirements VARIANT OUT
+#       uv.lock -> OUT/VARIANT.hashes.txt (every locked distribution of the variant, hash-pinned)
+#       and OUT/VARIANT.txt (the same pins without hashes). Needs uv, pyproject.toml and uv.lock
+#       in the working directory; offline (--frozen).
+#   install_locked.sh project OUT
+#       The project's own wheel (training_core, components, pipelines) -> OUT.
+#   install_locked.sh wheels VARIANT REQ OUT
+#       The variant's wheelhouse -> OUT: `pip wheel --require-hashes --no-deps` downloads every
+#       locked wheel (hash-checked against uv.lock) and builds a wheel from the hash-checked sdist
+#       of each package that the lock has only as a source distribution (crcmod, google-apitools,
+#       kfp, kfp-server-api, pyfarmhash; pyfarmhash needs a C++ compiler). Network and compiler.
+#   install_locked.sh install VARIANT REQ WHEELS DIST VENV
+#       A fresh venv at VENV from `python3`, then exactly the pinned set from the wheelhouse:
+#       `uv pip install --no-index --no-build` (offline; refuses to build anything), then the
+#       project wheel from DIST, then `verify`. Needs uv (UV=... or on PATH).
+#   install_locked.sh verify VARIANT [PYTHON]
+#       The checks a finished environment must pass (tools/verify_image.py).
+#
+# Variants are components/_image.py's VARIANTS; what each adds to the base set is export_args.
+set -euo pipefail
+
+die() { echo "install_locked.sh: $*" >&2; exit 1; }
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# The Python that runs pip and tools/wheelhouse.py in the builder steps ($BUILD_PYTHON, else
+# python3). The install step always makes its venv from the image's own `python3`.
+BUILD_PYTHON=${BUILD_PYTHON:-python3}
+
+# The uv executable: $UV, else `uv` on PATH, else the one `python3 -m uv` runs.
+if [ -z "${UV:-}" ]; then
+  UV=$(command -v uv || python3 -c 'import uv; print(uv.find_uv_bin())' 2>/dev/null) \
+    || die "uv not found (set UV=/path/to/uv)"
+fi
+
+# What each image variant installs on top of the base dependencies (pyproject's extras).
+#   tpu: tensorflow-tpu is TensorFlow's TPU build and ships the same `tensorflow/` package as the
+#   `tensorflow` distribution; both in one environment would overwrite each other's files, so the
+#   tpu set is the locked set with `tensorflow` left out and `tensorflow-tpu` in its place.
+export_args() {
+  case "$1" in
+    cpu) ;;
+    gpu) echo "--extra gpu" ;;
+    tpu) echo "--extra tpu --no-emit-package tensorflow" ;;
+    *) die "unknown variant '$1' (cpu, gpu or tpu)" ;;
+  esac
+}
+
+cmd_requirements() {
+  local variant=$1 out=$2 args
+  args=$(export_args "$variant")
+  mkdir -p "$out"
+  # shellcheck disable=SC2086  # args is a list of flags
+  "$UV" export --frozen --no-dev --no-emit-project --format requirements-txt --no-header \
+    $args --output-file "$out/$variant.hashes.txt" >/dev/null
+  # shellcheck disable=SC2086
+  "$UV" export --frozen --no-dev --no-emit-project --format requirements-txt --no-header \
+    --no-hashes --no-annotate $args --output-file "$out/$variant.txt" >/dev/null
+  echo "$variant: $(grep -c '==' "$out/$variant.txt") locked distributions -> $out/$variant.txt"
+}
+
+cmd_project() {
+  local out=$1
+  mkdir -p "$out"
+  rm -f "$out"/ncf_pipelines-*.whl
+  "$UV" build --wheel --out-dir "$out" >/dev/null
+  ls "$out"/ncf_pipelines-*.whl
+}
+
+cmd_wheels() {
+  local variant=$1 req=$2 out=$3 todo
+  [ -f "$req/$variant.hashes.txt" ] || die "no $req/$variant.hashes.txt (run 'requirements' first)"
+  mkdir -p "$out"
+  # Only what the wheelhouse lacks (a re-run downloads nothing; see tools/wheelhouse.py).
+  todo="$out/.todo-$variant.txt"
+  "$BUILD_PYTHON" "$HERE/wheelhouse.py" missing "$req/$variant.hashes.txt" "$out" "$todo"
+  if [ -s "$todo" ]; then
+    # --no-deps: the export is the complete, resolved set. --require-hashes: every file, wheel
+    # or sdist, must match a hash in uv.lock. Wheels are copied as they are; sdists are built,
+    # always through PEP 517 in an isolated build environment (--use-pep517: older pips would
+    # otherwise try `setup.py bdist_wheel` with whatever the builder happens to have).
+    "$BUILD_PYTHON" -m pip wheel --quiet --disable-pip-version-check --no-deps --require-hashes \
+      --use-pep517 --wheel-dir "$out" --requirement "$todo"
+  fi
+  rm -f "$todo"
+  echo "$variant: wheelhouse $out ready"
+}
+
+cmd_install() {
+  local variant=$1 req=$2 wheels=$3 dist=$4 venv=$5 project
+  [ -f "$req/$variant.txt" ] || die "no $req/$variant.txt"
+  project=$(ls "$dist"/ncf_pipelines-*.whl 2>/dev/null | head -n1)
+  [ -n "$project" ] || die "no project wheel in $dist"
+  # A venv without pip: the environment holds the locked set and nothing else.
+  python3 -m venv --without-pip "$venv"
+  # --no-index: only the wheelhouse; --no-build: a missing wheel is an error, never a build;
+  # --no-deps: the pins are the complete resolved set (the export did the resolving), which is
+  # also what lets the tpu set leave `tensorflow` out although TFDV names it.
+  # --compile-bytecode: every container start would otherwise recompile TensorFlow & co.
+  "$UV" pip install --python "$venv/bin/python" --no-index --no-build --no-deps \
+    --find-links "$wheels" --requirement "$req/$variant.txt" --no-cache --quiet \
+    --compile-bytecode
+  "$UV" pip install --python "$venv/bin/python" --no-index --no-build --no-deps \
+    --no-cache --quiet --compile-bytecode "$project"
+  # Every installed distribution's requirements are met. The one exception is the tpu set's
+  # `tensorflow` (tensorflow-tpu provides it) and libtpu, which verify reports in its own words.
+  local problems
+  problems=$("$UV" pip check --python "$venv/bin/python" 2>&1 | grep '^The package' || true)
+  if [ "$variant" = tpu ]; then
+    problems=$(printf '%s\n' "$problems" | grep -v -E 'requires `(tensorflow|libtpu)[=<>!~ ]' || true)
+  fi
+  [ -z "$problems" ] || die "$variant: inconsistent environment:"$'\n'"$problems"
+  cmd_verify "$variant" "$venv/bin/python3"
+}
+
+cmd_verify() {
+  local variant=$1 python=${2:-python3}
+  export_args "$variant" >/dev/null
+  # Quiet TensorFlow's C++ logging; the checks themselves are tools/verify_image.py.
+  PYTHONWARNINGS=ignore::FutureWarning TF_CPP_MIN_LOG_LEVEL=2 "$python" "$HERE/verify_image.py" "$variant"
+}
+
+[ $# -ge 1 ] || die "usage: install_locked.sh requirements|project|wheels|install|verify ..."
+command=$1
+shift
+case "$command" in
+  requirements) [ $# -eq 2 ] || die "usage: requirements VARIANT OUT"; cmd_requirements "$@" ;;
+  project) [ $# -eq 1 ] || die "usage: project OUT"; cmd_project "$@" ;;
+  wheels) [ $# -eq 3 ] || die "usage: wheels VARIANT REQ OUT"; cmd_wheels "$@" ;;
+  install) [ $# -eq 5 ] || die "usage: install VARIANT REQ WHEELS DIST VENV"; cmd_install "$@" ;;
+  verify) [ $# -ge 1 ] || die "usage: verify VARIANT [PYTHON]"; cmd_verify "$@" ;;
+  *) die "unknown command '$command'" ;;
+esac

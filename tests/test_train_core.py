@@ -147,3 +147,31 @@ def test_target_hr_stops_training_early(tiny_data, tmp_path):
     assert cli.main([*argv, "--target-hr", "0.01"]) == 0
     epochs = json.loads(metrics.read_text())["epochs"]
     assert len(epochs) == 1 and epochs[0]["hr_at_10"] >= 0.01
+
+
+def test_a_refused_run_leaves_the_earlier_model_intact(tiny_data, tmp_path):
+    """Another preset into a trained folder is refused before anything in it changes."""
+    from training_core import evaluate as ev
+    from training_core import train as tr
+
+    model_dir = str(tmp_path / "model")
+    strategy = tf.distribute.get_strategy()
+    tr.train(tr.config_for(tiny_data, model_dir, "tiny", epochs=1), strategy)
+    ckpts = os.path.join(model_dir, tr.CHECKPOINT_SUBDIR)
+    before = {
+        p: open(os.path.join(model_dir, p), "rb").read()
+        for p in [
+            tr.MODEL_CONFIG_FILE,
+            *(os.path.join(tr.CHECKPOINT_SUBDIR, f) for f in os.listdir(ckpts)),
+        ]
+        if os.path.isfile(os.path.join(model_dir, p))
+    }
+    with pytest.raises(ValueError) as exc:
+        tr.train(tr.config_for(tiny_data, model_dir, "ml-100k", epochs=1), strategy)
+    message = str(exc.value)
+    assert model_dir in message and "num_factors 8 here, 16 now" in message
+    assert "Nothing in it was changed" in message
+    for p, data in before.items():
+        assert open(os.path.join(model_dir, p), "rb").read() == data, p
+    # The earlier model still evaluates.
+    assert 0 < ev.evaluate(tiny_data, model_dir).hr_at_10

@@ -186,6 +186,36 @@ def write_model_config(model_dir: str, config: NeuMFConfig, meta: DatasetMetadat
     os.replace(tmp, os.path.join(model_dir, MODEL_CONFIG_FILE))
 
 
+def check_model_folder(model_dir: str, config: NeuMFConfig, meta: DatasetMetadata) -> None:
+    """Refuses to train into a folder that holds a model of another shape or other data.
+
+    Checked before anything in the folder is touched, so a refused run leaves the earlier model
+    (its checkpoints and ``model_config.json``) as it was, still fit to evaluate and export.
+
+    Raises:
+        ValueError: naming the folder, what differs, and what to do.
+    """
+    path = os.path.join(model_dir, MODEL_CONFIG_FILE)
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        raw = json.load(f)
+    have = raw.get("model", {})
+    want = json.loads(json.dumps(dataclasses.asdict(config)))  # Tuples as JSON has them.
+    differs = [
+        f"{key} {have[key]} here, {want[key]} now"
+        for key in ("num_factors", "layers")
+        if key in have and have[key] != want[key]
+    ]
+    if raw.get("dataset_fingerprint") != meta.fingerprint:
+        differs.append("it was trained on other prepared data")
+    if differs:
+        raise ValueError(
+            f"{model_dir} already holds another model ({'; '.join(differs)}); train into a new "
+            "--model-dir, or delete this one first. Nothing in it was changed."
+        )
+
+
 def read_model_config(model_dir: str) -> tuple[NeuMFConfig, int, int]:
     """``(config, num_users, num_items)`` of a trained model folder."""
     path = os.path.join(model_dir, MODEL_CONFIG_FILE)
@@ -446,9 +476,10 @@ class _Trainer:
 
     def run(self) -> TrainResult:
         cfg, layout = self.config, self.layout
-        if self.is_chief:
-            write_model_config(cfg.model_dir, cfg.model, self.meta)
+        check_model_folder(cfg.model_dir, cfg.model, self.meta)
         partial = self._restore()
+        if self.is_chief:  # Only once the folder's checkpoint, if any, was restored into it.
+            write_model_config(cfg.model_dir, cfg.model, self.meta)
         history = self.history
         spe = layout.steps_per_epoch
         stopped = bool(

@@ -91,6 +91,14 @@ def input_columns(args: argparse.Namespace):
     return rio.Columns(args.user_col, args.item_col, args.time_col)
 
 
+def add_param_option(
+    parser: argparse.ArgumentParser,
+    help: str = "pipeline parameter (repeatable); converted to the declared type",
+) -> None:
+    """The one ``--param NAME=VALUE`` option (read with ``submit.parse_assignments``)."""
+    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help=help)
+
+
 def example_epilog(*lines: str) -> str:
     """An ``Example:`` block for a subcommand's --help."""
     return "Example:\n" + "\n".join(f"  {line}" for line in lines)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from pipelines.cli import example_epilog
+from pipelines.cli import add_param_option, example_epilog
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,12 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="one container image for every step (default: NCF_PIPELINES_IMAGE, else the "
         "repository's tags per accelerator family)",
     )
-    p.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="compiled default of a pipeline parameter (repeatable); batch sizes are checked "
+    add_param_option(
+        p,
+        "compiled default of a pipeline parameter (repeatable); batch sizes are checked "
         "against the profile's replicas",
     )
     p.add_argument(

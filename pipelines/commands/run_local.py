@@ -6,7 +6,7 @@ import argparse
 import os
 import time
 
-from pipelines.cli import example_epilog
+from pipelines.cli import add_param_option, example_epilog
 
 # Small enough to finish in minutes on 2 CPU cores, on the embedded sample.
 LOCAL_DEFAULTS = {"preset": "ml-100k", "epochs": 4, "eval_negatives": 999, "min_ratings": 20}
@@ -35,12 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="out/local-runs",
         help="folder for the run's artifacts (default out/local-runs)",
     )
-    p.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="pipeline parameter override, e.g. --param epochs=2 (repeatable)",
+    add_param_option(
+        p,
+        "pipeline parameter override, e.g. --param epochs=2 (repeatable)",
     )
     p.set_defaults(func=run)
 

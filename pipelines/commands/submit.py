@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from pipelines.cli import UserError, example_epilog
+from pipelines.cli import UserError, add_param_option, example_epilog
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -52,13 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="Vertex AI label (repeatable; lowercase letters, digits, _ and -)",
     )
-    p.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="pipeline parameter (repeatable); converted to the declared type",
-    )
+    add_param_option(p)
     p.add_argument(
         "--cache",
         action=argparse.BooleanOptionalAction,

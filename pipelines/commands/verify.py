@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipelines.cli import UserError, example_epilog
+from pipelines import verify
+from pipelines.cli import UserError, add_param_option, example_epilog
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,21 +39,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("template", metavar="TEMPLATE", help="compiled pipeline YAML")
     p.add_argument("--data", help="local ratings file or folder behind data_uri (default: sample)")
-    p.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="pipeline parameter (repeatable); converted to the declared type",
-    )
+    add_param_option(p)
     p.add_argument("--work-dir", help="folder for the /gcs/ stand-in and logs (default: temp)")
-    p.add_argument("--project", default="verify-project", help="project the run stands for")
-    p.add_argument("--region", default="us-central1", help="Vertex AI region the run stands for")
+    p.add_argument("--project", default=verify.DEFAULT_PROJECT, help="project the run stands for")
+    p.add_argument(
+        "--region", default=verify.DEFAULT_REGION, help="Vertex AI region the run stands for"
+    )
     p.add_argument("--service-account", help="service account the run would execute as")
     p.add_argument("--network", help="VPC the run would peer with")
     p.add_argument(
         "--pipeline-root",
-        default="gs://ncf-verify/pipeline-root",
+        default=verify.DEFAULT_PIPELINE_ROOT,
         help="gs:// pipeline root the run stands for",
     )
     p.add_argument(
@@ -83,10 +80,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Verifies and prints what ran."""
     from pipelines import submit
-    from pipelines import verify as v
 
     try:
-        report = v.verify(
+        report = verify.verify(
             args.template,
             data_path=args.data,
             parameter_values=submit.parse_assignments(args.param),
@@ -102,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
             task_timeout_s=args.task_timeout,
             echo=lambda line: print(f"  {line}", file=sys.stderr, flush=True),
         )
-    except v.VerifyError as e:
+    except verify.VerifyError as e:
         raise UserError(str(e)) from e
-    print(v.format_report(report))
+    print(verify.format_report(report))
     return 0 if report.ok else 1

@@ -63,9 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    from training_core.publish import FolderBusyError
+
     try:
         return int(args.func(args) or 0)
-    except (UserError, ValueError, FileNotFoundError, FileExistsError) as e:
+    except (UserError, ValueError, FileNotFoundError, FileExistsError, FolderBusyError) as e:
         print(f"ncf-pipelines {args.command}: error: {e}", file=sys.stderr)
         return 2
 

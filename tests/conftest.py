@@ -10,6 +10,7 @@ import pytest
 
 from training_core import records, synthetic
 from training_core.metadata import DatasetMetadata
+from training_core.publish import LOCK_FILE
 
 TINY = dataclasses.replace(synthetic.SHAPES["tiny"], seed=3)
 
@@ -42,6 +43,8 @@ def tree_bytes(root: str) -> dict[str, bytes]:
     out = {}
     for dirpath, _, files in os.walk(root):
         for f in files:
+            if f == LOCK_FILE:  # Who held the folder last, not content.
+                continue
             full = os.path.join(dirpath, f)
             with open(full, "rb") as fh:
                 out[os.path.relpath(full, root)] = fh.read()

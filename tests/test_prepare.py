@@ -11,7 +11,7 @@ import tensorflow as tf
 from conftest import read_split, tree_bytes
 
 from training_core import io as rio
-from training_core import metadata, prepare, records, synthetic
+from training_core import dataset_folder, metadata, prepare, records, synthetic
 
 
 def _config(src, out, **kw):
@@ -139,10 +139,10 @@ def test_byte_identical_for_any_worker_count_and_rerun_is_reused(tmp_path, tiny_
     again = prepare.prepare(_config(tiny_csv, tmp_path / "a", workers=1))
     assert again.reused and again.metadata == a.metadata
     other_seed = prepare.prepare(_config(tiny_csv, tmp_path / "c", seed=1))
-    assert (
-        tree_bytes(other_seed.output_dir)["eval/part-00000-of-00002.tfrecord"]
-        != tree_bytes(a.output_dir)["eval/part-00000-of-00002.tfrecord"]
-    )
+    first_eval = [r.metadata.eval_file_paths(str(r.output_dir))[0] for r in (other_seed, a)]
+    assert [os.path.basename(p) for p in first_eval] == ["part-00000-of-00002.tfrecord"] * 2
+    with open(first_eval[0], "rb") as x, open(first_eval[1], "rb") as y:
+        assert x.read() != y.read()
 
 
 def test_folder_with_another_dataset_is_refused_unless_overwrite(tmp_path, tiny_csv):
@@ -241,7 +241,7 @@ def test_kill_mid_run_never_looks_complete_and_rerun_recovers(tmp_path):
     )
     deadline = time.time() + 120
     while time.time() < deadline:
-        written = list(out.glob("eval/*.tfrecord")) + list(out.glob("train/*/*.tfrecord"))
+        written = list(out.glob("data-*/eval/*.tfrecord"))
         if written:
             break
         time.sleep(0.05)
@@ -255,5 +255,5 @@ def test_kill_mid_run_never_looks_complete_and_rerun_recovers(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "interrupted run" in done.stderr
     assert metadata.read_metadata(out).num_epochs == 4
-    assert not (out / prepare.IN_PROGRESS_FILE).exists()
+    assert not list(out.glob("data-*/.beam-staging"))
     assert not list(out.rglob("*.partial"))

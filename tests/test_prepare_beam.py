@@ -10,7 +10,7 @@ from kfp.dsl import Dataset
 from components.prepare_data import prepare_data
 from pipelines import cli
 from training_core import io as rio
-from training_core import metadata, prepare, prepare_beam, synthetic
+from training_core import dataset_folder, metadata, prepare, prepare_beam, synthetic
 
 IN_PROCESS = ("--direct_num_workers=1",)
 THREADS = ("--direct_num_workers=2", "--direct_running_mode=multi_threading")
@@ -43,7 +43,7 @@ def test_beam_tree_is_byte_identical_to_the_single_path(
     # metadata.json included: the training code cannot tell which path wrote the folder.
     assert tree_bytes(local.output_dir) == tree_bytes(beam.output_dir)
     assert beam.metadata == local.metadata and not beam.reused
-    assert not (tmp_path / "beam" / prepare.BEAM_STAGING).exists()
+    assert not (tmp_path / "beam" / dataset_folder.BEAM_STAGING).exists()
     assert not list((tmp_path / "beam").rglob("*.partial"))
 
 
@@ -101,8 +101,9 @@ def test_reuse_overwrite_and_seed(tmp_path, tiny_csv):
     res = _beam(_config(tiny_csv, out, num_neg=2, overwrite=True))
     assert res.metadata.num_neg == 2 and not res.reused
     other = _beam(_config(tiny_csv, tmp_path / "s1", seed=1))
-    name = "eval/part-00000-of-00002.tfrecord"
-    assert tree_bytes(other.output_dir)[name] != tree_bytes(str(out))[name]
+    first = [r.metadata.eval_file_paths(str(r.output_dir))[0] for r in (other, res)]
+    with open(first[0], "rb") as x, open(first[1], "rb") as y:
+        assert x.read() != y.read()
 
 
 def _bad_inputs(tmp_path):

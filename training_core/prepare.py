@@ -3,13 +3,15 @@
 Steps: read (``io``), clean and index (duplicates, minimum ratings, contiguous ids), split
 leave-one-out by time, then per shard of users and per epoch draw training negatives and eval
 candidates (``sampling``) and write pre-batched records (``records``). Shards run in worker
-processes; the output is byte-identical for any number of workers. ``metadata.json`` and
-``_SUCCESS`` are written last, so an interrupted run never looks complete.
+processes that die with this one; the output is byte-identical for any number of workers. The
+folder is held by one writer and a run builds in a private folder, published in one step
+(``dataset_folder``): an interrupted or failed run never looks complete and never harms the
+dataset that was there.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -24,23 +26,19 @@ from importlib import metadata as importlib_metadata
 
 import numpy as np
 
+from training_core import dataset_folder, publish, records, sampling
 from training_core import io as rio
-from training_core import records, sampling
 from training_core.metadata import (
     FORMAT_VERSION,
     ITEM_VOCAB,
-    METADATA_FILE,
-    SUCCESS_FILE,
     USER_VOCAB,
     DatasetMetadata,
     ShardFile,
     epoch_dir,
-    read_metadata,
 )
 
 log = logging.getLogger(__name__)
 
-IN_PROGRESS_FILE = ".in-progress"
 DEFAULT_EVAL_USERS_PER_BATCH = 160  # As the reference (160 users x 1000 candidates).
 ROWS_PER_AUTO_SHARD = 1_000_000
 
@@ -387,83 +385,31 @@ def _write_eval_shard(shard_index: int) -> tuple[ShardFile, int, float]:
     return shard_file, short, time.perf_counter() - t0
 
 
-def _run_tasks(tasks: list[tuple], workers: int):
-    """Runs ``(fn, args)`` tasks, yielding results in task order."""
+def _call(task: tuple):
+    fn, args = task
+    return fn(*args)
+
+
+@contextlib.contextmanager
+def _task_results(tasks: list[tuple], workers: int):
+    """Runs ``(fn, args)`` tasks, yielding an iterator of results in task order.
+
+    Worker processes die with this one (``publish.die_with_parent``) and are killed when the
+    block ends early, so none outlives the run or writes after it failed.
+    """
     if workers <= 1:
-        for fn, args in tasks:
-            yield fn(*args)
+        yield (fn(*args) for fn, args in tasks)
         return
     ctx = multiprocessing.get_context("fork")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        futures = [pool.submit(fn, *args) for fn, args in tasks]
-        for fut in futures:
-            yield fut.result()
-
-
-# ---------------------------------------------------------------------------------------------
-# Output folder handling.
-# ---------------------------------------------------------------------------------------------
-
-# The Beam path stages its per-shard results under BEAM_STAGING until metadata is written.
-BEAM_STAGING = ".beam-staging"
-_OURS = ("train", "eval", "vocab", METADATA_FILE, SUCCESS_FILE, IN_PROGRESS_FILE, BEAM_STAGING)
-
-
-def _clear_dataset(output_dir: str) -> None:
-    for name in _OURS:
-        path = os.path.join(output_dir, name)
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        elif os.path.exists(path):
-            os.remove(path)
-
-
-def check_output(output_dir: str, fingerprint: str, overwrite: bool) -> DatasetMetadata | None:
-    """Decides what to do with an existing output folder; returns a complete matching dataset."""
-    if not os.path.isdir(output_dir):
-        if os.path.exists(output_dir):
-            raise FileExistsError(f"{output_dir} is a file; --output must be a folder")
-        return None
-    entries = set(os.listdir(output_dir))
-    if not entries:
-        return None
-    if SUCCESS_FILE in entries and METADATA_FILE in entries:
-        existing = read_metadata(output_dir)
-        if existing.fingerprint == fingerprint and not overwrite:
-            return existing
-        if not overwrite:
-            raise FileExistsError(
-                f"{output_dir} already holds a different prepared dataset (source "
-                f"{existing.source.get('path')}, fingerprint {existing.fingerprint[:12]} vs "
-                f"{fingerprint[:12]} now). Choose another --output, or pass --overwrite to "
-                "replace it."
-            )
-        log.warning("replacing the dataset in %s (--overwrite)", output_dir)
-        _clear_dataset(output_dir)
-        return None
-    if IN_PROGRESS_FILE in entries:
-        log.warning(
-            "%s holds an interrupted run's partial output; removing it and starting over",
-            output_dir,
-        )
-        _clear_dataset(output_dir)
-        return None
-    if overwrite and entries <= set(_OURS):
-        _clear_dataset(output_dir)
-        return None
-    raise FileExistsError(
-        f"{output_dir} is not empty and holds no prepared dataset ({', '.join(sorted(entries)[:5])}"
-        f"{'...' if len(entries) > 5 else ''}); choose an empty or new --output folder"
-    )
-
-
-def _write_text_atomic(path: str, text: str) -> None:
-    tmp = path + ".partial"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    pool = ctx.Pool(workers, initializer=publish.die_with_parent, initargs=(os.getpid(),))
+    try:
+        yield pool.imap(_call, tasks)
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
 
 
 def _package_version() -> str:
@@ -553,8 +499,13 @@ def build_metadata(
     train_files: dict[str, list[ShardFile]],
     eval_files: list[ShardFile],
     short_users: int,
+    build: str,
 ) -> DatasetMetadata:
-    """``metadata.json`` from the shards' counts; both engines assemble it here."""
+    """``metadata.json`` from the shards' counts; both engines assemble it here.
+
+    Shard paths are relative to ``build`` (the build folder); metadata names them from the
+    dataset folder.
+    """
     if short_users:
         log.warning(
             "%d users have fewer than %d never-seen items; their eval rows are filled with "
@@ -562,6 +513,8 @@ def build_metadata(
             short_users,
             config.eval_negatives,
         )
+    train_files = {epoch: [_under(build, f) for f in files] for epoch, files in train_files.items()}
+    eval_files = [_under(build, f) for f in eval_files]
     first_epoch = train_files[epoch_dir(0)]
     upb = plan.eval_users_per_batch
     return DatasetMetadata(
@@ -595,8 +548,55 @@ def build_metadata(
         },
         options=plan.options,
         fingerprint=plan.fingerprint,
+        user_vocab=f"{build}/{USER_VOCAB}",
+        item_vocab=f"{build}/{ITEM_VOCAB}",
         created_by=f"ncf-pipelines {_package_version()}",
     )
+
+
+def _under(build: str, f: ShardFile) -> ShardFile:
+    return dataclasses.replace(f, path=f"{build}/{f.path}")
+
+
+def build_options(config: PrepareConfig) -> dict:
+    """The options that decide a run's bytes (not where it reads or writes, nor how fast)."""
+    skip = {"input_path", "output_dir", "workers", "overwrite"}
+    return {k: v for k, v in dataclasses.asdict(config).items() if k not in skip}
+
+
+def build_name(config: PrepareConfig, source_sha: str) -> str:
+    """The build folder this run writes (``dataset_folder.build_name``)."""
+    return dataset_folder.build_name(source_sha, build_options(config), _package_version())
+
+
+@contextlib.contextmanager
+def building(out: str, build: str, num_epochs: int):
+    """Holds ``out`` and makes the build folder; a run that fails leaves ``out`` as it found it.
+
+    Yields the build folder. Wrap the decision to reuse in :func:`holding` first.
+    """
+    root = dataset_folder.begin(out, build, num_epochs, epoch_dir)
+    try:
+        yield root
+    except BaseException:
+        dataset_folder.discard(out, build)
+        raise
+
+
+@contextlib.contextmanager
+def holding(out: str):
+    """``out`` held by this run (waiting for another writer), SIGTERM cleaning up on the way out.
+
+    A folder this run created is removed again if the run fails before publishing.
+    """
+    created = not os.path.exists(out)
+    try:
+        with publish.terminate_as_exit(), publish.hold(out, "prepare-data", wait=True):
+            yield
+    except BaseException:
+        if created and not dataset_folder.is_published(out):
+            shutil.rmtree(out, ignore_errors=True)
+        raise
 
 
 def dataset_bytes(meta: DatasetMetadata) -> int:
@@ -606,35 +606,19 @@ def dataset_bytes(meta: DatasetMetadata) -> int:
     )
 
 
-def start_output(out: str, num_epochs: int) -> None:
-    """Marks ``out`` in progress and makes its folders (after ``check_output``)."""
-    os.makedirs(out, exist_ok=True)
-    _write_text_atomic(os.path.join(out, IN_PROGRESS_FILE), f"pid {os.getpid()}\n")
-    for e in range(num_epochs):
-        os.makedirs(os.path.join(out, "train", epoch_dir(e)), exist_ok=True)
-    os.makedirs(os.path.join(out, "eval"), exist_ok=True)
-    os.makedirs(os.path.join(out, "vocab"), exist_ok=True)
-
-
-def publish(out: str, meta: DatasetMetadata) -> None:
-    """Writes ``metadata.json`` then ``_SUCCESS``: from here on the folder is complete."""
-    _write_text_atomic(os.path.join(out, METADATA_FILE), meta.to_json())
-    _write_text_atomic(os.path.join(out, SUCCESS_FILE), "")
-    os.remove(os.path.join(out, IN_PROGRESS_FILE))
-
-
 def prepare(config: PrepareConfig) -> PrepareResult:
     """Runs data preparation end to end and returns the dataset's metadata.
 
-    A folder that already holds the same dataset (same source content and options) is reused as
-    is, so a re-run or a retried pipeline step costs only the source hash.
+    A folder that already holds the same dataset (same source content and options) and passes
+    its size checks is reused as is, so a re-run or a retried pipeline step costs only the
+    source read. A damaged one is prepared again; a different one is kept unless ``overwrite``.
     """
     config.check()
     t0 = time.perf_counter()
     files, fmt = rio.resolve_input(config.input_path, config.format)
     source_sha = rio.file_sha256(files)
     data = rio.read_interactions(config.input_path, fmt, config.columns)
-    timings = {"read": time.perf_counter() - t0}
+    timings: dict[str, float] = {"read": time.perf_counter() - t0}
     log.info(
         "read %d interactions from %s (%s) in %.1fs",
         len(data),
@@ -646,30 +630,55 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     indexed = index_interactions(data, config.min_ratings)
     timings["index"] = time.perf_counter() - t_index
     del data
-    num_users, num_items = indexed.num_users, indexed.num_items
-    plan = make_plan(config, fmt, source_sha, indexed.stats["rows_kept"], num_users, num_items)
-    num_shards = plan.num_shards
-
-    existing = check_output(config.output_dir, plan.fingerprint, config.overwrite)
-    if existing is not None:
-        log.info(
-            "%s already holds this dataset (fingerprint %s); reusing it",
-            config.output_dir,
-            plan.fingerprint[:12],
-        )
-        return PrepareResult(
-            existing,
-            config.output_dir,
-            True,
-            time.perf_counter() - t0,
-            dataset_bytes(existing),
-        )
-
+    plan = make_plan(
+        config, fmt, source_sha, indexed.stats["rows_kept"], indexed.num_users, indexed.num_items
+    )
     out = config.output_dir
-    start_output(out, config.num_epochs)
+    build = build_name(config, source_sha)
+    with holding(out):
+        existing = dataset_folder.decide(out, (plan.fingerprint,), build, config.overwrite)
+        if existing is not None:
+            log.info(
+                "%s already holds this dataset (fingerprint %s); reusing it",
+                out,
+                plan.fingerprint[:12],
+            )
+            seconds = time.perf_counter() - t0
+            return PrepareResult(existing, out, True, seconds, dataset_bytes(existing))
+        with building(out, build, config.num_epochs) as root:
+            shards = _write_shards(indexed, plan, config, root, timings)
+            publish.write_text_atomic(
+                os.path.join(root, USER_VOCAB), vocab_text(indexed.user_vocab)
+            )
+            publish.write_text_atomic(
+                os.path.join(root, ITEM_VOCAB), vocab_text(indexed.item_vocab)
+            )
+            meta = build_metadata(
+                config,
+                plan,
+                files,
+                fmt,
+                source_sha,
+                indexed.stats,
+                indexed.num_users,
+                indexed.num_items,
+                *shards,
+                build,
+            )
+            dataset_folder.publish(out, meta)
+    return PrepareResult(meta, out, False, time.perf_counter() - t0, dataset_bytes(meta), timings)
 
+
+def _write_shards(
+    indexed: IndexedData, plan: Plan, config: PrepareConfig, root: str, timings: dict
+) -> tuple[dict[str, list[ShardFile]], list[ShardFile], int]:
+    """Every shard's eval file and per-epoch training files under ``root``, in worker processes.
+
+    Returns the training files per epoch, the eval files and the count of short users.
+    """
+    num_shards = plan.num_shards
     _WORK.clear()
-    _WORK.update(data=indexed, output_dir=out, opts=plan.shard_options(config))
+    _WORK.update(data=indexed, output_dir=root, opts=plan.shard_options(config))
     tasks = [(_write_eval_shard, (s,)) for s in range(num_shards)]
     tasks += [
         (_write_train_shard, (s, e)) for e in range(config.num_epochs) for s in range(num_shards)
@@ -677,14 +686,13 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     workers = min(config.workers or os.cpu_count() or 1, len(tasks))
     log.info(
         "%d users, %d items, %d shards, %d epochs: writing %d files with %d workers",
-        num_users,
-        num_items,
+        indexed.num_users,
+        indexed.num_items,
         num_shards,
         config.num_epochs,
         len(tasks),
         workers,
     )
-
     eval_files: list[ShardFile] = []
     train_files: dict[str, list[ShardFile]] = {epoch_dir(e): [] for e in range(config.num_epochs)}
     short_users = 0
@@ -692,53 +700,35 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     task_seconds = {"train": 0.0, "eval": 0.0}
     t_write = time.perf_counter()
     try:
-        for done, ((fn, args), result) in enumerate(
-            zip(tasks, _run_tasks(tasks, workers), strict=True), start=1
-        ):
-            if fn is _write_eval_shard:
-                shard_file, short, seconds = result
-                eval_files.append(shard_file)
-                short_users += short
-                task_seconds["eval"] += seconds
-            else:
-                shard_file, seconds = result
-                train_files[epoch_dir(args[1])].append(shard_file)
-                task_seconds["train"] += seconds
-            written_rows += shard_file.elements
-            rate = written_rows / max(time.perf_counter() - t_write, 1e-9)
-            log.info(
-                "[%d/%d] %s: %d rows, %.1f MB (%.2fM rows/s overall)",
-                done,
-                len(tasks),
-                shard_file.path,
-                shard_file.elements,
-                shard_file.bytes / 1e6,
-                rate / 1e6,
-            )
+        with _task_results(tasks, workers) as results:
+            for done, ((fn, args), result) in enumerate(zip(tasks, results, strict=True), start=1):
+                if fn is _write_eval_shard:
+                    shard_file, short, seconds = result
+                    eval_files.append(shard_file)
+                    short_users += short
+                    task_seconds["eval"] += seconds
+                else:
+                    shard_file, seconds = result
+                    train_files[epoch_dir(args[1])].append(shard_file)
+                    task_seconds["train"] += seconds
+                written_rows += shard_file.elements
+                rate = written_rows / max(time.perf_counter() - t_write, 1e-9)
+                log.info(
+                    "[%d/%d] %s: %d rows, %.1f MB (%.2fM rows/s overall)",
+                    done,
+                    len(tasks),
+                    shard_file.path,
+                    shard_file.elements,
+                    shard_file.bytes / 1e6,
+                    rate / 1e6,
+                )
     finally:
         _WORK.clear()
     timings["write"] = time.perf_counter() - t_write
     timings["train_task_seconds"] = task_seconds["train"]
     timings["eval_task_seconds"] = task_seconds["eval"]
     timings["workers"] = workers
-
-    _write_text_atomic(os.path.join(out, USER_VOCAB), vocab_text(indexed.user_vocab))
-    _write_text_atomic(os.path.join(out, ITEM_VOCAB), vocab_text(indexed.item_vocab))
-    meta = build_metadata(
-        config,
-        plan,
-        files,
-        fmt,
-        source_sha,
-        indexed.stats,
-        num_users,
-        num_items,
-        train_files,
-        eval_files,
-        short_users,
-    )
-    publish(out, meta)
-    return PrepareResult(meta, out, False, time.perf_counter() - t0, dataset_bytes(meta), timings)
+    return train_files, eval_files, short_users
 
 
 def summary(result: PrepareResult) -> str:

@@ -39,7 +39,7 @@ import pyarrow.csv as pacsv
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from training_core import beam_source, prepare, records, sampling
+from training_core import beam_source, dataset_folder, prepare, records, sampling
 from training_core import io as rio
 from training_core.metadata import ITEM_VOCAB, USER_VOCAB, ShardFile, epoch_dir
 
@@ -469,7 +469,8 @@ def write_shard(element, summary: Summary, config: prepare.PrepareConfig, out: s
         "seconds": time.perf_counter() - t0,
     }
     _write_text(
-        FileSystems.join(out, prepare.BEAM_STAGING, f"shard-{index:05d}.json"), json.dumps(result)
+        FileSystems.join(out, dataset_folder.BEAM_STAGING, f"shard-{index:05d}.json"),
+        json.dumps(result),
     )
     return [index]
 
@@ -484,7 +485,7 @@ def write_summary(summary: Summary, out: str) -> None:
         "num_items": len(summary.item_vocab),
         "plan": dataclasses.asdict(summary.plan),
     }
-    _write_text(FileSystems.join(out, prepare.BEAM_STAGING, _SUMMARY), json.dumps(payload))
+    _write_text(FileSystems.join(out, dataset_folder.BEAM_STAGING, _SUMMARY), json.dumps(payload))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -607,62 +608,67 @@ def prepare_beam(config: prepare.PrepareConfig, beam_config: BeamConfig) -> prep
     specs = describe_files(files, fmt, config.columns, remote)
     source_sha = rio.file_sha256(files)
     out = config.output_dir
-    fingerprint = _predicted_fingerprint(config, out, fmt, source_sha)
-    existing = prepare.check_output(out, fingerprint, config.overwrite)
-    if existing is not None:
-        log.info(
-            "%s already holds this dataset (fingerprint %s); reusing it", out, fingerprint[:12]
-        )
-        return prepare.PrepareResult(
-            existing, out, True, time.perf_counter() - t0, prepare.dataset_bytes(existing)
-        )
-    chunks = list_chunks(specs, beam_config.range_bytes)
-    num_buckets = beam_config.num_buckets or max(4, min(4096, 2 * len(chunks)))
-    created = not os.path.exists(out)
-    prepare.start_output(out, config.num_epochs)
-    os.makedirs(os.path.join(out, prepare.BEAM_STAGING), exist_ok=True)
-    log.info(
-        "Beam data prep of %s (%s): %d chunks, %d user buckets, runner %s",
-        ", ".join(files),
-        fmt,
-        len(chunks),
-        num_buckets,
-        runner_name or "in-process",
-    )
-    t_job = time.perf_counter()
-    try:
-        runner = None if runner_name else beam_source.in_process_runner(options)
-        with beam.Pipeline(runner=runner, options=options) as p:
-            build_pipeline(
-                p,
-                config,
-                specs,
-                chunks,
-                num_buckets,
-                fmt,
-                source_sha,
-                beam_source.beam_path(out, remote),
-                remote,
+    build = prepare.build_name(config, source_sha)
+    with prepare.holding(out):
+        fingerprint = _predicted_fingerprint(config, out, fmt, source_sha)
+        existing = dataset_folder.decide(out, (fingerprint,), build, config.overwrite)
+        if existing is not None:
+            log.info(
+                "%s already holds this dataset (%s); reusing it", out, existing.fingerprint[:12]
             )
-    except Exception as e:
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
-        else:
-            prepare._clear_dataset(out)
-        _raise_failure(e, specs)
-        raise
-    timings = {"job": time.perf_counter() - t_job}
-    meta = _assemble(config, out, files, fmt, source_sha)
-    prepare.publish(out, meta)
-    shutil.rmtree(os.path.join(out, prepare.BEAM_STAGING), ignore_errors=True)
+            return prepare.PrepareResult(
+                existing, out, True, time.perf_counter() - t0, prepare.dataset_bytes(existing)
+            )
+        chunks = list_chunks(specs, beam_config.range_bytes)
+        num_buckets = beam_config.num_buckets or max(4, min(4096, 2 * len(chunks)))
+        with prepare.building(out, build, config.num_epochs) as root:
+            staging = os.path.join(root, dataset_folder.BEAM_STAGING)
+            os.makedirs(staging, exist_ok=True)
+            log.info(
+                "Beam data prep of %s (%s): %d chunks, %d user buckets, runner %s",
+                ", ".join(files),
+                fmt,
+                len(chunks),
+                num_buckets,
+                runner_name or "in-process",
+            )
+            t_job = time.perf_counter()
+            try:
+                runner = None if runner_name else beam_source.in_process_runner(options)
+                with beam.Pipeline(runner=runner, options=options) as p:
+                    build_pipeline(
+                        p,
+                        config,
+                        specs,
+                        chunks,
+                        num_buckets,
+                        fmt,
+                        source_sha,
+                        beam_source.beam_path(root, remote),
+                        remote,
+                    )
+            except Exception as e:
+                _raise_failure(e, specs)
+                raise
+            timings = {"job": time.perf_counter() - t_job}
+            meta = _assemble(config, root, files, fmt, source_sha, build)
+            shutil.rmtree(staging, ignore_errors=True)
+            dataset_folder.publish(out, meta)
     return prepare.PrepareResult(
         meta, out, False, time.perf_counter() - t0, prepare.dataset_bytes(meta), timings
     )
 
 
-def _assemble(config: prepare.PrepareConfig, out: str, files: list[str], fmt: str, source_sha: str):
-    """metadata.json's content from the staged summary and per-shard results."""
-    staging = os.path.join(out, prepare.BEAM_STAGING)
+def _assemble(
+    config: prepare.PrepareConfig,
+    root: str,
+    files: list[str],
+    fmt: str,
+    source_sha: str,
+    build: str,
+):
+    """metadata.json's content from the staged summary and per-shard results in ``root``."""
+    staging = os.path.join(root, dataset_folder.BEAM_STAGING)
     with open(os.path.join(staging, _SUMMARY)) as f:
         summary = json.load(f)
     plan = prepare.Plan(**summary["plan"])
@@ -699,4 +705,5 @@ def _assemble(config: prepare.PrepareConfig, out: str, files: list[str], fmt: st
         train_files,
         eval_files,
         sum(r["short_users"] for r in results),
+        build,
     )

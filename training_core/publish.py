@@ -1,0 +1,181 @@
+"""How outputs are written: one writer per folder, private builds, files published by rename.
+
+- :func:`write_text_atomic` publishes a small file in one step (write aside, fsync, rename).
+- :func:`hold` makes a process the only writer of a folder for a while: an exclusive ``flock``
+  on ``<folder>/.lock``, released by the kernel when the process dies, however it dies. The file
+  also says who holds it, for the message a second writer gets.
+- :func:`die_with_parent` makes a worker process die with the process that started it.
+- :func:`terminate_as_exit` turns SIGTERM into ``SystemExit`` so that ``finally`` blocks clean up.
+
+On the Cloud Storage FUSE mount (``/gcs/...`` on Vertex AI) ``flock`` is not shared between
+machines; there each pipeline task writes its own artifact folder, and readers still see only
+published states because the last step of a publish is one object write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import errno
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = ".lock"
+PARTIAL_SUFFIX = ".partial"
+
+
+class FolderBusyError(RuntimeError):
+    """Another live process is writing to the folder."""
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    """Writes ``text`` to ``path`` so that a reader sees the old content or the new, never part."""
+    tmp = path + PARTIAL_SUFFIX
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Holder:
+    """Who holds a folder's lock: what they run, where and since when."""
+
+    what: str
+    pid: int
+    host: str
+    since: float
+
+    def describe(self) -> str:
+        """``train (pid 123 on host h, since 2026-11-23 10:00:00)``."""
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
+        return f"{self.what} (pid {self.pid} on host {self.host}, since {started})"
+
+
+def _read_holder(fd: int) -> Holder | None:
+    try:
+        raw = os.pread(fd, 4096, 0)
+        return Holder(**json.loads(raw.decode()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+_UNSUPPORTED = {errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOLCK}
+_HELD: set[int] = set()  # Lock fds of this process, closed in forked workers.
+
+
+@contextlib.contextmanager
+def hold(folder: str, what: str, wait: bool) -> Iterator[None]:
+    """Holds ``folder`` (created if missing) as its only writer until the block ends.
+
+    Args:
+        folder: the output folder.
+        what: what this process is, for another writer's message (``prepare-data``).
+        wait: wait for a writer that holds it (logging who); else raise at once.
+
+    Raises:
+        FolderBusyError: ``wait`` is false and another process holds the folder.
+    """
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, LOCK_FILE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    _HELD.add(fd)
+    try:
+        locked = _acquire(fd, folder, path, what, wait)
+        while locked and not _same_file(fd, path):  # Removed by a writer that gave up: again.
+            _HELD.discard(fd)
+            os.close(fd)
+            os.makedirs(folder, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            _HELD.add(fd)
+            locked = _acquire(fd, folder, path, what, wait)
+        if locked:
+            me = Holder(what, os.getpid(), socket.gethostname(), time.time())
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(dataclasses.asdict(me)).encode(), 0)
+        yield
+    finally:
+        _HELD.discard(fd)
+        os.close(fd)  # Releases the lock (workers drop their copy: see die_with_parent).
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _acquire(fd: int, folder: str, path: str, what: str, wait: bool) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError as e:
+        if e.errno in _UNSUPPORTED:
+            log.warning(
+                "%s: this file system has no file locks (%s); going on without one. Keep to one "
+                "writer per folder here (each Vertex AI task has its own output folder).",
+                path,
+                e.strerror,
+            )
+            return False
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise
+    holder = _read_holder(fd)
+    who = holder.describe() if holder else "another process"
+    if not wait:
+        raise FolderBusyError(
+            f"{folder} is being written by {who}; wait for it to finish, or choose another "
+            f"folder for this {what}"
+        ) from None
+    log.warning("%s is being written by %s; waiting for it to finish", folder, who)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return True
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """In a forked worker: be killed when the parent dies (Linux); drop inherited lock fds.
+
+    If the parent died before this ran, exits at once. Use as a pool's ``initializer``.
+    """
+    for fd in tuple(_HELD):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def _raise_exit(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def terminate_as_exit() -> Iterator[None]:
+    """Within the block, SIGTERM raises ``SystemExit`` (main thread only; else a no-op)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_exit)
+    except ValueError:  # Not the main thread.
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -156,3 +156,101 @@ def test_sniffs_layout_of_unnamed_files(tmp_path):
     tsv = tmp_path / "b.txt"
     tsv.write_text("1\t2\t5\t100\n")
     assert rio.read_interactions(str(tsv)).format == rio.MOVIELENS_100K
+
+
+# Timestamps written as text: every ISO-8601 form Python reads, and bad values named by line.
+
+
+def test_bad_iso_timestamp_names_line_value_and_what_to_do(tmp_path):
+    # Arrow's own error quotes the last value its cast rejects (here a valid time with a
+    # fraction, from another row) and no row; the message must quote the bad value instead.
+    p = tmp_path / "events.csv"
+    p.write_text(
+        "user_id,item_id,timestamp\n"
+        "1,2,2020-01-01T10:00:00\n"
+        "1,3,2020-13-45\n"
+        "2,4,2020-01-02T10:00:00.5\n"
+    )
+    with pytest.raises(rio.DataError) as exc:
+        rio.read_interactions(str(p))
+    message = str(exc.value)
+    assert message.startswith(
+        f"{p}:3: timestamp '2020-13-45' in column 'timestamp' is not a valid time; "
+    )
+    assert "2020-01-02T10:00:00.5" not in message
+    assert "epoch seconds or ISO-8601" in message and "fix or drop this row" in message
+
+
+def test_bad_timestamp_in_parquet_names_the_data_row(tmp_path):
+    table = pa.table(
+        {
+            "user_id": [1, 1, 2],
+            "item_id": [2, 3, 4],
+            "timestamp": ["2020-01-01T10:00:00Z", "2020-01-02T10:00:00.25", "2020-13-45"],
+        }
+    )
+    pq.write_table(table, tmp_path / "t.parquet")
+    with pytest.raises(
+        rio.DataError,
+        match=r"t\.parquet: data row 3: timestamp '2020-13-45' in column 'timestamp' is not a "
+        "valid time",
+    ):
+        rio.read_interactions(str(tmp_path / "t.parquet"))
+
+
+def test_iso_timestamps_with_fractions_and_zones_are_read_as_floored_seconds(tmp_path):
+    base = 1_577_872_800  # 2020-01-01T10:00:00Z
+    frac = tmp_path / "frac.csv"
+    frac.write_text("user_id,item_id,timestamp\n1,2,2020-01-01T10:00:00.75\n1,3,2020-01-01\n")
+    assert rio.read_interactions(str(frac)).timestamps.tolist() == [base, base - 36_000]
+    mixed = tmp_path / "mixed.csv"  # With and without a zone, and epoch seconds, in one column.
+    mixed.write_text(
+        "user_id,item_id,timestamp\n"
+        "1,2,2020-01-01T12:00:00+02:00\n1,3,2020-01-01T10:00:00Z\n1,4,2020-01-01 10:00:00\n"
+        f"1,5,{base}\n"
+    )
+    assert rio.read_interactions(str(mixed)).timestamps.tolist() == [base] * 4
+
+
+def test_bad_timestamp_after_the_first_block_names_its_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(rio, "_BLOCK_BYTES", 64)  # Types come from the first (integer) block.
+    p = tmp_path / "events.csv"
+    rows = [f"{u},{u + 1},{1_000_000_000 + u}" for u in range(1, 20)]
+    rows[15] = "16,17,2020-13-45"
+    p.write_text("user_id,item_id,timestamp\n" + "\n".join(rows) + "\n")
+    with pytest.raises(rio.DataError, match=r"events\.csv:17: timestamp '2020-13-45'"):
+        rio.read_interactions(str(p))
+
+
+# Negative ids: one rule (io.MIN_ID) for prepare-data and validate.
+
+
+def test_negative_ids_are_rejected_with_file_line_column_and_value(tmp_path):
+    assert rio.MIN_ID == 0
+    csv_path = tmp_path / "events.csv"
+    csv_path.write_text("user_id,item_id,timestamp\n1,2,100\n1,3,101\n-1,4,102\n")
+    with pytest.raises(rio.DataError) as exc:
+        rio.read_interactions(str(csv_path))
+    assert str(exc.value) == (
+        f"{csv_path}:4: user id -1 in column 'user_id' is negative; ids must be integers >= 0 "
+        "(a -1 usually marks a missing value): drop those rows or fill in the ids."
+    )
+    dat = tmp_path / "ratings.dat"
+    dat.write_text("1::2::5::100\n2::-7::4::101\n")
+    with pytest.raises(rio.DataError, match=r"ratings\.dat:2: item id -7 in field 2 is negative"):
+        rio.read_interactions(str(dat))
+    pq.write_table(
+        pa.table({"user_id": [1, 2, 3], "item_id": [4, -1, 6], "timestamp": [1, 2, 3]}),
+        tmp_path / "x.parquet",
+    )
+    with pytest.raises(
+        rio.DataError, match=r"x\.parquet: data row 2: item id -1 in column 'item_id' is negative"
+    ):
+        rio.read_interactions(str(tmp_path / "x.parquet"))
+
+
+def test_quoted_commas_do_not_hide_the_bad_line(tmp_path):
+    p = tmp_path / "events.csv"
+    p.write_text('user_id,item_id,title,timestamp\n1,2,"Heat, 1995",100\n-3,4,"Up",101\n')
+    with pytest.raises(rio.DataError, match=r"events\.csv:3: user id -3 in column 'user_id'"):
+        rio.read_interactions(str(p))

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training_core import records
+from training_core import input_pipeline, records
 
 
 def _tf_example(cols, lo, hi):
@@ -68,3 +68,44 @@ def test_encoder_rejects_bad_shapes():
         records.encode_examples({"user_id": np.array([-1, 2])}, 2)
     with pytest.raises(ValueError, match="rows"):
         records.encode_examples({"a": np.arange(4), "b": np.arange(2)}, 2)
+
+
+def _shards(tmp_path, count, batch=16, batches=4):
+    paths = []
+    for s in range(count):
+        cols = {n: np.arange(batch * batches) + s for n in records.TRAIN_FEATURES}
+        path = tmp_path / records.shard_name(s, count)
+        records.write_tfrecord_file(path, records.encode_examples(cols, batch))
+        paths.append(str(path))
+    return paths
+
+
+def test_a_damaged_shard_in_an_interleaved_stream_is_named(tmp_path):
+    paths = _shards(tmp_path, 3)
+    blob = bytearray(open(paths[1], "rb").read())
+    blob[len(blob) // 2] ^= 0x01  # One flipped bit: same size, a bad checksum.
+    open(paths[1], "wb").write(bytes(blob))
+    # What TensorFlow says alone: an offset, no file.
+    with pytest.raises(tf.errors.DataLossError, match="corrupted record at") as raw:
+        for _ in input_pipeline.ordered_records(paths):
+            pass
+    assert paths[1] not in str(raw.value)
+    # Named: the file, the offset, and what to do.
+    with pytest.raises(records.CorruptRecordsError) as exc:
+        with input_pipeline.naming_damaged_files(paths):
+            for _ in input_pipeline.ordered_records(paths):
+                pass
+    message = str(exc.value)
+    assert message.startswith(f"{paths[1]}: corrupted record at byte ")
+    assert "prepare-data --overwrite" in message and paths[0] not in message
+    assert isinstance(exc.value, ValueError)  # The CLI prints it without a traceback.
+    [(path, what)] = input_pipeline.find_unreadable(paths)
+    assert path == paths[1] and what.startswith("corrupted record at byte ")
+
+
+def test_a_data_loss_that_does_not_happen_again_says_so(tmp_path):
+    paths = _shards(tmp_path, 2)
+    error = tf.errors.DataLossError(None, None, "corrupted record at 12")
+    message = str(input_pipeline.explain_data_loss(error, paths))
+    assert "corrupted record at byte 12" in message and "reads cleanly now" in message
+    assert str(tmp_path) in message

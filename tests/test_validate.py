@@ -310,3 +310,87 @@ def test_component_through_kfp_local_baseline_workflow(clean_run):
     assert "COMPARATOR_JENSEN_SHANNON_DIVERGENCE_HIGH" in open(report.path).read()
     with pytest.raises(RuntimeError, match="FAILURE"):
         gate(fail=True, **args)
+
+
+# Ratings on the MovieLens scales, and what the gate does not check.
+
+
+def _movielens(tmp_path, layout: str, bad_rating: str | None = None) -> str:
+    """A small MovieLens file (ml-20m ratings.csv or ml-1m ratings.dat) from clean.csv's rows."""
+    rows = [line.split(",") for line in open(CLEAN).read().splitlines()[1:]]
+    ratings = [f"{int(r) - 0.5:g}" if i % 3 == 0 else r for i, (_, _, r, _) in enumerate(rows)]
+    if layout == "ml-1m":
+        ratings = [r for (_, _, r, _) in rows]  # Whole stars.
+    if bad_rating is not None:
+        ratings[100] = bad_rating
+    folder = tmp_path / layout
+    folder.mkdir(parents=True)
+    if layout == "ml-1m":
+        path = folder / "ratings.dat"
+        path.write_text(
+            "".join(f"{u}::{i}::{r}::{t}\n" for (u, i, _, t), r in zip(rows, ratings, strict=True))
+        )
+    else:
+        path = folder / "ratings.csv"
+        path.write_text(
+            "userId,movieId,rating,timestamp\n"
+            + "".join(f"{u},{i},{r},{t}\n" for (u, i, _, t), r in zip(rows, ratings, strict=True))
+        )
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "layout,kind", [("ml-20m", "FLOAT_TYPE_BIG_FLOAT"), ("ml-1m", "INT_TYPE_BIG_INT")]
+)
+def test_movielens_rating_off_its_scale_blocks(tmp_path, layout, kind):
+    clean = v.validate(_config(_movielens(tmp_path, layout), tmp_path / "clean"))
+    assert clean.passed
+    rating = tfdv.get_feature(tfdv.load_schema_text(clean.schema_path), "rating")
+    domain = rating.float_domain if layout == "ml-20m" else rating.int_domain
+    assert (domain.min, domain.max) == ((0.5, 5.0) if layout == "ml-20m" else (1, 5))
+    with pytest.raises(v.ValidationFailed) as exc:
+        v.validate(_config(_movielens(tmp_path / "bad", layout, "99"), tmp_path / "o"))
+    assert _kinds(exc.value.result) == {("rating", kind)}
+    message = str(exc.value)
+    assert f"rating: {kind}: " in message and "99" in message
+    assert "What to do: ratings off the layout's scale" in message
+
+
+def test_the_report_says_which_columns_were_not_checked(tmp_path, capsys):
+    lines = open(CLEAN).read().splitlines()
+    extra = tmp_path / "events.csv"
+    extra.write_text(
+        "\n".join([lines[0] + ",genre"] + [line + ",drama" for line in lines[1:]]) + "\n"
+    )
+    result = v.validate(_config(str(extra), tmp_path / "o"))
+    assert result.passed
+    assert any(c.startswith("genre: not read") for c in result.not_checked)
+    assert any(
+        c.startswith("rating: values not range-checked (no known rating scale for csv data)")
+        for c in result.not_checked
+    )
+    assert "user_id: integer, in every row, >= 0" in result.checked
+    assert "not checked: genre: not read" in v.summary(result)
+    page = open(result.report_path).read()
+    assert "Not checked" in page and "genre: not read" in page
+    assert v.artifact_metadata(result)["not_checked"] == list(result.not_checked)
+    # A MovieLens csv: every column has a range, and only the half-star steps are left.
+    ml = v.validate(_config(_movielens(tmp_path, "ml-20m"), tmp_path / "ml"))
+    assert ml.not_checked == (
+        "rating: steps of 0.5 (only the range is checked; a schema cannot express steps)",
+    )
+    assert "rating: number, in every row, 0.5..5" in ml.checked
+
+
+def test_negative_ids_follow_the_reader_rule(clean_run, tmp_path):
+    schema = tfdv.load_schema_text(clean_run.schema_path)
+    for name in ("user_id", "item_id"):
+        assert tfdv.get_feature(schema, name).int_domain.min == rio.MIN_ID
+    with pytest.raises(v.ValidationFailed) as exc:
+        v.validate(_config("out_of_range.csv", tmp_path))
+    [item] = [a for a in exc.value.result.anomalies if a.feature == "item_id"]
+    assert item.advice.startswith(rio.NEGATIVE_ID_ADVICE)
+    # prepare-data's reader gives the same rule for the same file.
+    with pytest.raises(rio.DataError, match=r"out_of_range\.csv:2: item id -50 .*is negative") as e:
+        rio.read_interactions(_path("out_of_range.csv"))
+    assert rio.NEGATIVE_ID_ADVICE in str(e.value)

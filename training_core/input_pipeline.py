@@ -9,10 +9,12 @@ only its own replicas' share where the pre-batch allows, else parses the chunk a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator, Sequence
 
 import tensorflow as tf
 
@@ -249,6 +251,69 @@ def eval_dataset_fn(
         return ds.prefetch(tf.data.AUTOTUNE)
 
     return dataset_fn
+
+
+_WHERE = re.compile(r"(corrupted|truncated) record at (\d+)")
+
+
+def find_unreadable(files: Sequence[str]) -> list[tuple[str, str]]:
+    """(file, what is wrong) for each file TensorFlow cannot read to the end, in order.
+
+    Reads every record of every file: meant for the error path, to name the file that a
+    ``DataLossError`` from a dataset over many (interleaved) files came from.
+    """
+    bad = []
+    for path in files:
+        try:
+            tf.data.TFRecordDataset(path).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
+        except tf.errors.OpError as e:
+            bad.append((path, _reason(e)))
+    return bad
+
+
+def _reason(error: tf.errors.OpError) -> str:
+    """``corrupted record at byte 34235`` out of TensorFlow's message, without op names."""
+    text = error.message or str(error)
+    found = _WHERE.search(text)
+    if found:
+        return f"{found.group(1)} record at byte {found.group(2)}"
+    line = (text.strip().splitlines() or [type(error).__name__])[0]
+    return re.sub(r"\{\{.*?\}\}\s*|\s*\[Op:.*$", "", line).strip() or type(error).__name__
+
+
+def explain_data_loss(error: tf.errors.OpError, files: Sequence[str]) -> Exception:
+    """A clear error for ``error`` (a DataLossError while reading ``files``), naming the file.
+
+    TensorFlow's message (``corrupted record at 34235``) names no file; this one reads each file
+    again to find which ones are damaged. Raise what it returns ``from None``.
+    """
+    bad = find_unreadable(files)
+    if not bad:
+        first = _reason(error)
+        where = os.path.dirname(files[0]) if files else "the dataset"
+        return records.CorruptRecordsError(
+            f"reading the TFRecord files in {where} failed ({first}), but each reads cleanly "
+            f"now: a passing storage error? Run again; if it happens again, "
+            f"{records.PREPARE_AGAIN}."
+        )
+    path, what = bad[0]
+    also = f" (also unreadable: {', '.join(p for p, _ in bad[1:])})" if len(bad) > 1 else ""
+    return records.CorruptRecordsError(
+        f"{path}: {what}; the prepared data is damaged{also}. To fix it, {records.PREPARE_AGAIN}."
+    )
+
+
+@contextlib.contextmanager
+def naming_damaged_files(files: Sequence[str]) -> Iterator[None]:
+    """Turns a ``DataLossError`` raised inside into ``explain_data_loss``'s error.
+
+    Wrap the code that iterates a dataset over ``files`` (the loop, not only ``iter()``: errors
+    surface when records are read).
+    """
+    try:
+        yield
+    except tf.errors.DataLossError as e:
+        raise explain_data_loss(e, files) from None
 
 
 def distribute(strategy: tf.distribute.Strategy, dataset_fn) -> tf.distribute.DistributedDataset:

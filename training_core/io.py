@@ -7,12 +7,16 @@ finds the first bad line so that the error names the file, the line and what to 
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import datetime
+import functools
 import glob
 import gzip
 import hashlib
 import io
 import logging
+import math
 import os
 from collections.abc import Iterator
 
@@ -50,6 +54,18 @@ ITEM_ALIASES = ("item_id", "itemId", "movieId", "movie_id", "item", "iid", "Movi
 TIME_ALIASES = ("timestamp", "ts", "time", "event_time", "Timestamp")
 
 _KNOWN_FILES = ("u.data", "ratings.dat", "ratings.csv")
+
+# The one rule for ids, shared by the reader (prepare-data) and the validation gate's schema.
+MIN_ID = 0
+NEGATIVE_ID_ADVICE = (
+    f"ids must be integers >= {MIN_ID} (a -1 usually marks a missing value): drop those rows or "
+    "fill in the ids"
+)
+TIME_ADVICE = (
+    "write times as integer epoch seconds or ISO-8601 (2020-01-31, 2020-01-31T12:00:00Z); "
+    "fix or drop this row"
+)
+_BLOCK_BYTES = 1 << 24  # pyarrow's CSV block; types are inferred from the first one.
 
 
 class DataError(ValueError):
@@ -269,14 +285,17 @@ def _read_delimited(path: str, fmt: str, columns: Columns) -> tuple[np.ndarray, 
         header_line = raw.split(b"\n", 1)[0].decode("utf-8", "replace").strip("\r")
         header = [h.strip().strip('"') for h in header_line.split(delim)]
         user_col, item_col, time_col = _select(header, columns, path)
-        read_opts = pacsv.ReadOptions(block_size=1 << 24)
+        read_opts = pacsv.ReadOptions(block_size=_BLOCK_BYTES)
     else:
         user_col, item_col, time_col = "user", "item", "timestamp"
-        read_opts = pacsv.ReadOptions(column_names=names, block_size=1 << 24)
+        read_opts = pacsv.ReadOptions(column_names=names, block_size=_BLOCK_BYTES)
         header = names
     convert = pacsv.ConvertOptions(
         include_columns=[user_col, item_col, time_col],
         column_types={user_col: pa.int64(), item_col: pa.int64()},
+    )
+    locate = functools.partial(
+        locate_error, path, fmt, header, (user_col, item_col, time_col), names is None
     )
     try:
         table = pacsv.read_csv(
@@ -286,10 +305,12 @@ def _read_delimited(path: str, fmt: str, columns: Columns) -> tuple[np.ndarray, 
             convert_options=convert,
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        raise locate_error(
-            path, fmt, header, (user_col, item_col, time_col), names is None, str(e)
-        ) from None
-    return _columns_to_arrays(table, user_col, item_col, time_col, path)
+        raise locate(str(e)) from None
+    try:
+        return _columns_to_arrays(table, user_col, item_col, time_col, path)
+    except DataError as e:
+        # The table only knows row numbers: name the line, as for a line that did not parse.
+        raise locate(str(e), fallback=e) from None
 
 
 def _read_bytes(path: str) -> bytes:
@@ -306,6 +327,73 @@ def _lines(path: str) -> Iterator[tuple[int, str]]:
             yield number, line.rstrip("\r\n")
 
 
+def _split_lines(path: str, delim: str) -> Iterator[tuple[int, str, list[str]]]:
+    """(line number, line, fields); a CSV's quoted fields may hold commas (and newlines)."""
+    if delim != ",":
+        for number, line in _lines(path):
+            yield number, line, line.split(delim)
+        return
+    with _open_text(path) as f:
+        reader = csv.reader(f)
+        start = 1
+        try:
+            for fields in reader:
+                yield start, ",".join(fields), fields
+                start = reader.line_num + 1
+        except csv.Error:
+            return  # Past what the csv module reads; the caller falls back to its message.
+
+
+def parse_time(text: str) -> int:
+    """Epoch seconds (floored) from an integer or an ISO-8601 date/time; UTC when no zone is given.
+
+    Raises:
+        ValueError: the text is neither.
+    """
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    when = datetime.datetime.fromisoformat(text)  # Python 3.11: "Z", offsets, any fraction.
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    delta = when - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    return delta.days * 86_400 + delta.seconds
+
+
+def _time_to_seconds(text: str) -> int:
+    """``parse_time``, or a number of seconds with a fraction (floored)."""
+    try:
+        return parse_time(text)
+    except ValueError:
+        try:
+            return math.floor(float(text))
+        except OverflowError:  # inf
+            raise ValueError(text) from None
+
+
+def _is_time(text: str) -> bool:
+    try:
+        _time_to_seconds(text)
+    except ValueError:  # Also nan.
+        return False
+    return True
+
+
+def negative_id_message(where: str, role: str, value: int, column: str) -> str:
+    """The reader's message for a negative id (validate's advice uses NEGATIVE_ID_ADVICE too).
+
+    ``column`` says where in the row: ``column 'user_id'`` or ``field 1``.
+    """
+    return f"{where}: {role} {value} in {column} is negative; {NEGATIVE_ID_ADVICE}."
+
+
+def bad_time_message(where: str, value: str, column: str) -> str:
+    """The reader's message for a timestamp that is not a time (``column`` as above)."""
+    return f"{where}: timestamp {value!r} in {column} is not a valid time; {TIME_ADVICE}."
+
+
 def locate_error(
     path: str,
     fmt: str,
@@ -313,18 +401,23 @@ def locate_error(
     wanted: tuple[str, str, str],
     has_header: bool,
     arrow_message: str,
+    fallback: DataError | None = None,
 ) -> DataError:
-    """Finds the first line that the fast parser could not take and describes it."""
+    """Finds the first line that the fast parser (or the checks after it) could not take.
+
+    Checks each line's field count, that ids are integers >= MIN_ID, and that the timestamp is
+    present and a time; returns ``fallback`` (or a message quoting ``arrow_message``) when every
+    line passes.
+    """
     delim = {MOVIELENS_100K: "\t", MOVIELENS_DAT: "::"}.get(fmt, ",")
     shown = {"\t": "tab", "::": "'::'", ",": "','"}[delim]
     positions = [header.index(w) for w in wanted]
     roles = ("user id", "item id", "timestamp")
-    for number, line in _lines(path):
+    for number, line, fields in _split_lines(path, delim):
         if has_header and number == 1:
             continue
         if not line.strip():
             continue
-        fields = line.split(delim)
         if len(fields) != len(header):
             return DataError(
                 f"{path}:{number}: expected {len(header)} fields separated by {shown}, got "
@@ -332,11 +425,25 @@ def locate_error(
             )
         for pos, role in zip(positions, roles, strict=True):
             value = fields[pos].strip().strip('"')
-            if role != "timestamp" and not _is_int(value):
+            where = f"{path}:{number}"
+            column = f"column {header[pos]!r}" if has_header else f"field {pos + 1}"
+            if not value:
                 return DataError(
-                    f"{path}:{number}: {role} {value!r} in column {header[pos]!r} is not an "
+                    f"{where}: the {role} ({column}) is empty; every row needs a user, an item "
+                    "and a timestamp: fill it in or drop the row."
+                )
+            if role == "timestamp":
+                if not _is_time(value):
+                    return DataError(bad_time_message(where, value, column))
+            elif not _is_int(value):
+                return DataError(
+                    f"{where}: {role} {value!r} in {column} is not an "
                     "integer; ids must be integers (map string ids to integers first)."
                 )
+            elif int(value) < MIN_ID:
+                return DataError(negative_id_message(where, role, int(value), column))
+    if fallback is not None:
+        return fallback
     return DataError(f"{path}: could not be parsed as {fmt}: {arrow_message}")
 
 
@@ -355,6 +462,12 @@ def _read_parquet(path: str, columns: Columns) -> tuple[np.ndarray, ...]:
 def _columns_to_arrays(
     table: pa.Table, user_col: str, item_col: str, time_col: str, path: str
 ) -> tuple[np.ndarray, ...]:
+    """int64 user, item and timestamp arrays; errors name the data row (1-based, header excluded).
+
+    Raises:
+        DataError: an id column that is not integer, a negative id, an empty value, or a
+            timestamp that is not a time.
+    """
     if table.num_rows == 0:
         return tuple(np.zeros(0, np.int64) for _ in range(3))
     out = []
@@ -365,24 +478,55 @@ def _columns_to_arrays(
                 f"{path}: column {name!r} ({role}) has type {col.type}, not integer; ids must be "
                 "integers (map string ids to integers first)."
             )
-        out.append(_to_int64(col, name, path))
-    ts = table.column(time_col)
-    if pa.types.is_timestamp(ts.type) or pa.types.is_date(ts.type):
-        ts = ts.cast(pa.timestamp("s")).cast(pa.int64())
-    elif pa.types.is_floating(ts.type):
-        ts = ts.cast(pa.int64(), safe=False)
-    elif pa.types.is_string(ts.type) or pa.types.is_large_string(ts.type):
-        try:
-            ts = ts.cast(pa.timestamp("s")).cast(pa.int64())
-        except pa.ArrowInvalid as e:
-            raise DataError(
-                f"{path}: column {time_col!r} (timestamp) holds text that is not a time: {e}. "
-                "Use integer epoch seconds or ISO-8601 times."
-            ) from None
-    elif not pa.types.is_integer(ts.type):
-        raise DataError(f"{path}: column {time_col!r} (timestamp) has type {ts.type}")
-    out.append(_to_int64(ts, time_col, path))
+        ids = _to_int64(col, name, path)
+        if len(ids) and ids.min() < MIN_ID:
+            row = int(np.argmax(ids < MIN_ID))
+            where = f"{path}: data row {row + 1}"
+            raise DataError(negative_id_message(where, role, int(ids[row]), f"column {name!r}"))
+        out.append(ids)
+    out.append(_timestamps(table.column(time_col), time_col, path))
     return tuple(out)
+
+
+_UNIT_SECONDS = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def _timestamps(ts: pa.ChunkedArray, name: str, path: str) -> np.ndarray:
+    """Epoch seconds (floored) from integer, float, date, timestamp or ISO-8601 text columns."""
+    if pa.types.is_string(ts.type) or pa.types.is_large_string(ts.type):
+        ts = _parse_time_strings(ts, name, path)
+    if pa.types.is_date(ts.type):
+        ts = ts.cast(pa.timestamp("s"))
+    if pa.types.is_timestamp(ts.type):
+        # Stored as UTC in the type's unit; floor to seconds (a cast would refuse fractions).
+        return _to_int64(ts.cast(pa.int64()), name, path) // _UNIT_SECONDS[ts.type.unit]
+    if pa.types.is_floating(ts.type):
+        ts = ts.cast(pa.int64(), safe=False)
+    elif not pa.types.is_integer(ts.type):
+        raise DataError(f"{path}: column {name!r} (timestamp) has type {ts.type}")
+    return _to_int64(ts, name, path)
+
+
+def _parse_time_strings(ts: pa.ChunkedArray, name: str, path: str) -> pa.ChunkedArray:
+    """Text times as a timestamp column; the first value that is not a time is named by row."""
+    for target in (pa.timestamp("ns"), pa.timestamp("ns", tz="UTC")):
+        try:
+            return ts.cast(target)  # Fast: every value ISO-8601, all with or all without zone.
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+    # Mixed forms, integers among times, or a bad value: Arrow's error may quote a good value
+    # and names no row, so parse each value here.
+    seconds: list[int | None] = []
+    for row, text in enumerate(ts.to_pylist()):
+        if text is None:
+            seconds.append(None)
+            continue
+        try:
+            seconds.append(_time_to_seconds(text))
+        except ValueError:
+            where = f"{path}: data row {row + 1}"
+            raise DataError(bad_time_message(where, text, f"column {name!r}")) from None
+    return pa.chunked_array([pa.array(seconds, pa.int64())]).cast(pa.timestamp("s"))
 
 
 def _to_int64(col: pa.ChunkedArray, name: str, path: str) -> np.ndarray:

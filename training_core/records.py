@@ -30,6 +30,17 @@ EVAL_FEATURES: tuple[str, ...] = (USER_ID, ITEM_ID, DUPLICATE_MASK)
 
 RECORD_SUFFIX = ".tfrecord"
 
+# What to do about a damaged prepared dataset. A plain re-run of prepare-data reuses a complete
+# folder with the same fingerprint without reading its records, so --overwrite is needed.
+PREPARE_AGAIN = (
+    "prepare the data again with ncf-pipelines prepare-data --overwrite (a re-run without it "
+    "rebuilds missing or cut files, but cannot see a changed byte in a file of the right size)"
+)
+
+
+class CorruptRecordsError(ValueError):
+    """A TFRecord file of a prepared dataset cannot be read; the message names the file."""
+
 
 def feature_names(training: bool) -> tuple[str, ...]:
     """The features a training or evaluation record holds."""

@@ -8,7 +8,9 @@ raises :class:`ValidationFailed` listing each one (feature, kind, description, w
 
 Domain checks that inference alone would miss for interaction data are written into the schema,
 so TFDV enforces them and a person can read them in ``schema.pbtxt``: ``user_id``, ``item_id`` and
-``timestamp`` present in every row, ids integers >= 0, timestamps integers in a plausible range.
+``timestamp`` present in every row, ids integers >= ``io.MIN_ID`` (the rule prepare-data applies),
+timestamps integers in a plausible range, and for the MovieLens layouts ratings on their scale
+(``RATING_SCALES``). The result and the report say what was checked and which columns were not.
 Artifacts are in TFDV's and TFX's own formats: ``FeatureStats.pb`` (binary
 DatasetFeatureStatisticsList, ``tfdv.load_stats_binary``), ``schema.pbtxt``
 (``tfdv.load_schema_text``), ``anomalies.pbtxt`` (``tfdv.load_anomalies_text``) and
@@ -21,6 +23,7 @@ import dataclasses
 import datetime
 import html
 import logging
+import math
 import os
 import time
 
@@ -43,6 +46,28 @@ LINF, JS = "linf", "js"
 # comparator for the feature. Ids and ratings only: timestamps move forward by design.
 DEFAULT_DRIFT_THRESHOLD = 0.1
 DEFAULT_DRIFT_FEATURES = (USER, ITEM, RATING)
+
+
+@dataclasses.dataclass(frozen=True)
+class RatingScale:
+    """The ratings a layout allows: ``low`` to ``high`` in steps of ``step``."""
+
+    low: float
+    high: float
+    step: float
+
+    def __str__(self) -> str:
+        return f"{self.low:g}..{self.high:g} in steps of {self.step:g}"
+
+
+# Ratings of the MovieLens layouts (training_core/io.py). ml-100k's u.data and ml-1m's
+# ratings.dat hold whole stars 1..5; ml-10m's ratings.dat (the same layout) and the ratings.csv
+# of ml-20m and later hold half stars 0.5..5. Generic CSV and Parquet tables have no known scale.
+RATING_SCALES = {
+    rio.MOVIELENS_100K: RatingScale(1, 5, 1),
+    rio.MOVIELENS_DAT: RatingScale(0.5, 5, 0.5),
+    rio.MOVIELENS_CSV: RatingScale(0.5, 5, 0.5),
+}
 
 
 class ValidationFailed(rio.DataError):
@@ -181,6 +206,8 @@ class ValidationResult:
     drift_checked: bool
     seconds: float
     statistics_seconds: float
+    checked: tuple[str, ...] = ()  # What the schema enforces, one line per feature.
+    not_checked: tuple[str, ...] = ()  # Columns (or parts of them) nothing checked.
 
     @property
     def passed(self) -> bool:
@@ -211,6 +238,12 @@ _ADVICE = {
         "values above the allowed maximum: timestamps in the future (milliseconds instead of "
         "seconds?), or ids past the schema's bound; fix the rows, or raise the bound."
     ),
+    "FLOAT_TYPE_SMALL_FLOAT": (
+        "values below the allowed minimum: fix the rows, or lower the bound in the schema."
+    ),
+    "FLOAT_TYPE_BIG_FLOAT": (
+        "values above the allowed maximum: fix the rows, or raise the bound in the schema."
+    ),
     "COMPARATOR_JENSEN_SHANNON_DIVERGENCE_HIGH": (
         "the distribution moved away from the baseline statistics: if the change is expected "
         "(new catalogue, season), review it and make this run's statistics the new baseline, "
@@ -238,10 +271,39 @@ _DEFAULT_ADVICE = (
     "fix the data; if the schema is too strict, edit schema.pbtxt and pass it back with "
     "--baseline-schema."
 )
+# Advice for (feature, kind) where the feature says more than the kind.
+_FEATURE_ADVICE = {
+    (USER, "INT_TYPE_SMALL_INT"): f"{rio.NEGATIVE_ID_ADVICE}; prepare-data rejects them too.",
+    (ITEM, "INT_TYPE_SMALL_INT"): f"{rio.NEGATIVE_ID_ADVICE}; prepare-data rejects them too.",
+    (TIME, "INT_TYPE_SMALL_INT"): (
+        "timestamps before --min-time (default 1995-01-01): check the unit and the time zone; "
+        "fix or drop those rows, or lower --min-time."
+    ),
+    (TIME, "INT_TYPE_BIG_INT"): (
+        "timestamps after --max-time (default: now + 1 day): milliseconds instead of seconds? "
+        "Fix or drop those rows, or raise --max-time."
+    ),
+    **{
+        (RATING, kind): (
+            "ratings off the layout's scale (the rating domain in schema.pbtxt): fix or drop "
+            "those rows (a 99 or a -1 often marks a missing rating); if the data really uses "
+            "another scale, edit the domain and pass the schema with --baseline-schema."
+        )
+        for kind in (
+            "INT_TYPE_SMALL_INT",
+            "INT_TYPE_BIG_INT",
+            "FLOAT_TYPE_SMALL_FLOAT",
+            "FLOAT_TYPE_BIG_FLOAT",
+            "FLOAT_TYPE_HAS_NAN",
+        )
+    },
+}
 
 
-def advice_for(kind: str) -> str:
-    """What to do about an anomaly of TFDV kind ``kind``."""
+def advice_for(kind: str, feature: str | None = None) -> str:
+    """What to do about an anomaly of TFDV kind ``kind`` (in ``feature``, when given)."""
+    if (feature, kind) in _FEATURE_ADVICE:
+        return _FEATURE_ADVICE[(feature, kind)]
     if kind in _ADVICE:
         return _ADVICE[kind]
     for prefix, text in _ADVICE_BY_PREFIX.items():
@@ -278,8 +340,10 @@ def validate(config: ValidateConfig) -> ValidationResult:
         )
 
     schema = baseline_schema if baseline_schema is not None else tfdv.infer_schema(stats)
+    rating_scale = RATING_SCALES.get(source.format)
     if config.domain_checks:
-        apply_domain_checks(schema, config.min_timestamp, _max_timestamp(config))
+        apply_domain_checks(schema, config.min_timestamp, _max_timestamp(config), rating_scale)
+    checked, not_checked = coverage(schema, source, rating_scale, config.domain_checks)
     baseline_stats = None
     if config.baseline_statistics:
         baseline_stats = tfdv.load_stats_binary(
@@ -312,6 +376,8 @@ def validate(config: ValidateConfig) -> ValidationResult:
         drift_checked=baseline_stats is not None,
         seconds=0.0,
         statistics_seconds=stats_seconds,
+        checked=checked,
+        not_checked=not_checked,
     )
     write_report(result, stats, baseline_stats, config.outputs.report)
     result = dataclasses.replace(result, seconds=time.perf_counter() - start)
@@ -356,12 +422,17 @@ def compute_statistics(
         )
 
 
-def apply_domain_checks(schema, min_timestamp: int, max_timestamp: int) -> None:
+def apply_domain_checks(
+    schema, min_timestamp: int, max_timestamp: int, rating_scale: RatingScale | None = None
+) -> None:
     """Writes the interaction-data checks into ``schema`` (in place).
 
     ``user_id``, ``item_id`` and ``timestamp`` are required in every row, single-valued
-    integers; ids >= 0 (an id's upper bound stays free: catalogues grow); timestamps within
-    [min_timestamp, max_timestamp]. A feature the data lacks is added, so TFDV reports it missing.
+    integers; ids >= ``io.MIN_ID``, as prepare-data requires (an id's upper bound stays free:
+    catalogues grow); timestamps within [min_timestamp, max_timestamp]. A feature the data lacks
+    is added, so TFDV reports it missing. With ``rating_scale`` (a MovieLens layout), a numeric
+    ``rating`` without a domain of its own gets the scale's range; the steps cannot be written
+    into a schema and stay unchecked.
     """
     from tensorflow_metadata.proto.v0 import schema_pb2
 
@@ -380,13 +451,108 @@ def apply_domain_checks(schema, min_timestamp: int, max_timestamp: int) -> None:
         if name == TIME:
             feature.int_domain.min = min_timestamp
             feature.int_domain.max = max_timestamp
-        elif not feature.int_domain.HasField("min") or feature.int_domain.min < 0:
-            feature.int_domain.min = 0
+        elif not feature.int_domain.HasField("min") or feature.int_domain.min < rio.MIN_ID:
+            feature.int_domain.min = rio.MIN_ID
+    rating = by_name.get(RATING)
+    if rating_scale is not None and rating is not None and not _has_range(rating):
+        if rating.type == schema_pb2.INT:
+            rating.int_domain.min = math.ceil(rating_scale.low)
+            rating.int_domain.max = math.floor(rating_scale.high)
+        elif rating.type == schema_pb2.FLOAT:
+            rating.float_domain.min = rating_scale.low
+            rating.float_domain.max = rating_scale.high
+            rating.float_domain.disallow_nan = True
     # A string domain TFDV inferred for a text column would hide the type anomaly above.
     used = {f.domain for f in schema.feature if f.HasField("domain")}
     kept = [d for d in schema.string_domain if d.name in used]
     del schema.string_domain[:]
     schema.string_domain.extend(kept)
+
+
+def _has_range(feature) -> bool:
+    for name in ("int_domain", "float_domain"):
+        if feature.HasField(name):
+            domain = getattr(feature, name)
+            if domain.HasField("min") or domain.HasField("max"):
+                return True
+    return False
+
+
+def coverage(
+    schema, source: beam_source.Source, rating_scale: RatingScale | None, domain_checks: bool
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What ``schema`` checks, one line per feature, and what nothing checks.
+
+    Not checked: columns of the input that are not read (only the user, item, timestamp and
+    rating columns are), a rating without a range (no known scale for the layout), and a
+    fractional rating scale's steps (a schema cannot express them).
+    """
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    checked = tuple(_describe(f) for f in schema.feature)
+    not_checked = []
+    read = {column for column, _ in source.rename}
+    unread = [c for c in source.column_names if c not in read]
+    if unread:
+        not_checked.append(
+            f"{', '.join(unread)}: not read (only the user, item, timestamp and rating columns "
+            "are validated)"
+        )
+    rating = next((f for f in schema.feature if f.name == RATING), None)
+    if rating is not None and rating.type in (schema_pb2.INT, schema_pb2.FLOAT):
+        if not _has_range(rating):
+            why = (
+                f"no known rating scale for {source.format} data"
+                if rating_scale is None
+                else "domain checks are off"
+            )
+            not_checked.append(
+                f"rating: values not range-checked ({why}); to check them, add an int_domain or "
+                "float_domain to schema.pbtxt and pass it with --baseline-schema"
+            )
+        elif rating.type == schema_pb2.FLOAT and rating_scale is not None:
+            not_checked.append(
+                f"rating: steps of {rating_scale.step:g} (only the range is checked; a schema "
+                "cannot express steps)"
+            )
+    if not domain_checks:
+        not_checked.append(
+            "user_id, item_id, timestamp: domain checks off (--no-domain-checks); only the "
+            "schema's own checks apply"
+        )
+    return checked, tuple(not_checked)
+
+
+def _describe(feature) -> str:
+    """``timestamp: integer, in every row, 788918400..1732406400 (1995-01-01..2024-11-24)``."""
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    kinds = {schema_pb2.INT: "integer", schema_pb2.FLOAT: "number", schema_pb2.BYTES: "text"}
+    parts = [kinds.get(feature.type, "any type")]
+    if feature.presence.min_fraction >= 1.0:
+        parts.append("in every row")
+    for name in ("int_domain", "float_domain"):
+        domain = getattr(feature, name)
+        if not feature.HasField(name) or not (domain.HasField("min") or domain.HasField("max")):
+            continue
+        low = f"{domain.min:g}" if domain.HasField("min") else ""
+        high = f"{domain.max:g}" if domain.HasField("max") else ""
+        if feature.name == TIME and low and high:
+            days = (_day(domain.min), _day(domain.max))
+            parts.append(f"{domain.min}..{domain.max} ({days[0]}..{days[1]} UTC)")
+        elif low and high:
+            parts.append(f"{low}..{high}")
+        else:
+            parts.append(f">= {low}" if low else f"<= {high}")
+    if feature.HasField("domain") or feature.HasField("string_domain"):
+        parts.append("values from the schema's list")
+    if feature.HasField("drift_comparator"):
+        parts.append("drift against the baseline")
+    return f"{feature.name}: {', '.join(parts)}"
+
+
+def _day(seconds: int) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).date().isoformat()
 
 
 def apply_drift(schema, drift: tuple[DriftThreshold, ...], defaults: bool) -> None:
@@ -446,7 +612,8 @@ def anomaly_list(anomalies_proto) -> tuple[Anomaly, ...]:
             kind = anomalies_pb2.AnomalyInfo.Type.Name(r.type) if hasattr(r, "type") else "UNKNOWN"
             text = r.description or r.short_description
             desc = f"{r.short_description}: {text}" if r.short_description != text else text
-            out.append(Anomaly(feature, kind, desc.strip(), severity, advice_for(kind)))
+            advice = advice_for(kind, feature)
+            out.append(Anomaly(feature, kind, desc.strip(), severity, advice))
     return tuple(sorted(out, key=lambda a: (a.feature, a.kind)))
 
 
@@ -458,6 +625,8 @@ def failure_message(result: ValidationResult, blocked: bool = True) -> str:
         f"{result.input_path} ({result.num_examples} rows, schema: {result.schema_source})"
     )
     lines = [head] + [f"  - {a.line()}" for a in result.anomalies]
+    if result.not_checked:
+        lines.append(f"Not checked: {'; '.join(result.not_checked)}")
     lines.append(f"Report: {result.report_path}; anomalies: {result.anomalies_path}")
     if blocked:
         lines.append(
@@ -470,12 +639,17 @@ def failure_message(result: ValidationResult, blocked: bool = True) -> str:
 def summary(result: ValidationResult) -> str:
     """A short human-readable summary of a run."""
     verdict = "passed" if result.passed else f"{len(result.anomalies)} anomalies (warn-only)"
-    return (
+    lines = [
         f"validated {result.num_examples} rows of {result.input_path} ({result.format}): "
-        f"{verdict}; statistics {result.statistics_seconds:.1f}s, total {result.seconds:.1f}s\n"
-        f"  statistics: {result.statistics_path}\n  schema: {result.schema_path}\n"
-        f"  anomalies: {result.anomalies_path}\n  report: {result.report_path}"
-    )
+        f"{verdict}; statistics {result.statistics_seconds:.1f}s, total {result.seconds:.1f}s",
+        *(f"  checked: {c}" for c in result.checked),
+        *(f"  not checked: {c}" for c in result.not_checked),
+        f"  statistics: {result.statistics_path}",
+        f"  schema: {result.schema_path}",
+        f"  anomalies: {result.anomalies_path}",
+        f"  report: {result.report_path}",
+    ]
+    return "\n".join(lines)
 
 
 def artifact_metadata(result: ValidationResult) -> dict:
@@ -488,6 +662,7 @@ def artifact_metadata(result: ValidationResult) -> dict:
         "passed": result.passed,
         "schema_source": result.schema_source,
         "drift_checked": result.drift_checked,
+        "not_checked": list(result.not_checked),
     }
 
 
@@ -521,6 +696,14 @@ def write_report(result: ValidationResult, stats, baseline_stats, path: str) -> 
     facts_html = "".join(
         f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in facts.items()
     )
+    checks_html = "<h3>Checked</h3><ul>" + "".join(
+        f"<li>{html.escape(c)}</li>" for c in result.checked
+    )
+    checks_html += "</ul><h3>Not checked</h3><ul>" + (
+        "".join(f"<li>{html.escape(c)}</li>" for c in result.not_checked)
+        or "<li>nothing: every column of the input has a check</li>"
+    )
+    checks_html += "</ul>"
     page = f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>Data validation: {verdict}</title>
 <style>body{{font-family:sans-serif;margin:1.5em}}table{{border-collapse:collapse;margin:.5em 0}}
@@ -529,6 +712,7 @@ td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
 <h1 class="{"ok" if result.passed else "bad"}">Data validation: {verdict}</h1>
 <table>{facts_html}</table>
 <h2>Anomalies</h2>{anomalies_html}
+<h2>Checks</h2>{checks_html}
 <h2>Features</h2>{_feature_table(stats)}
 <h2>Statistics (TFDV / Facets)</h2>{facets}
 </body></html>

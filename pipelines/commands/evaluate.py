@@ -26,7 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--data", required=True, help="prepared dataset folder (metadata.json)")
     p.add_argument("--model-dir", required=True, help="training output folder")
-    p.add_argument("--checkpoint", help="a checkpoint path prefix (default: the latest)")
+    p.add_argument(
+        "--checkpoint",
+        help="a checkpoint path prefix (.../checkpoints/ckpt-100) or a folder of checkpoints "
+        "(its latest); default: the latest in --model-dir",
+    )
     p.add_argument("--metrics-out", help="write the metrics as JSON here")
     add_strategy_args(p)
     p.set_defaults(func=run, strategy="default")
@@ -36,9 +40,12 @@ def run(args: argparse.Namespace) -> int:
     """Evaluates and prints the metrics."""
     strategy = strategy_from_args(args)
 
-    from training_core.evaluate import evaluate
+    from training_core.evaluate import evaluate, resolve_checkpoint
 
-    result = evaluate(args.data, args.model_dir, strategy, args.checkpoint)
+    checkpoint = args.checkpoint
+    if checkpoint:  # Checked here, so that the error names the option.
+        checkpoint = resolve_checkpoint(args.model_dir, checkpoint, option="--checkpoint")
+    result = evaluate(args.data, args.model_dir, strategy, checkpoint)
     if args.metrics_out:
         write_json(args.metrics_out, result.to_dict())
     print(json.dumps(result.to_dict()))

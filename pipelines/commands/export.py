@@ -37,15 +37,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=["score", "recommend"],
         help="what serving_default (Vertex AI's predict) runs (default score)",
     )
-    p.add_argument("--checkpoint", help="a checkpoint path prefix (default: the latest)")
+    p.add_argument(
+        "--checkpoint",
+        help="a checkpoint path prefix (.../checkpoints/ckpt-100) or a folder of checkpoints "
+        "(its latest); default: the latest in --model-dir",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Exports and prints where, and a request to try."""
+    from training_core.evaluate import resolve_checkpoint
     from training_core.export import ExportConfig, export
 
+    checkpoint = args.checkpoint
+    if checkpoint:  # Checked here, so that the error names the option.
+        checkpoint = resolve_checkpoint(args.model_dir, checkpoint, option="--checkpoint")
     result = export(
         ExportConfig(
             model_dir=args.model_dir,
@@ -53,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
             export_dir=args.output,
             top_k=args.top_k,
             default_signature=args.default_signature,
-            checkpoint=args.checkpoint,
+            checkpoint=checkpoint,
             overwrite=args.overwrite,
         )
     )

@@ -1,0 +1,134 @@
+"""Errors a user meets on the command line: each names the file or option and says what to do.
+
+One tiny dataset is prepared and a model trained on it for one epoch (a few seconds); the tests
+damage copies of it, or point the commands at checkpoints that do not exist.
+"""
+
+import os
+import shutil
+
+import pytest
+import tensorflow as tf
+
+from pipelines import cli
+from training_core import evaluate, input_pipeline, prepare, records, train
+from training_core.metadata import read_metadata
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, tiny_csv):
+    out = str(tmp_path_factory.mktemp("messages") / "data")
+    prepare.prepare(
+        prepare.PrepareConfig(
+            input_path=tiny_csv,
+            output_dir=out,
+            min_ratings=0,
+            num_epochs=1,
+            eval_negatives=99,
+            train_batch_size=256,
+            workers=1,
+        )
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def model_dir(prepared, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("messages") / "model")
+    config = train.config_for(prepared, out, "tiny", epochs=1, steps_per_loop=50)
+    train.train(config, tf.distribute.get_strategy())
+    return out
+
+
+def _damaged_copy(prepared: str, tmp_path, pick) -> tuple[str, str]:
+    """A copy of the dataset with one flipped bit in the file ``pick(meta, root)`` returns."""
+    root = str(tmp_path / "data")
+    shutil.copytree(prepared, root)
+    path = pick(read_metadata(root), root)
+    blob = bytearray(open(path, "rb").read())
+    blob[len(blob) // 2] ^= 0x01
+    with open(path, "wb") as f:
+        f.write(bytes(blob))
+    return root, path
+
+
+# Negative ids (io.MIN_ID): prepare-data rejects them as validate does.
+
+
+def test_prepare_data_rejects_a_negative_id_naming_line_and_column(tmp_path, capsys):
+    src = tmp_path / "events.csv"
+    rows = [f"{u},{i},{1_000_000_000 + 60 * i}" for u in range(1, 6) for i in range(1, 30)]
+    rows[40] = "-1,12,1000000720"
+    src.write_text("user_id,item_id,timestamp\n" + "\n".join(rows) + "\n")
+    code = cli.main(["prepare-data", "--input", str(src), "--output", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert f"{src}:42: user id -1 in column 'user_id' is negative; ids must be integers >= 0" in err
+    assert not (tmp_path / "o").exists()
+
+
+# A damaged TFRecord shard: the error names the file and says what to do.
+
+
+def test_evaluate_names_a_damaged_eval_file(prepared, model_dir, tmp_path, capsys):
+    root, damaged = _damaged_copy(prepared, tmp_path, lambda m, r: m.eval_file_paths(r)[-1])
+    code = cli.main(["evaluate", "--data", root, "--model-dir", model_dir])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert f"ncf-pipelines evaluate: error: {damaged}: corrupted record at byte " in err
+    assert "prepare the data again with ncf-pipelines prepare-data --overwrite" in err
+
+
+def test_the_training_stream_names_a_damaged_shard(prepared, tmp_path):
+    # What train.py's epoch loop does (see input_pipeline.naming_damaged_files).
+    root, damaged = _damaged_copy(prepared, tmp_path, lambda m, r: m.train_file_paths(r, 0)[-1])
+    meta = read_metadata(root)
+    layout = input_pipeline.train_layout(meta, 256, 1)
+    dataset_fn = input_pipeline.train_dataset_fn(meta, root, layout, epoch=0)
+    dist = input_pipeline.distribute(tf.distribute.get_strategy(), dataset_fn)
+    with pytest.raises(records.CorruptRecordsError, match="corrupted record at byte") as exc:
+        with input_pipeline.naming_damaged_files(meta.train_file_paths(root, 0)):
+            for _ in dist:
+                pass
+    assert str(exc.value).startswith(f"{damaged}: ")
+
+
+# --checkpoint that does not exist: the option, the path, and the checkpoints there are.
+
+
+@pytest.mark.parametrize("command", ["evaluate", "export"])
+def test_a_missing_checkpoint_names_the_option_and_lists_what_exists(
+    command, prepared, model_dir, tmp_path, capsys
+):
+    ckpt_dir = os.path.join(model_dir, "checkpoints")
+    [latest] = [os.path.basename(p) for p in evaluate.list_checkpoints(model_dir)]
+    missing = os.path.join(ckpt_dir, "ckpt-9")
+    args = [command, "--data", prepared, "--model-dir", model_dir, "--checkpoint", missing]
+    if command == "export":
+        args += ["--output", str(tmp_path / "export")]
+    code = cli.main(args)
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "NotFoundError" not in err
+    assert err.strip() == (
+        f"ncf-pipelines {command}: error: --checkpoint {missing}: no such checkpoint "
+        f"({missing}.index not found). Checkpoints in {ckpt_dir}: {latest}. Pass one, e.g. "
+        f"--checkpoint {os.path.join(ckpt_dir, latest)}, or leave out --checkpoint to use the "
+        "latest."
+    )
+    assert not (tmp_path / "export").exists()
+
+
+def test_checkpoint_folders_and_folders_without_checkpoints(model_dir, tmp_path):
+    ckpt_dir = os.path.join(model_dir, "checkpoints")
+    latest = tf.train.latest_checkpoint(ckpt_dir)
+    assert evaluate.resolve_checkpoint(model_dir, ckpt_dir) == latest  # A folder: its latest.
+    assert evaluate.resolve_checkpoint(model_dir, latest) == latest
+    assert evaluate.resolve_checkpoint(model_dir) == latest
+    empty = tmp_path / "untrained"
+    (empty / "checkpoints").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="holds no checkpoint: train first"):
+        evaluate.resolve_checkpoint(str(empty), str(empty / "checkpoints" / "ckpt-1"))
+    with pytest.raises(FileNotFoundError, match=r"no such checkpoint \(a folder without"):
+        evaluate.resolve_checkpoint(str(empty), str(empty / "checkpoints"))
+    with pytest.raises(FileNotFoundError, match="does not exist either"):
+        evaluate.resolve_checkpoint(str(tmp_path / "nope"), "ckpt-1", option="--checkpoint")

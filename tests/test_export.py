@@ -169,6 +169,116 @@ def test_saved_model_serves_raw_ids_without_this_package(exported, reference, tm
     assert len(example_rec["predictions"]) == 2
 
 
+@pytest.fixture(scope="module")
+def loaded(exported):
+    """The SavedModel as TensorFlow loads it (``signatures[...]`` is what TF Serving calls)."""
+    return tf.saved_model.load(exported[0])
+
+
+def _ids(values):
+    return tf.constant(values, tf.int64)
+
+
+def _rejected(loaded, signature, **inputs):
+    """The message of the InvalidArgumentError a signature call raises."""
+    with pytest.raises(tf.errors.InvalidArgumentError) as exc:
+        loaded.signatures[signature](**inputs)
+    return exc.value.message
+
+
+@pytest.mark.parametrize(
+    ("n_users", "n_items"),
+    [(1, 3), (3, 1), (3, 2), (0, 2)],
+    ids=["1-user-3-items", "3-users-1-item", "3-vs-2", "0-vs-2"],
+)
+@pytest.mark.parametrize("signature", ["score", "serving_default"])
+def test_score_rejects_unequal_lengths(loaded, reference, signature, n_users, n_items):
+    # Before: 1 vs 3 and 3 vs 1 broadcast one id over the other input; 3 vs 2 failed with
+    # "Incompatible shapes: [3] vs. [2] [[{{node and}}]]".
+    users, items = reference["users"], reference["items"]
+    message = _rejected(
+        loaded, signature, user_id=_ids(users[:n_users]), item_id=_ids(items[:n_items])
+    )
+    assert (
+        f"score: user_id has {n_users} values but item_id has {n_items}; "
+        "pass one user_id per item_id"
+    ) in message
+    assert "Incompatible shapes" not in message
+
+
+@pytest.mark.parametrize(("n_users", "n_flags"), [(1, 3), (3, 2), (2, 0)])
+def test_recommend_rejects_unequal_lengths(loaded, reference, n_users, n_flags):
+    # Before: extra flags were ignored (1 vs 3); too few failed inside map_fn with
+    # "Trying to access element 2 in a list with 2 elements".
+    flags = tf.constant([True, False, True][:n_flags], tf.bool)
+    message = _rejected(
+        loaded, "recommend", user_id=_ids(reference["users"][:n_users]), exclude_seen=flags
+    )
+    assert (
+        f"recommend: user_id has {n_users} values but exclude_seen has {n_flags}; "
+        "pass one exclude_seen flag per user_id"
+    ) in message
+
+
+RANK_CASES = {  # case -> (bad value, its rank, its shape as the message prints it)
+    "scalar": (7, 0, "[]"),
+    "2-D": ([[7], [8]], 2, "[2 1]"),
+}
+
+
+@pytest.mark.parametrize("case", list(RANK_CASES))
+@pytest.mark.parametrize(
+    ("signature", "bad"),
+    [
+        ("score", "user_id"),
+        ("score", "item_id"),
+        ("recommend", "user_id"),
+        ("recommend", "exclude_seen"),
+    ],
+)
+def test_signatures_reject_inputs_that_are_not_1d(loaded, signature, bad, case):
+    # Before: a scalar or a 2-D batch passed the (None,) signature (score answered in that shape,
+    # [[1], [2]] against [1, 2] broadcast to [2, 2]); recommend failed inside map_fn.
+    value, rank, shape = RANK_CASES[case]
+    spec = loaded.signatures[signature].structured_input_signature[1]
+    inputs = {name: tf.cast([1, 2], s.dtype) for name, s in spec.items()}  # Well formed.
+    inputs[bad] = tf.cast(value, spec[bad].dtype)  # int64 ids, or bool flags.
+    message = _rejected(loaded, signature, **inputs)
+    assert (
+        f"{signature}: {bad} must be 1-D, one value per instance; got rank {rank} (shape {shape})"
+    ) in message
+
+
+def test_score_reports_a_rank_before_a_length(loaded):
+    # [[1], [2], [3]] vs [1, 2]: both wrong; the rank check runs first, so it is the one reported.
+    message = _rejected(loaded, "score", user_id=_ids([[1], [2], [3]]), item_id=_ids([1, 2]))
+    assert "score: user_id must be 1-D" in message and "(shape [3 1])" in message
+
+
+def test_restored_functions_reject_other_ranks_when_binding(loaded):
+    # Called as a tf.function (not through signatures), TF itself checks the (None,) spec.
+    with pytest.raises(TypeError, match=r"Can not cast TensorSpec\(shape=\(\).*name='user_id'"):
+        loaded.score(_ids(1), _ids(2))
+    with pytest.raises(TypeError, match=r"shape=\(2, 1\).*name='user_id'"):
+        loaded.recommend(_ids([[1], [2]]), tf.constant([True, False]))
+
+
+def test_well_formed_and_empty_batches_still_serve(loaded, reference):
+    for name in ("score", "recommend"):  # The checks live in the graph: the specs stay (None,).
+        specs = loaded.signatures[name].structured_input_signature[1].values()
+        assert [s.shape.as_list() for s in specs] == [[None], [None]]
+    users, items, probs = reference["users"], reference["items"], reference["probs"]
+    out = loaded.signatures["score"](user_id=_ids(users[[0, 1, 2]]), item_id=_ids(items[[3, 4, 0]]))
+    np.testing.assert_allclose(out["score"], probs([0, 1, 2], [3, 4, 0]), rtol=1e-5, atol=1e-6)
+    assert out["known"].numpy().all()
+    out = loaded.signatures["score"](user_id=_ids([]), item_id=_ids([]))
+    assert out["score"].shape == (0,) and out["known"].shape == (0,)
+    out = loaded.signatures["recommend"](user_id=_ids([]), exclude_seen=tf.constant([], tf.bool))
+    assert out["item_ids"].shape == (0, TOP_K) and out["scores"].shape == (0, TOP_K)
+    out = loaded.signatures["recommend"](user_id=_ids(users[:1]), exclude_seen=tf.constant([True]))
+    assert out["item_ids"].shape == (1, TOP_K)
+
+
 def test_export_layout_and_metadata(exported):
     export_dir, result = exported
     names = set(os.listdir(export_dir))
@@ -292,3 +402,56 @@ def test_other_tensorflow_serves_the_same(exported, tmp_path):
     here = _serve(export_dir, requests, tmp_path)
     there = _serve(export_dir, requests, tmp_path, os.environ["NCF_SERVING_PYTHON"])
     assert there["responses"] == here["responses"] and there["modules"] == []
+
+
+def _export_cli(model_dir, data, out, *extra):
+    return [sys.executable, "-m", "pipelines.cli", "export", "--model-dir", model_dir, "--data"] + [
+        data,
+        "--output",
+        str(out),
+        *extra,
+    ]
+
+
+@pytest.mark.slow
+def test_export_killed_at_random_moments_leaves_the_old_or_the_new_export(
+    trained_model, tiny_data, tmp_path
+):
+    import random
+    import shutil
+    import signal
+    import time
+
+    from conftest import tree_bytes
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    subprocess.run(_export_cli(trained_model, tiny_data, old, "--top-k", "3"), check=True)
+    t0 = time.perf_counter()
+    subprocess.run(_export_cli(trained_model, tiny_data, new, "--top-k", "5"), check=True)
+    seconds = time.perf_counter() - t0
+    trees = {"old": tree_bytes(str(old)), "new": tree_bytes(str(new))}
+    rng = random.Random(8)
+    seen = set()
+    for i, sig in enumerate((signal.SIGKILL, signal.SIGTERM, signal.SIGKILL, signal.SIGTERM)):
+        target = tmp_path / "runs" / f"e{i}"
+        shutil.copytree(old, target)
+        cmd = _export_cli(trained_model, tiny_data, target, "--top-k", "5", "--overwrite")
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        delay = rng.uniform(0.5 * seconds, 1.1 * seconds)
+        try:
+            proc.wait(delay)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(sig)
+        _, err = proc.communicate()
+        what = f"run {i}: {signal.Signals(sig).name} after {delay:.1f}s, exit {proc.returncode}"
+        tree = tree_bytes(str(target))
+        assert tree in trees.values(), f"{what}: a mix\n{err[-2000:]}"
+        seen.add("new" if tree == trees["new"] else "old")
+        leftovers = [n for n in os.listdir(target.parent) if ".partial" in n]
+        if sig == signal.SIGTERM:  # Cleaned up on the way out.
+            assert not leftovers, what
+        rerun = subprocess.run(cmd, capture_output=True, text=True)
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        assert tree_bytes(str(target)) == trees["new"], what
+        assert not [n for n in os.listdir(target.parent) if ".partial" in n], what
+    assert "old" in seen, "no kill landed before the new export was published"

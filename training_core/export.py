@@ -21,6 +21,13 @@ Signatures (see docs/serving.md):
 - ``serving_default``: one of the two (``score`` unless the config says ``recommend``), which is
   what Vertex AI's prebuilt TensorFlow container calls for ``{"instances": [...]}`` requests.
 
+Both signatures check their inputs in the graph before any work: each must be 1-D (one value per
+instance) and both must have the same length, else the call fails with ``InvalidArgumentError``
+naming the inputs, e.g. ``score: user_id has 1 values but item_id has 3; pass one user_id per
+item_id``. A call through ``signatures[...]`` does not enforce the ``(None,)`` input shapes
+itself, so without the checks a scalar, a 2-D batch or one user next to several items was
+broadcast into a wrong answer, and other mismatches failed deep in the graph.
+
 Why assets for the vocabularies and variables for the rest: the vocab files are the id mapping data
 prep wrote, so carrying them unchanged keeps one source for that fact; and variables go to the
 ``variables/`` shards, not into ``saved_model.pb``, which as one protobuf cannot pass 2 GB (the
@@ -33,13 +40,12 @@ import dataclasses
 import json
 import logging
 import os
-import uuid
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from training_core import records
+from training_core import publish, records
 from training_core.evaluate import latest_checkpoint, load_model
 from training_core.metadata import DatasetMetadata, read_metadata
 from training_core.model import NeuMF
@@ -162,6 +168,47 @@ def _vocab_table(path: str) -> tf.lookup.StaticHashTable:
     return tf.lookup.StaticHashTable(init, default_value=-1)
 
 
+def _runtime_rank(x: tf.Tensor) -> tf.Tensor:
+    """``x``'s number of dimensions, counted when the graph runs.
+
+    A signature input is traced as ``(None,)``, so ``tf.rank(x)`` (or ``tf.size(tf.shape(x))``)
+    is folded to the constant 1, at trace time or by Grappler's constant folding, although a
+    signature call feeds a tensor of whatever shape it is given. ``tf.where`` has a data-dependent
+    output length, so nothing can fold this count.
+    """
+    return tf.shape(tf.where(tf.shape(x) >= 0), out_type=tf.int64)[0]
+
+
+def _checked_inputs(signature: str, inputs: dict[str, tf.Tensor], hint: str) -> list[tf.Tensor]:
+    """The ``inputs``, gated on checks that each is 1-D and that they all have one length.
+
+    The checks run one after another, so the first failure is the one reported (a rank before a
+    length), and before anything that uses the returned tensors. A failure is an
+    ``InvalidArgumentError`` whose message names the signature, the inputs and their shapes or
+    lengths. Cheap: a few scalar ops per call.
+    """
+
+    def after(previous: tf.Operation, condition, template: str, values) -> tf.Operation:
+        with tf.control_dependencies([previous]):
+            message = tf.strings.format(template, values, summarize=-1)
+            return tf.debugging.Assert(condition, [message])
+
+    check = tf.no_op()
+    for name, x in inputs.items():
+        rank = _runtime_rank(x)
+        template = f"{signature}: {name} must be 1-D, one value per instance; got rank {{}} "
+        shape = tf.shape(x, tf.int64)
+        check = after(check, tf.equal(rank, 1), template + "(shape {})", (rank, shape))
+    (first, x0), *others = inputs.items()
+    for name, x in others:
+        with tf.control_dependencies([check]):  # Sizes only once the ranks are known good.
+            n0, n = tf.size(x0, tf.int64), tf.size(x, tf.int64)
+        template = f"{signature}: {first} has {{}} values but {name} has {{}}; {hint}"
+        check = after(check, tf.equal(n0, n), template, (n0, n))
+    with tf.control_dependencies([check]):
+        return [tf.identity(x) for x in inputs.values()]
+
+
 class ServingModule(tf.Module):
     """NeuMF behind raw-id lookups, with ``score`` and ``recommend`` as ``tf.function`` s.
 
@@ -203,6 +250,11 @@ class ServingModule(tf.Module):
     )
     def score(self, user_id: tf.Tensor, item_id: tf.Tensor) -> dict[str, tf.Tensor]:
         """Probability of each raw (user, item) pair; 0.0 and ``known`` False for unseen ids."""
+        user_id, item_id = _checked_inputs(
+            "score",
+            {"user_id": user_id, "item_id": item_id},
+            "pass one user_id per item_id",
+        )
         users = self.user_table.lookup(user_id)
         items = self.item_table.lookup(item_id)
         known = (users >= 0) & (items >= 0)
@@ -217,6 +269,11 @@ class ServingModule(tf.Module):
     )
     def recommend(self, user_id: tf.Tensor, exclude_seen: tf.Tensor) -> dict[str, tf.Tensor]:
         """Top-k raw item ids per raw user id, best first; -1/0.0 fill empty slots."""
+        user_id, exclude_seen = _checked_inputs(
+            "recommend",
+            {"user_id": user_id, "exclude_seen": exclude_seen},
+            "pass one exclude_seen flag per user_id",
+        )
         k, n = self.top_k, self.num_items
         users = self.user_table.lookup(user_id)
         all_items = tf.range(n, dtype=tf.int64)
@@ -289,9 +346,10 @@ def _make_room(export_dir: str, overwrite: bool) -> None:
 def export(config: ExportConfig) -> ExportResult:
     """Restores the model on the CPU and writes the serving SavedModel to ``config.export_dir``.
 
-    The SavedModel is written to a temporary sibling folder and renamed into place last, so a
-    folder at ``export_dir`` is always complete (the rename is atomic on local disks; on Cloud
-    Storage it is a copy, and ``serving_metadata.json`` is written before it).
+    The SavedModel is written to a private sibling folder and published last, so a folder at
+    ``export_dir`` is always complete: on local disks an existing export is swapped for the new
+    one in one step (``publish.replace_folder``); on Cloud Storage the rename is a copy, and
+    ``serving_metadata.json`` is written before it. SIGTERM removes the private folder.
 
     Raises:
         FileNotFoundError: no checkpoint, model_config.json or prepared dataset.
@@ -353,16 +411,25 @@ def export(config: ExportConfig) -> ExportResult:
             int(user_raw_ids.max()) + 1,  # Not in the vocabulary.
         ),
     )
-    tmp = f"{export_dir}.partial-{uuid.uuid4().hex[:8]}"
-    try:
-        tf.saved_model.save(module, tmp, signatures=signatures)
-        with tf.io.gfile.GFile(os.path.join(tmp, SERVING_METADATA_FILE), "w") as f:
-            f.write(json.dumps(serving_metadata(result, config), indent=2) + "\n")
-        _make_room(export_dir, config.overwrite)
-        tf.io.gfile.rename(tmp, export_dir)
-    finally:
-        if tf.io.gfile.exists(tmp):
-            tf.io.gfile.rmtree(tmp)
+    local = "://" not in export_dir
+    if local:  # A killed export's private folders (their processes are gone).
+        for path in publish.remove_stale_partials(export_dir):
+            log.warning("removed %s, left by an export that was killed", path)
+    tmp = publish.partial_name(export_dir)
+    with publish.terminate_as_exit():
+        try:
+            tf.saved_model.save(module, tmp, signatures=signatures)
+            with tf.io.gfile.GFile(os.path.join(tmp, SERVING_METADATA_FILE), "w") as f:
+                f.write(json.dumps(serving_metadata(result, config), indent=2) + "\n")
+            if local:
+                _check_target(export_dir, config.overwrite)
+                publish.replace_folder(tmp, export_dir)
+            else:
+                _make_room(export_dir, config.overwrite)
+                tf.io.gfile.rename(tmp, export_dir)
+        finally:
+            if tf.io.gfile.exists(tmp):
+                tf.io.gfile.rmtree(tmp)
     log.info(
         "exported %s (step %d) to %s: %d users, %d items, top %d",
         checkpoint,

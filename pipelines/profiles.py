@@ -18,6 +18,7 @@ Custom profiles come from YAML (see ``docs/profiles.md``)::
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 from typing import Any
@@ -186,6 +187,29 @@ BUILTIN: dict[str, Profile] = {
     ]
 }
 
+# The machine types Vertex AI offers for custom training (docs: "Configure compute resources for
+# custom training"): the one list every machine type is checked against (``MACHINE_TYPES``), built
+# from the tables below, which also say what each accelerator family carries.
+_CPU_SIZES: dict[str, tuple[int, ...]] = {  # CPU family -> vCPU sizes (the name's suffix)
+    "n1-standard": (2, 4, 8, 16, 32, 64, 96),
+    "n1-highmem": (2, 4, 8, 16, 32, 64, 96),
+    "n1-highcpu": (2, 4, 8, 16, 32, 64, 96),
+    "n2-standard": (2, 4, 8, 16, 32, 48, 64, 80),
+    "n2-highmem": (2, 4, 8, 16, 32, 48, 64, 80),
+    "n2-highcpu": (2, 4, 8, 16, 32, 48, 64, 80),
+    "n2d-standard": (2, 4, 8, 16, 32, 48, 64, 80, 96, 128, 224),
+    "n2d-highmem": (2, 4, 8, 16, 32, 48, 64, 80, 96),
+    "n2d-highcpu": (2, 4, 8, 16, 32, 48, 64, 80, 96, 128, 224),
+    "e2-standard": (2, 4, 8, 16, 32),
+    "e2-highmem": (2, 4, 8, 16),
+    "e2-highcpu": (2, 4, 8, 16, 32),
+    "c2-standard": (4, 8, 16, 30, 60),
+    "c2d-standard": (2, 4, 8, 16, 32, 56, 112),
+    "c2d-highmem": (2, 4, 8, 16, 32, 56, 112),
+    "c2d-highcpu": (2, 4, 8, 16, 32, 56, 112),
+    "m1-ultramem": (40, 80, 160),
+    "m1-megamem": (96,),
+}
 # What each machine family offers: accelerator type -> allowed counts (None: any listed count).
 _N1_GPUS = {
     "NVIDIA_TESLA_T4": (1, 2, 4),
@@ -193,12 +217,14 @@ _N1_GPUS = {
     "NVIDIA_TESLA_P100": (1, 2, 4),
     "NVIDIA_TESLA_P4": (1, 2, 4),
 }
-_FIXED_GPU = {  # machine type pattern -> (accelerator, count from the name's suffix)
-    r"a2-highgpu-(\d+)g": "NVIDIA_TESLA_A100",
-    r"a2-megagpu-(\d+)g": "NVIDIA_TESLA_A100",
-    r"a2-ultragpu-(\d+)g": "NVIDIA_A100_80GB",
-    r"a3-highgpu-(\d+)g": "NVIDIA_H100_80GB",
-    r"a3-megagpu-(\d+)g": "NVIDIA_H100_MEGA_80GB",
+_FIXED_GPU = {  # family -> (its GPU, the counts offered: FAMILY-{count}g)
+    "a2-highgpu": ("NVIDIA_TESLA_A100", (1, 2, 4, 8)),
+    "a2-megagpu": ("NVIDIA_TESLA_A100", (16,)),
+    "a2-ultragpu": ("NVIDIA_A100_80GB", (1, 2, 4, 8)),
+    "a3-highgpu": ("NVIDIA_H100_80GB", (1, 2, 4, 8)),
+    "a3-megagpu": ("NVIDIA_H100_MEGA_80GB", (8,)),
+    "a3-ultragpu": ("NVIDIA_H200_141GB", (8,)),
+    "a4-highgpu": ("NVIDIA_B200", (8,)),
 }
 _G2_L4 = {
     "g2-standard-4": 1,
@@ -216,16 +242,54 @@ _TPU = {  # machine type -> (accelerator, cores, topology)
     "ct5lp-hightpu-4t": (("TPU_V5_LITEPOD",), (4,), "2x2"),
     "ct5lp-hightpu-8t": (("TPU_V5_LITEPOD",), (8,), "2x4"),
 }
-_CPU_FAMILIES = ("n1-", "n2-", "n2d-", "e2-", "c2-", "c3-", "n4-", "c2d-", "m1-")
+_CPU_FAMILIES = tuple(f"{family}-" for family in _CPU_SIZES)
+_ACCELERATOR_MACHINES = frozenset(
+    [f"{family}-{n}g" for family, (_, counts) in _FIXED_GPU.items() for n in counts]
+    + list(_G2_L4)
+    + list(_TPU)
+)
+MACHINE_TYPES: frozenset[str] = _ACCELERATOR_MACHINES | {
+    f"{family}-{n}" for family, sizes in _CPU_SIZES.items() for n in sizes
+}
+"""Every machine type a profile may name: what Vertex AI offers for custom training."""
+_SERIES = {  # For messages: the machine series, by what they carry.
+    kind: ", ".join(dict.fromkeys(f.split("-")[0] + "-" for f in families))
+    for kind, families in (("CPU", _CPU_SIZES), ("GPU", [*_FIXED_GPU, *_G2_L4]))
+}
 
 
 class ProfileError(ValueError):
     """A profile or a run configuration that cannot run; the message says what to choose."""
 
 
+def machine_type_problem(machine_type: Any) -> str | None:
+    """Why ``machine_type`` is not a Vertex AI training machine type (with the nearest), or None."""
+    if isinstance(machine_type, str) and machine_type in MACHINE_TYPES:
+        return None
+    text = str(machine_type)
+    family = text.rpartition("-")[0]
+    if family in _CPU_SIZES:
+        sizes = ", ".join(f"{family}-{n}" for n in _CPU_SIZES[family])
+        return f"machine_type {text!r} does not exist; {family} comes as {sizes}"
+    close = difflib.get_close_matches(text.lower(), sorted(MACHINE_TYPES), n=1, cutoff=0.6)
+    if close:
+        return (
+            f"machine_type {text!r} is not one Vertex AI offers for training; did you mean "
+            f"{close[0]!r}? (the list: docs/profiles.md)"
+        )
+    return (
+        f"machine_type {text!r} is not one Vertex AI offers for training; use a CPU type "
+        f"({_SERIES['CPU']}), a GPU type ({_SERIES['GPU']}) or a TPU type "
+        f"({', '.join(_TPU)}) (the list: docs/profiles.md)"
+    )
+
+
 def _machine_problems(step: str, m: Machine) -> list[str]:
     out = []
     mt, acc, n = m.machine_type, m.accelerator_type, m.accelerator_count
+    unknown = machine_type_problem(mt)
+    if unknown:
+        return [f"{step}: {unknown}"]  # The checks below would only guess at what was meant.
     if m.replica_count < 1:
         out.append(f"{step}: replica_count must be >= 1")
     if n < 0:
@@ -233,8 +297,15 @@ def _machine_problems(step: str, m: Machine) -> list[str]:
     if not acc:
         if n:
             out.append(f"{step}: accelerator_count {n} without an accelerator_type")
-        if mt.startswith(("a2-", "a3-", "g2-", "ct5lp-")) or mt == "cloud-tpu":
+        if mt in _ACCELERATOR_MACHINES:
             out.append(f"{step}: {mt} is an accelerator machine; name its accelerator_type")
+        elif not m.custom_job and not (m.cpu_limit or m.memory_limit):
+            # A plain task gets its machine from these limits; its machine_type goes nowhere.
+            vcpus = mt.rpartition("-")[2]
+            out.append(
+                f"{step}: runs as a plain pipeline task, which Vertex AI sizes by cpu_limit and "
+                f"memory_limit, not by machine_type; set them for {mt} (cpu_limit: {vcpus})"
+            )
         return out
     if acc and n < 1:
         out.append(f"{step}: {acc} needs accelerator_count >= 1")
@@ -254,8 +325,8 @@ def _machine_problems(step: str, m: Machine) -> list[str]:
         choices = ", ".join(k for k, v in _TPU.items() if acc in v[0])
         out.append(f"{step}: {acc} runs on {choices}, not {mt}")
         return out
-    for pattern, gpu in _FIXED_GPU.items():
-        match = re.fullmatch(pattern, mt)
+    for family, (gpu, _) in _FIXED_GPU.items():
+        match = re.fullmatch(rf"{family}-(\d+)g", mt)
         if match:
             count = int(match.group(1))
             if acc != gpu:
@@ -397,7 +468,8 @@ def _machine_from(raw: dict[str, Any], where: str) -> Machine:
         )
     if "machine_type" not in raw:
         raise ProfileError(f"{where}: machine_type is required")
-    raw = {k: (str(v) if k in ("cpu_limit", "memory_limit") else v) for k, v in raw.items()}
+    text = ("machine_type", "cpu_limit", "memory_limit")  # YAML may read 16 or 30 as numbers.
+    raw = {k: (str(v) if k in text else v) for k, v in raw.items()}
     return Machine(**raw)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import functools
 import json
 import logging
 import os
@@ -30,12 +31,29 @@ CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 _LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
-_REGION = re.compile(r"[a-z]+(?:-[a-z]+)+[0-9]+")
 _PROJECT = re.compile(r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
 _NETWORK = re.compile(r"projects/[^/\s]+/global/networks/[^/\s]+")
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 _EXPERIMENT = re.compile(r"[a-z0-9][a-z0-9-]{0,127}")
 _MAX_LABELS = 64
+
+# The regions Vertex AI runs in (docs: "Vertex AI locations"; the same list as
+# google-cloud-aiplatform's own SUPPORTED_REGIONS, less "global", which runs no pipelines).
+VERTEX_AI_REGIONS = frozenset(
+    {
+        *("us-central1", "us-east1", "us-east4", "us-east5", "us-east7", "us-south1"),
+        *("us-west1", "us-west2", "us-west3", "us-west4", "us-west8"),
+        *("northamerica-northeast1", "northamerica-northeast2"),
+        *("southamerica-east1", "southamerica-west1"),
+        *("europe-west1", "europe-west2", "europe-west3", "europe-west4", "europe-west6"),
+        *("europe-west8", "europe-west9", "europe-west12", "europe-central2"),
+        *("europe-north1", "europe-north2", "europe-southwest1"),
+        *("asia-east1", "asia-east2", "asia-northeast1", "asia-northeast2", "asia-northeast3"),
+        *("asia-south1", "asia-south2", "asia-southeast1", "asia-southeast2"),
+        *("australia-southeast1", "australia-southeast2"),
+        *("me-central1", "me-central2", "me-west1", "africa-south1"),
+    }
+)
 
 
 class SubmitError(Exception):
@@ -328,10 +346,9 @@ def validate_config(config: SubmitConfig) -> None:
             f"project {config.project!r} is not a project id (6-30 lowercase letters, digits "
             "and '-', starting with a letter)"
         )
-    if not _REGION.fullmatch(config.region or ""):
-        raise ValueError(
-            f"region {config.region!r} is not a Google Cloud region such as 'us-central1'"
-        )
+    problem = region_problem(config.region, "region")
+    if problem:
+        raise ValueError(problem)
     if not config.pipeline_root.startswith("gs://"):
         raise ValueError(
             f"pipeline root {config.pipeline_root!r} must be a Cloud Storage folder, "
@@ -368,10 +385,107 @@ def validate_config(config: SubmitConfig) -> None:
                 "'0 3 * * *' (optionally prefixed with 'TZ=Area/City ')"
             )
     if config.max_concurrent_runs < 1:
-        raise ValueError("max concurrent runs must be at least 1")
+        raise ValueError(
+            f"max concurrent runs (--max-concurrent-runs) must be >= 1, got "
+            f"{config.max_concurrent_runs}"
+        )
     if config.display_name is not None and not 0 < len(config.display_name) <= 128:
         raise ValueError("display name must be 1-128 characters")
     validate_labels(config.labels)
+
+
+def region_problem(region: str | None, what: str = "region") -> str | None:
+    """Why ``region`` is not a Vertex AI region (with the nearest one), or None if it is one.
+
+    Args:
+        region: the region as given.
+        what: where it came from, for the message (``--region``, ``GOOGLE_CLOUD_REGION``).
+    """
+    if region in VERTEX_AI_REGIONS:
+        return None
+    regions = sorted(VERTEX_AI_REGIONS)
+    close = difflib.get_close_matches(str(region).lower(), regions, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return (
+        f"{what} {region!r} is not a Vertex AI region; {hint}Vertex AI runs in {', '.join(regions)}"
+    )
+
+
+# --- the ncf pipeline's parameter values -------------------------------------------------------
+
+# Pipeline parameters that data prep takes as they are (components/prepare_data.py), by the
+# ``training_core.prepare.PrepareConfig`` field they set: their ranges are PrepareConfig.check's.
+_PREPARE_FIELDS = {
+    "min_ratings": "min_ratings",
+    "data_epochs": "num_epochs",
+    "num_neg": "num_neg",
+    "eval_negatives": "eval_negatives",
+    "train_batch_size": "train_batch_size",
+    "eval_batch_size": "eval_batch_size",  # 0 in the pipeline is PrepareConfig's None (auto).
+}
+_PRESET = "preset"
+_EPOCHS = "epochs"  # 0: the preset's epochs (components/train_model.py).
+
+
+@functools.cache
+def preset_names() -> tuple[str, ...]:
+    """The names of the training presets (``training_core.presets``: no TensorFlow import)."""
+    from training_core.presets import PRESETS
+
+    return tuple(PRESETS)
+
+
+def parameter_problems(values: Mapping[str, Any]) -> list[str]:
+    """What in values for the ncf pipeline's parameters cannot run, naming each parameter.
+
+    ``preset`` must name a training preset; the data-prep parameters are held to
+    ``PrepareConfig.check``'s ranges; ``epochs`` must be >= 0 (0: the preset's). Other names are
+    not looked at. Strings (from a command line) are converted first.
+
+    Raises:
+        ValueError: a value that is not an integer where one is needed.
+    """
+    from training_core.prepare import PrepareConfig
+
+    problems = []
+    for name, value in values.items():
+        if name == _PRESET:
+            presets = preset_names()
+            if value not in presets:
+                close = difflib.get_close_matches(str(value), presets, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                problems.append(
+                    f"parameter {name!r}: unknown preset {value!r}{hint}; choose one of "
+                    f"{', '.join(presets)}"
+                )
+        elif name in _PREPARE_FIELDS or name == _EPOCHS:
+            number = _coerce(Parameter(name, "NUMBER_INTEGER"), value)
+            if name == _EPOCHS:
+                if number < 0:
+                    problems.append(
+                        f"parameter {name!r} must be >= 0 (0: the preset's), got {number}"
+                    )
+                continue
+            field = _PREPARE_FIELDS[name]
+            auto = name == "eval_batch_size" and number == 0
+            config = PrepareConfig("", "", **{field: None if auto else number})
+            for _, rule in config.problems():
+                note = " (0: automatic)" if name == "eval_batch_size" else ""
+                problems.append(f"parameter {name!r} {rule}, got {number}{note}")
+    return problems
+
+
+def check_parameter_values(values: Mapping[str, Any]) -> None:
+    """``parameter_problems`` as one error.
+
+    Raises:
+        ValueError: listing every value that cannot run, with the parameter and what it takes.
+    """
+    problems = parameter_problems(values)
+    if len(problems) == 1:
+        raise ValueError(problems[0])
+    if problems:
+        raise ValueError("parameter values that cannot run:\n  - " + "\n  - ".join(problems))
 
 
 def prepare(config: SubmitConfig) -> tuple[Template, dict[str, Any]]:
@@ -391,15 +505,20 @@ def prepare(config: SubmitConfig) -> tuple[Template, dict[str, Any]]:
 
 
 def check_run_values(template: Template, values: Mapping[str, Any]) -> None:
-    """The compile-time preflight again, on the values of this run (batch sizes vs replicas).
+    """The compile-time checks again, on the values of this run.
+
+    First the values themselves (``parameter_problems``: the preset, the ranges), then the batch
+    sizes against the replicas the template was compiled for.
 
     Raises:
-        ValueError: listing what does not fit the compiled machines and what would.
+        ValueError: naming each bad value, or listing what does not fit the compiled machines
+            and what would.
     """
     from pipelines import pipeline
 
     if pipeline.TRAIN_TASK not in template.spec.get("root", {}).get("dag", {}).get("tasks", {}):
         return  # Not an ncf-pipelines template: nothing of ours to check.
+    check_parameter_values(values)
     problems = pipeline.run_problems(template.spec, values)
     if problems:
         raise ValueError(

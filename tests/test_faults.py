@@ -179,9 +179,7 @@ def test_killed_overwrite_keeps_the_old_dataset_or_publishes_the_new(source, cle
     assert "old" in outcomes  # Some kills landed mid-run (the schedule is seeded).
 
 
-def test_killed_first_run_never_looks_complete_and_rerun_is_byte_identical(
-    source, clean, tmp_path
-):
+def test_killed_first_run_never_looks_complete_and_rerun_is_byte_identical(source, clean, tmp_path):
     ref_a, seconds = clean["A"]
     view_a, tree_a = _published_view(ref_a), tree_bytes(str(ref_a))
     rng = random.Random(5)

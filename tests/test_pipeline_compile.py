@@ -275,3 +275,29 @@ def test_no_credentials_or_local_paths_in_compiled_spec(compiled, name):
     for path in sorted(here):
         assert path + "/" not in text, path
     assert not re.search(r"(/root/|/home/|/work/|/Users/|site-packages)", text)
+
+
+def test_compile_command_refuses_a_misspelt_machine_type(tmp_path, capsys):
+    """It used to compile, and the training task ran with no resources at all."""
+    custom = tmp_path / "profiles.yaml"
+    custom.write_text("typo:\n  train: {machine_type: n1-standrd-16}\n  strategy: default\n")
+    out = tmp_path / "x.yaml"
+    argv = ["compile", "--profile", "typo", "--profiles-file", str(custom), "--output", str(out)]
+    assert cli.main(argv) == 2 and not out.exists()
+    err = capsys.readouterr().err
+    assert "train: machine_type 'n1-standrd-16' is not one Vertex AI offers for training" in err
+    assert "did you mean 'n1-standard-16'?" in err
+
+
+@pytest.mark.parametrize(
+    "param,message",
+    [
+        ("preset=nosuch", "parameter 'preset': unknown preset 'nosuch'; choose one of "),
+        ("eval_negatives=-5", "parameter 'eval_negatives' must be >= 0, got -5"),
+        ("train_batch_size=0", "parameter 'train_batch_size' must be >= 1, got 0"),
+    ],
+)
+def test_compile_command_checks_the_compiled_defaults(tmp_path, capsys, param, message):
+    out = tmp_path / "x.yaml"
+    assert cli.main(["compile", "--param", param, "--output", str(out)]) == 2
+    assert message in capsys.readouterr().err and not out.exists()

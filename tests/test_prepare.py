@@ -11,7 +11,7 @@ import tensorflow as tf
 from conftest import read_split, tree_bytes
 
 from training_core import io as rio
-from training_core import dataset_folder, metadata, prepare, records, synthetic
+from training_core import metadata, prepare, records, synthetic
 
 
 def _config(src, out, **kw):
@@ -192,6 +192,31 @@ def test_user_with_every_item_is_dropped(tmp_path, caplog):
     assert res.metadata.num_users == 2 and res.metadata.num_items == 4
     assert res.metadata.source["users_with_every_item"] == 1
     assert "every item" in caplog.text
+
+
+def test_data_where_every_user_has_every_item_says_so(tmp_path):
+    rows = ["user_id,item_id,timestamp"] + [f"{u},{i},{i}" for u in (1, 2, 3) for i in (1, 2, 3)]
+    src = tmp_path / "full.csv"
+    src.write_text("\n".join(rows) + "\n")
+    with pytest.raises(rio.DataError, match="every user left interacted with every item") as e:
+        prepare.prepare(_config(str(src), tmp_path / "o", eval_negatives=1))
+    assert "--min-ratings" not in str(e.value)
+    assert not (tmp_path / "o").exists()
+
+
+def test_more_training_negatives_than_unseen_items_warns_and_counts(tmp_path, caplog):
+    rows = ["user_id,item_id,timestamp"]
+    rows += [f"1,{i},{i}" for i in range(1, 9)]  # User 1: 2 of 10 items never seen.
+    rows += [f"{u},{i},{i}" for u in (2, 3) for i in range(u, u + 3)]
+    rows += ["4,9,1", "4,10,2"]
+    src = tmp_path / "events.csv"
+    src.write_text("\n".join(rows) + "\n")
+    caplog.set_level("WARNING")
+    res = prepare.prepare(_config(str(src), tmp_path / "o", eval_negatives=1, num_neg=4))
+    assert res.metadata.source["train_users_with_repeated_negatives"] == 1
+    assert "1 users have fewer than 4 never-seen items (--num-neg)" in caplog.text
+    again = prepare.prepare(_config(str(src), tmp_path / "p", eval_negatives=1, num_neg=2))
+    assert again.metadata.source["train_users_with_repeated_negatives"] == 0
 
 
 def test_bad_options_and_too_many_negatives(tmp_path, tiny_csv):

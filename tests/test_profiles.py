@@ -137,3 +137,66 @@ def test_profiles_command_prints_the_catalogue(capsys):
     for name in REQUIRED:
         assert name in out
     assert "NVIDIA_H100_80GB" in out and "2x4" in out
+
+
+@pytest.mark.parametrize(
+    "machine,message",
+    [
+        (
+            # A typo used to pass preflight, and the step went without its machine.
+            Machine("n1-standrd-16", cpu_limit="16", memory_limit="60G"),
+            "train: machine_type 'n1-standrd-16' is not one Vertex AI offers for training; "
+            "did you mean 'n1-standard-16'?",
+        ),
+        (
+            Machine("n1-standard-12", cpu_limit="12"),
+            "train: machine_type 'n1-standard-12' does not exist; n1-standard comes as "
+            "n1-standard-2, n1-standard-4, n1-standard-8, n1-standard-16",
+        ),
+        (
+            Machine("a2-highgpu-3g", "NVIDIA_TESLA_A100", 3),
+            "did you mean 'a2-highgpu-8g'?",
+        ),
+        (Machine("big-box", cpu_limit="8"), "use a CPU type (n1-, n2-, n2d-, e2-, c2-, c2d-, m1-)"),
+        (
+            # Spelt right, but a plain task takes its machine from the limits alone.
+            Machine("n1-standard-16"),
+            "train: runs as a plain pipeline task, which Vertex AI sizes by cpu_limit and "
+            "memory_limit, not by machine_type; set them for n1-standard-16 (cpu_limit: 16)",
+        ),
+    ],
+)
+def test_preflight_rejects_machine_types_vertex_ai_does_not_offer(machine, message):
+    profile = dataclasses.replace(profiles.BUILTIN["cpu"], train=machine)
+    with pytest.raises(ProfileError) as exc:
+        profiles.preflight(profile)
+    assert message in str(exc.value)
+
+
+def test_every_machine_type_in_one_list():
+    """Built-in profiles, the accelerator tables and the check all read ``MACHINE_TYPES``."""
+    for p in profiles.BUILTIN.values():
+        for m in (p.data, p.train, p.evaluate):
+            assert m.machine_type in profiles.MACHINE_TYPES
+            assert profiles.machine_type_problem(m.machine_type) is None
+    for name in ("n1-highmem-96", "e2-standard-32", "c2-standard-60", "m1-ultramem-160"):
+        assert name in profiles.MACHINE_TYPES
+    for name in ("a2-megagpu-16g", "a2-ultragpu-8g", "a3-megagpu-8g", "g2-standard-96"):
+        assert name in profiles.MACHINE_TYPES
+    assert {"cloud-tpu", "ct5lp-hightpu-4t"} <= profiles.MACHINE_TYPES
+    assert "n1-standard-17" not in profiles.MACHINE_TYPES
+
+
+def test_custom_profile_machine_types_are_checked(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text(
+        "typo:\n  train: {machine_type: n2-standrad-8, cpu_limit: 8}\n  strategy: default\n"
+        "number:\n  train: {machine_type: 16, cpu_limit: 16}\n  strategy: default\n"
+    )
+    loaded = profiles.load_profiles(str(f))
+    with pytest.raises(ProfileError, match="did you mean 'n2-standard-8'"):
+        profiles.preflight(loaded["typo"])
+    assert loaded["number"].train.machine_type == "16"  # YAML's number, kept as text.
+    with pytest.raises(ProfileError, match="machine_type '16' is not one Vertex AI offers"):
+        profiles.preflight(loaded["number"])
+    assert "16" in profiles.catalogue(str(f))  # The listing still prints it.

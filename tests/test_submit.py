@@ -528,3 +528,83 @@ def test_custom_job_runs_as_the_submitted_account_on_the_submitted_network(tmp_p
     assert job["service_account"] == "runner@my-proj.iam.gserviceaccount.com"
     assert job["network"] == "projects/123/global/networks/vpc"
     assert job["worker_pools"][0].startswith("1 x n1-standard-8 + 1 x NVIDIA_TESLA_T4")
+
+
+@pytest.fixture(scope="module")
+def ncf_template(tmp_path_factory) -> str:
+    from pipelines import pipeline, profiles
+
+    path = str(tmp_path_factory.mktemp("ncf") / "ncf.yaml")
+    pipeline.compile_pipeline(profiles.BUILTIN["cpu"], path)
+    return path
+
+
+def _ncf_dry_run(template, *extra: str, region: str | None = "us-central1") -> list[str]:
+    args = ["submit", "--template", template, "--project", "my-proj"]
+    args += ["--pipeline-root", "gs://bucket/root", "--param", "data_uri=gs://bucket/ml-1m/"]
+    return [*args, *(["--region", region] if region else []), *extra, "--dry-run"]
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (
+            ["--param", "preset=nosuch"],
+            "parameter 'preset': unknown preset 'nosuch'; choose one of reference, tiny, "
+            "ml-100k, ml-1m, ml-20m",
+        ),
+        (["--param", "preset=ml1m"], "unknown preset 'ml1m' (did you mean 'ml-1m'?)"),
+        (["--param", "eval_negatives=-5"], "parameter 'eval_negatives' must be >= 0, got -5"),
+        (["--param", "num_neg=-1"], "parameter 'num_neg' must be >= 0, got -1"),
+        (["--param", "data_epochs=0"], "parameter 'data_epochs' must be >= 1, got 0"),
+        (["--param", "min_ratings=-2"], "parameter 'min_ratings' must be >= 0"),
+        (["--param", "train_batch_size=0"], "parameter 'train_batch_size' must be >= 1, got 0"),
+        (
+            ["--param", "eval_batch_size=-1"],
+            "parameter 'eval_batch_size' must be >= 1 (or auto), got -1 (0: automatic)",
+        ),
+        (["--param", "epochs=-3"], "parameter 'epochs' must be >= 0 (0: the preset's), got -3"),
+    ],
+)
+def test_ncf_parameter_values_are_checked_naming_the_parameter(
+    ncf_template, capsys, extra, expected
+):
+    assert cli.main(_ncf_dry_run(ncf_template, *extra)) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_several_bad_parameter_values_are_listed_together(ncf_template, capsys):
+    extra = ["--param", "preset=nosuch", "--param", "eval_negatives=-5"]
+    assert cli.main(_ncf_dry_run(ncf_template, *extra)) == 2
+    err = capsys.readouterr().err
+    assert "unknown preset 'nosuch'" in err and "'eval_negatives' must be >= 0, got -5" in err
+
+
+def test_good_ncf_parameter_values_pass(ncf_template, capsys):
+    extra = ["--param", "preset=tiny", "--param", "eval_negatives=0", "--param", "epochs=0"]
+    extra += ["--param", "eval_batch_size=0"]
+    assert cli.main(_ncf_dry_run(ncf_template, *extra)) == 0
+    assert json.loads(capsys.readouterr().out)["parameter_values"]["preset"] == "tiny"
+
+
+def test_region_must_be_a_vertex_ai_region(ncf_template, capsys, monkeypatch):
+    assert cli.main(_ncf_dry_run(ncf_template, region="mars-north1")) == 2
+    err = capsys.readouterr().err
+    assert "--region 'mars-north1' is not a Vertex AI region" in err and "us-central1" in err
+    assert cli.main(_ncf_dry_run(ncf_template, region="europe-wset4")) == 2
+    assert "did you mean 'europe-west4'?" in capsys.readouterr().err
+    # From the environment, the message names the variable.
+    monkeypatch.setenv("GOOGLE_CLOUD_REGION", "us-centrl1")
+    assert cli.main(_ncf_dry_run(ncf_template, region=None)) == 2
+    err = capsys.readouterr().err
+    assert "GOOGLE_CLOUD_REGION 'us-centrl1' is not a Vertex AI region" in err
+    assert "did you mean 'us-central1'?" in err
+    # The library checks it too.
+    with pytest.raises(ValueError, match="region 'mars-north1' is not a Vertex AI region"):
+        vs.validate_config(vs.SubmitConfig(ncf_template, PROJECT, "mars-north1", ROOT))
+
+
+def test_regions_are_the_ones_the_vertex_ai_client_accepts():
+    from google.cloud.aiplatform.constants import base
+
+    assert vs.VERTEX_AI_REGIONS == base.SUPPORTED_REGIONS - {"global"}

@@ -105,9 +105,8 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_data, tmp_path):
     )
     first = train.train(good, tf.distribute.get_strategy())
     step = first.global_step
-    bad = dataclasses.replace(
-        good, model=model.get_preset("tiny", epochs=2, learning_rate=float("inf"))
-    )
+    # A learning rate far too large (still a valid option: > 0) blows the weights up.
+    bad = dataclasses.replace(good, model=model.get_preset("tiny", epochs=2, learning_rate=1e38))
     with pytest.raises(train.NonFiniteLossError, match="last good checkpoint"):
         train.train(bad, tf.distribute.get_strategy())
     assert tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints")).endswith(
@@ -175,3 +174,48 @@ def test_a_refused_run_leaves_the_earlier_model_intact(tiny_data, tmp_path):
         assert open(os.path.join(model_dir, p), "rb").read() == data, p
     # The earlier model still evaluates.
     assert 0 < ev.evaluate(tiny_data, model_dir).hr_at_10
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"learning_rate": -1.0}, "--learning-rate must be > 0, got -1.0"),
+        ({"learning_rate": float("nan")}, "--learning-rate must be > 0, got nan"),
+        ({"batch_size": 0}, "--batch-size must be >= 1 (leave it out for the data's pre-batch"),
+        ({"epochs": 0}, "--epochs must be >= 1, got 0"),
+        ({"hr_threshold": 1.5}, "--target-hr must be at most 1, an HR@10"),
+        ({"steps_per_loop": 0}, "--steps-per-loop must be >= 1, got 0"),
+        ({"checkpoint_every_steps": -1}, "--checkpoint-every must be >= 0 (0: each epoch only)"),
+        ({"precision": "float8"}, "--precision must be one of auto, float32, float16, bfloat16"),
+        ({"preset": "ml1m"}, "--preset 'ml1m' is unknown (did you mean 'ml-1m'?)"),
+    ],
+)
+def test_config_for_names_the_option_and_the_value(overrides, message):
+    """Checked before the data is read: the folder here does not even exist."""
+    kw = dict(overrides)
+    preset = kw.pop("preset", "tiny")
+    with pytest.raises(ValueError) as exc:
+        train.config_for("/nonexistent/data", "/nonexistent/model", preset, **kw)
+    assert message in str(exc.value)
+
+
+def test_train_config_names_each_field_it_refuses(tiny_data):
+    tiny = model.get_preset("tiny")
+    with pytest.raises(ValueError, match=r"--steps-per-loop must be >= 1, got 0"):
+        train.TrainConfig(tiny_data, "m", tiny, steps_per_loop=0)
+    with pytest.raises(ValueError, match=r"keep_checkpoints must be >= 1, got 0"):
+        train.TrainConfig(tiny_data, "m", tiny, keep_checkpoints=0)
+    with pytest.raises(ValueError, match=r"--learning-rate must be > 0, got -0.5"):
+        train.TrainConfig(tiny_data, "m", model.get_preset("tiny", learning_rate=-0.5))
+    # Several at once are all named.
+    with pytest.raises(ValueError) as exc:
+        train.TrainConfig(tiny_data, "m", tiny, steps_per_loop=0, checkpoint_every_steps=-1)
+    assert "--steps-per-loop" in str(exc.value) and "--checkpoint-every" in str(exc.value)
+
+
+def test_batch_size_none_is_the_data_s_pre_batch_size_and_zero_is_an_error(tiny_data):
+    prebatch = read_metadata(tiny_data).train_prebatch_size
+    assert train.config_for(tiny_data, "m", "ml-1m").model.batch_size == prebatch
+    assert train.config_for(tiny_data, "m", "ml-1m", batch_size=512).model.batch_size == 512
+    with pytest.raises(ValueError, match="--batch-size must be >= 1 .*, got 0"):
+        train.config_for(tiny_data, "m", "ml-1m", batch_size=0)

@@ -225,3 +225,71 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tiny_data, tmp_path
         assert x["hr_at_10"] == y["hr_at_10"]
         assert x["ndcg_at_10"] == pytest.approx(y["ndcg_at_10"], rel=1e-6)
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-6)
+
+
+@pytest.mark.slow
+def test_a_second_train_into_a_busy_model_folder_is_refused_and_harms_nothing(tiny_data, tmp_path):
+    model_dir = str(tmp_path / "model")
+    extra = ["--strategy", "default", "--steps-per-loop", "1", "--checkpoint-every", "10"]
+    long_run = [*extra, "--epochs", "1000"]  # Still running when the second one starts.
+    first = _run(_train_args(tiny_data, model_dir, str(tmp_path / "a.json"), *long_run))
+    deadline = time.time() + 240
+    while _latest_step(model_dir) == 0 and first.poll() is None:  # The first one holds it now.
+        assert time.time() < deadline
+        time.sleep(0.01)
+    second = _run(_train_args(tiny_data, model_dir, str(tmp_path / "b.json"), *extra))
+    out, _ = second.communicate(timeout=300)
+    assert first.poll() is None, "the first run ended before the second one tried"
+    assert second.returncode == 2, out[-3000:]
+    assert f"is being written by train (pid {first.pid}" in out and "another folder" in out
+    assert not os.path.exists(tmp_path / "b.json")
+    step = _latest_step(model_dir)
+    time.sleep(1.0)
+    assert _latest_step(model_dir) > step  # The first run went on, undisturbed.
+    first.kill()
+    first.communicate()
+
+
+def _checkpoint_values(model_dir):
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(os.path.join(model_dir, "checkpoints"))
+    return {
+        name: reader.get_tensor(name)
+        for name in reader.get_variable_to_shape_map()
+        if not name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH")
+    }
+
+
+@pytest.mark.slow
+def test_kills_at_random_moments_then_resume_end_with_the_clean_run_s_model(tiny_data, tmp_path):
+    import random
+
+    extra = ["--strategy", "default", "--steps-per-loop", "1", "--checkpoint-every", "7"]
+    ref_dir, run_dir = str(tmp_path / "ref"), str(tmp_path / "run")
+    ref = _run(_train_args(tiny_data, ref_dir, str(tmp_path / "ref.json"), *extra))
+    total = EPOCHS * read_metadata(tiny_data).train_steps_per_epoch
+    rng = random.Random(4)
+    kills = 0
+    for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGKILL):
+        start = _latest_step(run_dir)
+        victim = _run(_train_args(tiny_data, run_dir, str(tmp_path / "run.json"), *extra))
+        target = rng.randint(start + 1, start + (total - start) // 2)
+        deadline = time.time() + 240
+        while _latest_step(run_dir) < target and victim.poll() is None:
+            assert time.time() < deadline
+            time.sleep(0.002 * rng.random())
+        victim.send_signal(sig)
+        out, _ = victim.communicate()
+        kills += victim.returncode == -sig
+        # What a reader sees is always one whole checkpoint, never a half-written one.
+        assert _checkpoint_values(run_dir), out[-2000:]
+    assert kills >= 2, "the runs ended before they could be killed"
+    _wait(_run(_train_args(tiny_data, run_dir, str(tmp_path / "run.json"), *extra)))
+    _wait(ref)
+    a, b = _checkpoint_values(ref_dir), _checkpoint_values(run_dir)
+    assert a.keys() == b.keys() and _latest_step(run_dir) == _latest_step(ref_dir) == total
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    ra, rb = json.load(open(tmp_path / "ref.json")), json.load(open(tmp_path / "run.json"))
+    assert [e["hr_at_10"] for e in ra["epochs"]] == [e["hr_at_10"] for e in rb["epochs"]]

@@ -148,6 +148,9 @@ def decide(
     if meta is None:
         return None
     same = meta.fingerprint in fingerprints or published_roots(meta) == {build}
+    if same and overwrite:
+        log.warning("%s: preparing this dataset again (--overwrite)", out)
+        return None
     if same:
         damage = problems(out, meta)
         if not damage:

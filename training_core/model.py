@@ -12,92 +12,11 @@ mixed precision and gradient handling, and exports with ``tf.saved_model.save`` 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import tensorflow as tf
 
-
-@dataclasses.dataclass(frozen=True)
-class NeuMFConfig:
-    """Model and optimizer hyperparameters.
-
-    Attributes:
-        num_factors: GMF embedding width (the reference's ``num_factors``/``mf_dim``).
-        layers: MLP widths; ``layers[0]`` is the concatenated user+item MLP embedding, so each
-            table holds ``layers[0] // 2`` MLP columns. Must be even.
-        batch_size: global training batch (rows per optimizer step over all replicas).
-        learning_rate, beta1, beta2, epsilon: Adam.
-        hr_threshold: stop once HR@10 reaches this (``None``: never stop early).
-        epochs: training epochs.
-    """
-
-    num_factors: int = 8
-    layers: tuple[int, ...] = (64, 32, 16, 8)
-    batch_size: int = 1024
-    learning_rate: float = 0.001
-    beta1: float = 0.9
-    beta2: float = 0.999
-    epsilon: float = 1e-8
-    hr_threshold: float | None = None
-    epochs: int = 2
-
-    def __post_init__(self) -> None:
-        if not self.layers or self.layers[0] % 2:
-            raise ValueError(f"layers[0] must be even (split between user and item): {self.layers}")
-        if self.num_factors < 1 or self.batch_size < 1 or self.epochs < 1:
-            raise ValueError("num_factors, batch_size and epochs must be positive")
-
-    @property
-    def embedding_dim(self) -> int:
-        """Width of each embedding table."""
-        return self.num_factors + self.layers[0] // 2
-
-
-# The ml-20m settings are the reference's MLPerf v0.5 run (tensorflow/models
-# official/recommendation/run.sh and ncf_keras_benchmark.py): batch 98304, Adam lr 0.00382059,
-# beta1 0.783529, beta2 0.909003, epsilon 1.45439e-07, layers 256,256,128,64, 64 factors,
-# target HR@10 0.635, 14 epochs. The reference publishes no separate ml-1m tuning; its README runs
-# ml-1m with the same model, so ml-1m keeps those hyperparameters at the batch used by the
-# reference's speed benchmarks (1024) and fewer epochs. ml-100k is ours: a smaller model for a
-# quick real-data check.
-_MLPERF_ADAM = dict(learning_rate=0.00382059, beta1=0.783529, beta2=0.909003, epsilon=1.45439e-07)
-
-PRESETS: dict[str, NeuMFConfig] = {
-    # The reference's flag defaults (ncf_common.define_ncf_flags: 8 factors, layers 64,32,16,8,
-    # Adam 0.001/0.9/0.999/1e-8) at batch 1024: what its CPU speed benchmark runs.
-    "reference": NeuMFConfig(batch_size=1024, epochs=2),
-    "tiny": NeuMFConfig(
-        num_factors=8, layers=(16, 16, 8), batch_size=256, learning_rate=0.01, epochs=3
-    ),
-    "ml-100k": NeuMFConfig(
-        num_factors=16, layers=(64, 32, 16), batch_size=256, learning_rate=0.002, epochs=10
-    ),
-    "ml-1m": NeuMFConfig(
-        num_factors=64,
-        layers=(256, 256, 128, 64),
-        batch_size=1024,
-        hr_threshold=0.635,
-        epochs=10,
-        **_MLPERF_ADAM,
-    ),
-    "ml-20m": NeuMFConfig(
-        num_factors=64,
-        layers=(256, 256, 128, 64),
-        batch_size=98304,
-        hr_threshold=0.635,
-        epochs=14,
-        **_MLPERF_ADAM,
-    ),
-}
-
-
-def get_preset(name: str, **overrides) -> NeuMFConfig:
-    """A named preset, optionally with fields replaced (``None`` overrides are ignored)."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-    overrides = {k: v for k, v in overrides.items() if v is not None}
-    return dataclasses.replace(PRESETS[name], **overrides)
+from training_core.presets import PRESETS, NeuMFConfig, get_preset  # noqa: F401 (re-exported)
 
 
 def _glorot(shape: tuple[int, int], seed: tf.Tensor | tuple[int, int]) -> tf.Tensor:

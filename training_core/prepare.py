@@ -64,29 +64,35 @@ class PrepareConfig:
     overwrite: bool = False
     eval_users_multiple: int = 8  # Auto eval records hold a multiple of this many users.
 
-    def check(self) -> None:
-        """Rejects impossible option values with a message naming the option."""
-        checks = [
-            (self.min_ratings >= 0, "--min-ratings must be >= 0 (0 disables the filter)"),
-            (self.num_epochs >= 1, "--num-epochs must be >= 1"),
-            (self.num_neg >= 0, "--num-neg must be >= 0"),
-            (self.eval_negatives >= 0, "--eval-negatives must be >= 0"),
-            (self.train_batch_size >= 1, "--train-batch-size must be >= 1"),
+    def problems(self) -> list[tuple[str, str]]:
+        """``(field, rule)`` for each value out of range, e.g. ``("num_neg", "must be >= 0")``."""
+        rules = [
+            ("min_ratings", self.min_ratings >= 0, "must be >= 0 (0 disables the filter)"),
+            ("num_epochs", self.num_epochs >= 1, "must be >= 1"),
+            ("num_neg", self.num_neg >= 0, "must be >= 0"),
+            ("eval_negatives", self.eval_negatives >= 0, "must be >= 0"),
+            ("train_batch_size", self.train_batch_size >= 1, "must be >= 1"),
             (
+                "eval_batch_size",
                 self.eval_batch_size is None or self.eval_batch_size >= 1,
-                "--eval-batch-size must be >= 1 (or auto)",
+                "must be >= 1 (or auto)",
             ),
-            (self.num_shards is None or self.num_shards >= 1, "--num-shards must be >= 1"),
-            (self.workers is None or self.workers >= 1, "--workers must be >= 1"),
-            (self.eval_users_multiple >= 1, "eval_users_multiple must be >= 1"),
+            ("num_shards", self.num_shards is None or self.num_shards >= 1, "must be >= 1"),
+            ("workers", self.workers is None or self.workers >= 1, "must be >= 1"),
+            ("eval_users_multiple", self.eval_users_multiple >= 1, "must be >= 1"),
             (
+                "eval_sampling",
                 self.eval_sampling in sampling.EVAL_SAMPLINGS,
-                f"--eval-sampling must be one of {', '.join(sampling.EVAL_SAMPLINGS)}",
+                f"must be one of {', '.join(sampling.EVAL_SAMPLINGS)}",
             ),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
+        return [(field, rule) for field, ok, rule in rules if not ok]
+
+    def check(self) -> None:
+        """Rejects impossible option values with a message naming the option and the value."""
+        for field, rule in self.problems():
+            option = "--" + field.replace("_", "-")
+            raise ValueError(f"{option} {rule}, got {getattr(self, field)!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,17 +191,14 @@ def index_interactions(data: rio.Interactions, min_ratings: int) -> IndexedData:
         full = (counts >= num_items) & (counts > 0)
         if not full.any():
             break
-        stats["users_with_every_item"] = int(full.sum())
+        stats["users_with_every_item"] = stats.get("users_with_every_item", 0) + int(full.sum())
         log.warning(
             "%d users interacted with every item and were dropped: no negatives exist",
             int(full.sum()),
         )
         good_user &= ~full
     if len(users) == 0:
-        raise rio.DataError(
-            f"no user has at least {threshold} interactions; lower --min-ratings (now "
-            f"{min_ratings}) or check the input"
-        )
+        raise nothing_left(stats, min_ratings)
     item_map = np.cumsum(present) - 1
     items = item_map[items]
     item_vocab = item_vocab[present]
@@ -213,6 +216,20 @@ def index_interactions(data: rio.Interactions, min_ratings: int) -> IndexedData:
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     stats["rows_kept"] = int(len(items))
     return IndexedData(user_vocab, item_vocab, offsets, items.astype(np.int64), stats)
+
+
+def nothing_left(stats: dict[str, int], min_ratings: int) -> rio.DataError:
+    """The error for data that cleaning left empty, naming the rule that emptied it."""
+    if stats.get("users_with_every_item"):
+        return rio.DataError(
+            f"every user left interacted with every item ({stats['users_with_every_item']} "
+            "users): no negatives can be drawn, and NCF learns from items a user did not "
+            "interact with. Check the input (is the item column right?) or add items."
+        )
+    return rio.DataError(
+        f"no user has at least {max(min_ratings, 2)} interactions; lower --min-ratings (now "
+        f"{min_ratings}) or check the input"
+    )
 
 
 def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -375,14 +392,14 @@ def _write_train_shard(shard_index: int, epoch: int) -> tuple[ShardFile, float]:
     return shard_file, time.perf_counter() - t0
 
 
-def _write_eval_shard(shard_index: int) -> tuple[ShardFile, int, float]:
+def _write_eval_shard(shard_index: int) -> tuple[ShardFile, tuple[int, int], float]:
     t0 = time.perf_counter()
     w = _WORK
     shard = make_shard(w["data"], shard_index, w["opts"].num_shards)
-    shard_file, short = write_eval_shard(
-        shard, sampling.complement(shard), w["opts"], w["output_dir"]
-    )
-    return shard_file, short, time.perf_counter() - t0
+    comp = sampling.complement(shard)
+    shard_file, short = write_eval_shard(shard, comp, w["opts"], w["output_dir"])
+    short_train = sampling.short_train_users(comp, w["opts"].num_neg)
+    return shard_file, (short, short_train), time.perf_counter() - t0
 
 
 def _call(task: tuple):
@@ -498,7 +515,7 @@ def build_metadata(
     num_items: int,
     train_files: dict[str, list[ShardFile]],
     eval_files: list[ShardFile],
-    short_users: int,
+    short_users: tuple[int, int],
     build: str,
 ) -> DatasetMetadata:
     """``metadata.json`` from the shards' counts; both engines assemble it here.
@@ -506,12 +523,20 @@ def build_metadata(
     Shard paths are relative to ``build`` (the build folder); metadata names them from the
     dataset folder.
     """
-    if short_users:
+    short_eval, short_train = short_users
+    if short_eval:
         log.warning(
             "%d users have fewer than %d never-seen items; their eval rows are filled with "
             "repeats marked in duplicate_mask",
-            short_users,
+            short_eval,
             config.eval_negatives,
+        )
+    if short_train:
+        log.warning(
+            "%d users have fewer than %d never-seen items (--num-neg); each of their training "
+            "positives gets repeated negatives. Lower --num-neg to avoid it.",
+            short_train,
+            config.num_neg,
         )
     train_files = {epoch: [_under(build, f) for f in files] for epoch, files in train_files.items()}
     eval_files = [_under(build, f) for f in eval_files]
@@ -544,7 +569,8 @@ def build_metadata(
             "format": fmt,
             "sha256": source_sha,
             **stats,
-            "eval_users_with_duplicates": short_users,
+            "eval_users_with_duplicates": short_eval,
+            "train_users_with_repeated_negatives": short_train,
         },
         options=plan.options,
         fingerprint=plan.fingerprint,
@@ -671,10 +697,11 @@ def prepare(config: PrepareConfig) -> PrepareResult:
 
 def _write_shards(
     indexed: IndexedData, plan: Plan, config: PrepareConfig, root: str, timings: dict
-) -> tuple[dict[str, list[ShardFile]], list[ShardFile], int]:
+) -> tuple[dict[str, list[ShardFile]], list[ShardFile], tuple[int, int]]:
     """Every shard's eval file and per-epoch training files under ``root``, in worker processes.
 
-    Returns the training files per epoch, the eval files and the count of short users.
+    Returns the training files per epoch, the eval files and the counts of short users (eval
+    rows with repeats, training negatives with repeats).
     """
     num_shards = plan.num_shards
     _WORK.clear()
@@ -695,7 +722,7 @@ def _write_shards(
     )
     eval_files: list[ShardFile] = []
     train_files: dict[str, list[ShardFile]] = {epoch_dir(e): [] for e in range(config.num_epochs)}
-    short_users = 0
+    short_users = [0, 0]
     written_rows = 0
     task_seconds = {"train": 0.0, "eval": 0.0}
     t_write = time.perf_counter()
@@ -705,7 +732,7 @@ def _write_shards(
                 if fn is _write_eval_shard:
                     shard_file, short, seconds = result
                     eval_files.append(shard_file)
-                    short_users += short
+                    short_users = [a + b for a, b in zip(short_users, short, strict=True)]
                     task_seconds["eval"] += seconds
                 else:
                     shard_file, seconds = result
@@ -728,7 +755,7 @@ def _write_shards(
     timings["train_task_seconds"] = task_seconds["train"]
     timings["eval_task_seconds"] = task_seconds["eval"]
     timings["workers"] = workers
-    return train_files, eval_files, short_users
+    return train_files, eval_files, (short_users[0], short_users[1])
 
 
 def summary(result: PrepareResult) -> str:

@@ -380,15 +380,11 @@ def summarize(
         full = alive & (counts >= int(present.sum()))
         if not full.any():
             break
-        stats["users_with_every_item"] = int(full.sum())
         alive &= ~full
         dropped += int(full.sum())
+        stats["users_with_every_item"] = dropped
     if not alive.any():
-        threshold = max(config.min_ratings, 2)
-        raise rio.DataError(
-            f"no user has at least {threshold} interactions; lower --min-ratings (now "
-            f"{config.min_ratings}) or check the input"
-        )
+        raise prepare.nothing_left(stats, config.min_ratings)
     stats["rows_kept"] = int(counts[alive].sum())
     user_vocab, item_vocab = users[alive], item_ids[present]
     plan = prepare.make_plan(
@@ -465,6 +461,7 @@ def write_shard(element, summary: Summary, config: prepare.PrepareConfig, out: s
         "shard": index,
         "eval": dataclasses.asdict(eval_file),
         "short_users": short,
+        "short_train_users": sampling.short_train_users(comp, opts.num_neg),
         "train": train,
         "seconds": time.perf_counter() - t0,
     }
@@ -704,6 +701,9 @@ def _assemble(
         summary["num_items"],
         train_files,
         eval_files,
-        sum(r["short_users"] for r in results),
+        (
+            sum(r["short_users"] for r in results),
+            sum(r["short_train_users"] for r in results),
+        ),
         build,
     )

@@ -22,6 +22,7 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -142,6 +143,85 @@ def _acquire(fd: int, folder: str, path: str, what: str, wait: bool) -> bool:
     log.warning("%s is being written by %s; waiting for it to finish", folder, who)
     fcntl.flock(fd, fcntl.LOCK_EX)
     return True
+
+
+def partial_name(path: str) -> str:
+    """A private sibling of ``path`` to build in: ``<path>.partial-<pid>-<random>``."""
+    return f"{path.rstrip('/')}{PARTIAL_SUFFIX}-{os.getpid()}-{os.urandom(4).hex()}"
+
+
+def remove_stale_partials(path: str) -> list[str]:
+    """Removes siblings of ``path`` that :func:`partial_name` made for processes now dead.
+
+    Only for local paths (the pid is this host's). Returns what was removed.
+    """
+    parent, base = os.path.split(path.rstrip("/"))
+    parent = parent or "."
+    removed = []
+    prefix = f"{base}{PARTIAL_SUFFIX}-"
+    for name in os.listdir(parent) if os.path.isdir(parent) else ():
+        if not name.startswith(prefix):
+            continue
+        pid = name[len(prefix) :].split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        full = os.path.join(parent, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full, ignore_errors=True)
+        else:
+            os.remove(full)
+        removed.append(full)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swaps two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False if unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    rc = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
+def replace_folder(new: str, target: str) -> None:
+    """Publishes the complete folder ``new`` at ``target`` (a local path), replacing what is there.
+
+    Where the file system can, old and new are swapped in one step, so ``target`` is always one
+    complete folder; elsewhere the old one is renamed aside first (a moment without ``target``).
+    The old folder is removed afterwards.
+    """
+    if not os.path.lexists(target):
+        os.rename(new, target)
+        return
+    if _exchange(new, target):
+        shutil.rmtree(new, ignore_errors=True)  # It holds the old folder now.
+        return
+    aside = partial_name(target)
+    os.rename(target, aside)
+    os.rename(new, target)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 _PR_SET_PDEATHSIG = 1

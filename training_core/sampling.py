@@ -71,6 +71,11 @@ class Complement:
         return ranks + below
 
 
+def short_train_users(comp: Complement, num_neg: int) -> int:
+    """Users with fewer never-seen items than ``num_neg``: their negatives must repeat."""
+    return int((comp.sizes < num_neg).sum())
+
+
 def _sorted_sets(shard: Shard) -> tuple[np.ndarray, np.ndarray]:
     """Per-user sorted interacted items (interactions are distinct per user after prep)."""
     base = np.repeat(np.arange(len(shard.users), dtype=np.int64), shard.counts) * shard.num_items

@@ -22,7 +22,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from training_core import input_pipeline, metrics
+from training_core import input_pipeline, metrics, publish
 from training_core.metadata import DatasetMetadata, read_metadata
 from training_core.model import NeuMF, NeuMFConfig
 from training_core.optim import Adam, DynamicLossScale
@@ -75,10 +75,77 @@ class TrainConfig:
     jit_compile: bool = False
 
     def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}")
-        if self.steps_per_loop < 1 or self.checkpoint_every_steps < 0:
-            raise ValueError("steps_per_loop must be >= 1 and checkpoint_every_steps >= 0")
+        m = self.model
+        check_options(
+            epochs=m.epochs,
+            batch_size=m.batch_size,
+            learning_rate=m.learning_rate,
+            hr_threshold=m.hr_threshold,
+            steps_per_loop=self.steps_per_loop,
+            checkpoint_every_steps=self.checkpoint_every_steps,
+            keep_checkpoints=self.keep_checkpoints,
+            precision=self.precision,
+        )
+
+
+# What each option of a run accepts, by field: (the option that sets it, the rule, its check).
+# TrainConfig, config_for and `ncf-pipelines train` check with it, so a message names the option
+# and the value given, whichever way the value came in.
+_OPTION_RULES: dict[str, tuple[str, str, Any]] = {
+    "epochs": ("--epochs", "must be >= 1", lambda v: v >= 1),
+    "batch_size": (
+        "--batch-size",
+        "must be >= 1 (leave it out for the data's pre-batch size)",
+        lambda v: v >= 1,
+    ),
+    "learning_rate": ("--learning-rate", "must be > 0", lambda v: math.isfinite(v) and v > 0),
+    "hr_threshold": (
+        "--target-hr",
+        "must be at most 1, an HR@10 (0 or less: never stop early)",
+        lambda v: not math.isnan(v) and v <= 1,
+    ),
+    "steps_per_loop": ("--steps-per-loop", "must be >= 1", lambda v: v >= 1),
+    "checkpoint_every_steps": (
+        "--checkpoint-every",
+        "must be >= 0 (0: each epoch only)",
+        lambda v: v >= 0,
+    ),
+    "keep_checkpoints": ("keep_checkpoints", "must be >= 1", lambda v: v >= 1),
+    "precision": (
+        "--precision",
+        f"must be one of {', '.join(PRECISIONS)}",
+        PRECISIONS.__contains__,
+    ),
+}
+
+
+def check_options(preset: str | None = None, **values: Any) -> None:
+    """Rejects option values a run cannot use; each message names the option and the value.
+
+    Args:
+        preset: a preset name (``--preset``), if one was given.
+        values: by field (``epochs``, ``batch_size``, ``learning_rate``, ``hr_threshold``,
+            ``steps_per_loop``, ``checkpoint_every_steps``, ``keep_checkpoints``, ``precision``);
+            ``None`` means "the default" and is not checked.
+
+    Raises:
+        ValueError: naming every bad value, e.g. ``--learning-rate must be > 0, got -1.0``.
+    """
+    import difflib
+
+    from training_core.presets import PRESETS
+
+    problems = []
+    if preset is not None and preset not in PRESETS:
+        close = difflib.get_close_matches(str(preset), list(PRESETS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        problems.append(f"--preset {preset!r} is unknown{hint}; choose one of {', '.join(PRESETS)}")
+    for field, value in values.items():
+        option, rule, ok = _OPTION_RULES[field]
+        if value is not None and not ok(value):
+            problems.append(f"{option} {rule}, got {value!r}")
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,7 +333,8 @@ def run_eval(
     dist = input_pipeline.distribute(
         strategy, input_pipeline.eval_dataset_fn(meta, data_dir, strategy.num_replicas_in_sync)
     )
-    hits, ndcg, users = eval_fn(iter(dist), tf.constant(meta.eval_steps))
+    with input_pipeline.naming_damaged_files(meta.eval_file_paths(data_dir)):
+        hits, ndcg, users = eval_fn(iter(dist), tf.constant(meta.eval_steps))
     return metrics.RankingMetrics(int(hits), float(ndcg), int(users))
 
 
@@ -533,14 +601,12 @@ class _Trainer:
             is_chief=self.is_chief,
         )
 
-    def _run_epoch(self, epoch: int, start: int, partial: tuple[float, int, float]) -> EpochResult:
+    def _steps(
+        self, iterator, epoch: int, start: int, partial: tuple[float, int, float]
+    ) -> tuple[float, int, float]:
+        """Trains the rest of one epoch from step ``start``; returns (loss sum, steps, seconds)."""
         cfg, layout = self.config, self.layout
         spe = layout.steps_per_epoch
-        dist = input_pipeline.distribute(
-            self.strategy,
-            input_pipeline.train_dataset_fn(self.meta, cfg.data_dir, layout, epoch, start),
-        )
-        iterator = iter(dist)
         done = start
         loss_sum, trained, seconds = partial
         every = cfg.checkpoint_every_steps
@@ -580,6 +646,17 @@ class _Trainer:
             )
             if every and step % every == 0 and done < spe:
                 self._save((loss_sum, trained, seconds))
+        return loss_sum, trained, seconds
+
+    def _run_epoch(self, epoch: int, start: int, partial: tuple[float, int, float]) -> EpochResult:
+        cfg, layout = self.config, self.layout
+        dist = input_pipeline.distribute(
+            self.strategy,
+            input_pipeline.train_dataset_fn(self.meta, cfg.data_dir, layout, epoch, start),
+        )
+        files = self.meta.train_file_paths(cfg.data_dir, epoch)
+        with input_pipeline.naming_damaged_files(files):
+            loss_sum, trained, seconds = self._steps(iter(dist), epoch, start, partial)
         metrics_ = run_eval(
             self.model, self.strategy, self.meta, cfg.data_dir, self.dtype, self.eval_fn
         )
@@ -622,16 +699,25 @@ def config_for(
 ) -> TrainConfig:
     """A ``TrainConfig`` from a preset; the batch defaults to the data's pre-batch size.
 
-    ``hr_threshold`` replaces the preset's early-stop target (``None`` keeps it; 0 or less turns
-    early stopping off).
+    ``None`` keeps the preset's value (for ``batch_size``: the data's pre-batch size); every
+    value given is checked first (``check_options``), before the data is read. ``hr_threshold``
+    replaces the preset's early-stop target (0 or less turns early stopping off).
     """
     from training_core.model import get_preset
 
+    check_options(
+        preset,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        hr_threshold=hr_threshold,
+        **{k: v for k, v in options.items() if k in _OPTION_RULES},
+    )
     meta = read_metadata(data_dir)
     model = get_preset(
         preset,
         epochs=epochs,
-        batch_size=batch_size or meta.train_prebatch_size,
+        batch_size=meta.train_prebatch_size if batch_size is None else batch_size,
         learning_rate=learning_rate,
     )
     if hr_threshold is not None:
@@ -644,7 +730,10 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy) -> TrainResult:
 
     Raises:
         NonFiniteLossError: the loss became NaN/Inf (the last good checkpoint is kept).
+        publish.FolderBusyError: another train run is writing to ``model_dir``.
         ValueError: the data, the batch and the strategy do not fit together.
     """
-    trainer = _Trainer(config, strategy)
-    return trainer.run()
+    if not _is_chief(strategy):  # The chief holds the folder for the whole cluster.
+        return _Trainer(config, strategy).run()
+    with publish.hold(config.model_dir, "train", wait=False):
+        return _Trainer(config, strategy).run()

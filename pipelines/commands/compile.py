@@ -41,8 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_param_option(
         p,
-        "compiled default of a pipeline parameter (repeatable); batch sizes are checked "
-        "against the profile's replicas",
+        "compiled default of a pipeline parameter (repeatable); checked like submit's: the "
+        "preset name, value ranges, batch sizes against the profile's replicas",
     )
     p.add_argument(
         "--train-batch-size",
@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     defaults: dict[str, object] = dict(submit.parse_assignments(args.param, "--param"))
     if args.train_batch_size is not None:
         defaults["train_batch_size"] = args.train_batch_size
+    submit.check_parameter_values(defaults)  # Before compiling: preset names, value ranges.
     image = args.image or os.environ.get("NCF_PIPELINES_IMAGE")
     repository = args.image_repository or os.environ.get("NCF_PIPELINES_IMAGE_REPOSITORY")
     path = pipeline.compile_pipeline(

@@ -100,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("no project: pass --project or set GOOGLE_CLOUD_PROJECT")
     if not region:
         raise UserError("no region: pass --region or set GOOGLE_CLOUD_REGION")
+    problem = vs.region_problem(region, "--region" if args.region else "GOOGLE_CLOUD_REGION")
+    if problem:
+        raise UserError(problem)
 
     config = vs.SubmitConfig(
         template_path=args.template,

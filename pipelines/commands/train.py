@@ -98,9 +98,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--batch-size",
         type=int,
-        help="global batch over all replicas (default: the data's pre-batch size)",
+        help="global batch over all replicas, >= 1 (default: the data's pre-batch size)",
     )
-    p.add_argument("--learning-rate", type=float, help="Adam learning rate (default: preset's)")
+    p.add_argument(
+        "--learning-rate", type=float, help="Adam learning rate, > 0 (default: the preset's)"
+    )
     p.add_argument("--seed", type=int, default=0, help="initialization seed (default 0)")
     p.add_argument(
         "--steps-per-loop", type=int, default=200, help="training steps per host call (default 200)"
@@ -141,13 +143,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Builds the strategy, trains and writes the metrics."""
-    strategy = strategy_from_args(args)  # First: before any other TensorFlow op.
-
+    """Checks the options and the data, builds the strategy, trains and writes the metrics."""
     from training_core import report
     from training_core.train import config_for, train
 
     dense = {"auto": None, "dense": True, "sparse": False}[args.embedding_updates]
+    # Every option (and the data folder) is checked first, each message naming its option; no
+    # TensorFlow op runs before the strategy, whose building can take long (TPU start-up,
+    # waiting for the other workers).
     config = config_for(
         args.data,
         args.model_dir,
@@ -164,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         early_stop=not args.no_early_stop,
         hr_threshold=args.target_hr,
     )
+    strategy = strategy_from_args(args)  # Before any TensorFlow op.
     result = train(config, strategy)
     payload = result.to_dict()
     if args.metrics_out:

@@ -88,3 +88,12 @@ def test_preset_names_for_submit_are_the_presets_and_need_no_tensorflow():
     )
     assert done.returncode == 0, done.stderr
     assert "ml-1m" in done.stdout
+
+
+def test_verify_names_a_region_vertex_ai_does_not_have(tmp_path, capsys):
+    template = tmp_path / "never-read.yaml"  # The region is refused before the template is read.
+    argv = ["verify", str(template), "--region", "europe-wset4", "--requests-only"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--region 'europe-wset4' is not a Vertex AI region" in err
+    assert "did you mean 'europe-west4'?" in err

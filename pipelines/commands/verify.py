@@ -81,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
     """Verifies and prints what ran."""
     from pipelines import submit
 
+    problem = submit.region_problem(args.region, "--region")
+    if problem:
+        raise UserError(problem)
     try:
         report = verify.verify(
             args.template,

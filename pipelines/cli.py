@@ -33,7 +33,7 @@ class UserError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser with every available subcommand."""
+    """The full argument parser with every subcommand of ``COMMAND_MODULES``."""
     parser = argparse.ArgumentParser(
         prog="ncf-pipelines",
         description=(
@@ -44,13 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details as well")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"pipelines.commands.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"pipelines.commands.{name}":
-                continue  # Not built yet.
-            raise
-        module.register(sub)
+        # Every command must import: a missing one is a broken install, not an optional extra.
+        importlib.import_module(f"pipelines.commands.{name}").register(sub)
     return parser
 
 

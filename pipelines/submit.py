@@ -34,7 +34,10 @@ _LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
 _PROJECT = re.compile(r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
 _NETWORK = re.compile(r"projects/[^/\s]+/global/networks/[^/\s]+")
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
-_EXPERIMENT = re.compile(r"[a-z0-9][a-z0-9-]{0,127}")
+# An Experiment is a Vertex ML Metadata context whose id is the experiment name, and
+# CreateContextRequest.context_id "Must be 4-128 characters in length. Valid characters are
+# /[a-z][0-9]-/" (Vertex AI v1 API reference).
+_EXPERIMENT = re.compile(r"[a-z0-9][a-z0-9-]{3,127}")
 _MAX_LABELS = 64
 
 # The regions Vertex AI runs in (docs: "Vertex AI locations"; the same list as
@@ -373,7 +376,7 @@ def validate_config(config: SubmitConfig) -> None:
     if config.experiment is not None:
         if not _EXPERIMENT.fullmatch(config.experiment):
             raise ValueError(
-                f"experiment {config.experiment!r}: use 1-128 lowercase letters, digits and '-'"
+                f"experiment {config.experiment!r}: use 4-128 lowercase letters, digits and '-'"
             )
         if config.schedule_cron:
             raise ValueError("an experiment can be set for a run, not for a schedule")

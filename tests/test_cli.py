@@ -1,3 +1,6 @@
+import os
+import re
+import shutil
 import subprocess
 import sys
 
@@ -6,18 +9,41 @@ import pytest
 from pipelines import cli
 from training_core import metadata, synthetic
 
+# Every subcommand, in --help order. Written out here (not read from ``cli.COMMAND_MODULES``) so
+# that a subcommand lost from the CLI fails these tests instead of silently leaving the
+# parametrised set below.
+EXPECTED_SUBCOMMANDS = [
+    "prepare-data",
+    "synth",
+    "train",
+    "evaluate",
+    "export",
+    "validate",
+    "profiles",
+    "compile",
+    "submit",
+    "verify",
+    "run-local",
+]
+
 
 def _subcommands():
     parser = cli.build_parser()
     action = next(a for a in parser._actions if a.dest == "command")
-    return sorted(action.choices)
+    return list(action.choices)
 
 
-def test_prepare_data_and_synth_are_registered():
-    assert {"prepare-data", "synth"} <= set(_subcommands())
+def _listed_in_help(help_text: str) -> list[str]:
+    """The subcommand names of the COMMAND block of top-level --help, in order."""
+    block = help_text.split("  COMMAND\n", 1)[1].split("\n\n", 1)[0]
+    return re.findall(r"^ {4}(\S+)", block, re.M)
 
 
-@pytest.mark.parametrize("name", _subcommands())
+def test_parser_has_exactly_the_expected_subcommands():
+    assert _subcommands() == EXPECTED_SUBCOMMANDS
+
+
+@pytest.mark.parametrize("name", EXPECTED_SUBCOMMANDS)
 def test_every_subcommand_help_has_a_description_and_an_example(name, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main([name, "--help"])
@@ -27,13 +53,20 @@ def test_every_subcommand_help_has_a_description_and_an_example(name, capsys):
 
 
 def test_console_script_installed():
+    """The installed ``ncf-pipelines`` entry point (not ``python -m``) lists every subcommand."""
+    bin_dir = os.path.dirname(sys.executable)
+    script = shutil.which("ncf-pipelines", path=bin_dir)
+    assert script, f"no ncf-pipelines console script in {bin_dir}: is the project installed?"
     done = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "--help"],
+        [script, "--help"],
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
     )
-    assert done.returncode == 0 and "prepare-data" in done.stdout
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: ncf-pipelines "), done.stdout
+    assert _listed_in_help(done.stdout) == EXPECTED_SUBCOMMANDS, done.stdout
 
 
 @pytest.mark.parametrize("layout", ["ml-100k", "ml-1m", "ml-20m", "csv", "parquet"])

@@ -13,7 +13,6 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-import test_training
 from kfp import dsl
 
 from components.export_model import (
@@ -26,8 +25,6 @@ from pipelines import cli
 from training_core import export, train
 from training_core.evaluate import load_model
 from training_core.metadata import read_metadata
-
-tiny_data = test_training.tiny_data  # The shared session fixture.
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVE_CHECK = os.path.join(ROOT, "tests", "serve_check.py")
@@ -49,26 +46,51 @@ def exported(trained_model, tiny_data, tmp_path_factory):
     return out, result
 
 
+def _seen_from_raw(csv_path: str, meta):
+    """Each user's training items, from the raw CSV alone (pandas), not from the records.
+
+    Leave-one-out as prepare-data documents it: a repeated (user, item) keeps its latest row, each
+    user's last interaction by time (ties: the later row) is held out, the rest are training
+    positives; indices are positions in the ascending raw ids. Returns
+    ``(user raw ids, item raw ids, [set of item indices per user index])``.
+    """
+    import pandas as pd
+
+    # The shortcuts below hold for this data: no filtering by count (min_ratings 0).
+    assert meta.options["min_ratings"] == 0
+    raw = pd.read_csv(csv_path, usecols=["user_id", "item_id", "timestamp"])
+    raw["row"] = np.arange(len(raw))
+    raw = raw.sort_values(["timestamp", "row"], kind="stable")
+    raw = raw.drop_duplicates(["user_id", "item_id"], keep="last")
+    raw = raw.sort_values(["user_id", "timestamp", "row"], kind="stable")
+    per_user = raw.groupby("user_id")["item_id"].nunique()
+    # prepare-data drops users left with one interaction or with every item; none here.
+    assert per_user.min() >= 2 and per_user.max() < raw["item_id"].nunique()
+    held_out = raw.groupby("user_id").tail(1)
+    train_rows = raw.drop(index=held_out.index)
+    users = np.sort(raw["user_id"].unique())
+    items = np.sort(raw["item_id"].unique())
+    u_idx = np.searchsorted(users, train_rows["user_id"].to_numpy())
+    i_idx = np.searchsorted(items, train_rows["item_id"].to_numpy())
+    seen = [set() for _ in users]
+    for u, i in zip(u_idx.tolist(), i_idx.tolist(), strict=True):
+        seen[u].add(i)
+    return users, items, seen
+
+
 @pytest.fixture(scope="module")
-def reference(trained_model, tiny_data):
-    """Vocabularies, seen items and a scorer from the checkpoint, on the training side."""
+def reference(trained_model, tiny_data, tiny_csv):
+    """Vocabularies and seen items from the raw CSV, and a scorer from the checkpoint."""
     meta = read_metadata(tiny_data)
+    assert meta.source["path"] == tiny_csv  # The prepared data is this CSV's.
     model, _, _ = load_model(trained_model, tf.distribute.get_strategy())
-    users = export.read_vocab(os.path.join(tiny_data, meta.user_vocab))
-    items = export.read_vocab(os.path.join(tiny_data, meta.item_vocab))
-    splits, seen = export.training_positives(meta, tiny_data)
+    users, items, seen = _seen_from_raw(tiny_csv, meta)
 
     def probs(u_idx, i_idx):
         logits = model.score(tf.constant(u_idx, tf.int64), tf.constant(i_idx, tf.int64))
         return tf.sigmoid(logits).numpy()
 
-    return {
-        "meta": meta,
-        "users": users,
-        "items": items,
-        "seen": [set(seen[splits[u] : splits[u + 1]].tolist()) for u in range(meta.num_users)],
-        "probs": probs,
-    }
+    return {"meta": meta, "users": users, "items": items, "seen": seen, "probs": probs}
 
 
 def _serve(export_dir, requests, tmp_path, python=sys.executable):
@@ -89,8 +111,18 @@ def _serve(export_dir, requests, tmp_path, python=sys.executable):
     return json.loads(out.read_text())
 
 
-def test_training_positives_match_metadata(reference):
+def test_vocabularies_and_training_positives_match_the_raw_data(reference, tiny_data):
+    """What export builds the serving tables from, against the raw CSV computed independently."""
     meta = reference["meta"]
+    for path, raw_ids in (
+        (meta.user_vocab, reference["users"]),
+        (meta.item_vocab, reference["items"]),
+    ):
+        with open(os.path.join(tiny_data, path)) as f:
+            assert [int(line) for line in f.read().split()] == raw_ids.tolist(), path
+    splits, items = export.training_positives(meta, tiny_data)
+    got = [set(items[splits[u] : splits[u + 1]].tolist()) for u in range(meta.num_users)]
+    assert got == reference["seen"]
     assert sum(len(s) for s in reference["seen"]) == meta.num_train_positives
 
 
@@ -385,23 +417,182 @@ def test_upload_args():
 
 
 def test_register_model_component_interface():
-    # The upload itself needs Vertex AI and is not exercised here (see docs/serving.md).
+    # The upload runs against the Vertex stand-in in tests/test_submit.py (register_model).
     inputs = register_model.component_spec.inputs
     assert {"exported_model", "project", "location", "display_name", "serving_image"} <= set(inputs)
     assert "vertex_model" in register_model.component_spec.outputs
 
 
-@pytest.mark.skipif(
-    not os.environ.get("NCF_SERVING_PYTHON"),
-    reason="set NCF_SERVING_PYTHON to a Python with another TensorFlow (e.g. 2.15, the newest "
-    "Vertex AI serving image) to check the SavedModel loads there",
-)
-def test_other_tensorflow_serves_the_same(exported, tmp_path):
+# Loads and serves a SavedModel the way TensorFlow Serving does (TF1 graph + session, tag "serve",
+# SignatureDef tensors fed and fetched by name), in an interpreter with only TensorFlow: written
+# to a temporary folder and run with ``python -I``, the repository dropped from sys.path and the
+# project's packages refused, as tests/serve_check.py does for the TF2 path.
+TF1_SERVE = r"""
+import importlib.abc
+import json
+import os
+import sys
+
+EXPORT_DIR, REQUESTS, OUT, REPO = sys.argv[1:5]
+PROJECT_PACKAGES = ("training_core", "components", "pipelines")
+
+
+class _Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in PROJECT_PACKAGES:
+            raise ImportError(f"{name} must not be needed to serve the model")
+        return None
+
+
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != REPO]
+sys.meta_path.insert(0, _Refuse())
+
+import numpy as np
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+with open(REQUESTS) as f:
+    requests = json.load(f)
+with tf.Graph().as_default() as graph, tf1.Session(graph=graph) as sess:
+    # Restores the variables and runs the init op (the vocab tables, from assets/).
+    meta_graph = tf1.saved_model.loader.load(sess, ["serve"], EXPORT_DIR)
+    eager_inside = tf.executing_eagerly()
+    sigs = {k: v for k, v in meta_graph.signature_def.items() if not k.startswith("__")}
+    responses = []
+    for body in requests:
+        sig = sigs[body.get("signature_name", "serving_default")]
+        instances = body["instances"]
+        for i, inst in enumerate(instances):
+            if set(inst) != set(sig.inputs):
+                raise ValueError(f"instance {i} has {sorted(inst)}, takes {sorted(sig.inputs)}")
+        feed = {
+            info.name: np.asarray(
+                [inst[name] for inst in instances],
+                dtype=tf.dtypes.as_dtype(info.dtype).as_numpy_dtype,
+            )
+            for name, info in sig.inputs.items()
+        }
+        fetched = sess.run({k: info.name for k, info in sig.outputs.items()}, feed_dict=feed)
+        arrays = {k: v.tolist() for k, v in fetched.items()}
+        n = len(next(iter(arrays.values())))
+        responses.append(
+            {"predictions": [{k: arrays[k][i] for k in sorted(arrays)} for i in range(n)]}
+        )
+with open(OUT, "w") as f:
+    json.dump(
+        {
+            "tags": list(meta_graph.meta_info_def.tags),
+            "eager_inside": eager_inside,
+            "signatures": {
+                name: {
+                    "method": sig.method_name,
+                    "inputs": {k: tf.dtypes.as_dtype(v.dtype).name for k, v in sig.inputs.items()},
+                    "outputs": {
+                        k: tf.dtypes.as_dtype(v.dtype).name for k, v in sig.outputs.items()
+                    },
+                }
+                for name, sig in sigs.items()
+            },
+            "responses": responses,
+            "modules": sorted(m for m in sys.modules if m.split(".")[0] in PROJECT_PACKAGES),
+            "tensorflow": tf.__version__,
+        },
+        f,
+    )
+"""
+
+
+def _serve_tf1(export_dir, requests, tmp_path, python=sys.executable):
+    """Runs the requests through TF1_SERVE in an isolated interpreter."""
+    script = tmp_path / "tf1_serve.py"
+    script.write_text(TF1_SERVE)
+    req = tmp_path / "tf1-requests.json"
+    out = tmp_path / f"tf1-responses-{abs(hash(python))}.json"
+    req.write_text(json.dumps(requests))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    done = subprocess.run(
+        [python, "-I", str(script), export_dir, str(req), str(out), ROOT],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+def _assert_same_responses(got, want):
+    """Equal predictions: ids and flags exactly, scores to float32 rounding."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert len(g["predictions"]) == len(w["predictions"])
+        for a, b in zip(g["predictions"], w["predictions"], strict=True):
+            assert sorted(a) == sorted(b)
+            for k in a:
+                if k == "score" or k == "scores":
+                    np.testing.assert_allclose(a[k], b[k], rtol=1e-6, atol=1e-7)
+                else:
+                    assert a[k] == b[k], k
+
+
+def test_tf1_session_loader_serves_the_same(exported, reference, tmp_path):
+    """The SavedModel served through the TF1 session loader that TF Serving uses.
+
+    What it proves: the ``serve`` MetaGraph loads with ``tf.compat.v1.saved_model.loader.load``
+    (variables restored, ``__saved_model_init_op`` run, the vocab assets found) in a Session, in
+    an interpreter with only TensorFlow; each SignatureDef is a ``tensorflow/serving/predict``
+    signature whose input and output tensors, fed and fetched by the names the SignatureDef
+    gives, answer the same as the TF2 ``signatures[...]`` call (tests/serve_check.py). That is
+    the C++ loader's and TF Serving's contract, exercised from Python.
+
+    What it does not prove: that another TensorFlow release (Vertex AI's prebuilt serving
+    images run 2.15 at the newest) has every op and GraphDef version this export uses, because
+    both paths here run this environment's TensorFlow; nor anything about the TF Serving binary
+    itself (its REST JSON parsing, batching). With NCF_SERVING_PYTHON set to a Python that has
+    another TensorFlow, both paths also run there and must answer the same.
+    """
     export_dir, result = exported
-    requests = list(result.example_requests.values())
-    here = _serve(export_dir, requests, tmp_path)
-    there = _serve(export_dir, requests, tmp_path, os.environ["NCF_SERVING_PYTHON"])
-    assert there["responses"] == here["responses"] and there["modules"] == []
+    users, items = reference["users"], reference["items"]
+    unknown_user = int(users.max()) + 1
+    score = [{"user_id": int(users[u]), "item_id": int(items[i])} for u, i in ((0, 3), (5, 7))]
+    score += [{"user_id": unknown_user, "item_id": int(items[0])}]
+    recommend = [
+        {"user_id": int(users[u]), "exclude_seen": flag}
+        for u in (0, 1, 2)
+        for flag in (True, False)
+    ] + [{"user_id": unknown_user, "exclude_seen": True}]
+    requests = [
+        {"instances": score},
+        {"signature_name": "score", "instances": score},
+        {"signature_name": "recommend", "instances": recommend},
+        *result.example_requests.values(),
+    ]
+    pythons = [sys.executable]
+    if os.environ.get("NCF_SERVING_PYTHON"):  # An extra, where another TensorFlow is at hand.
+        pythons.append(os.environ["NCF_SERVING_PYTHON"])
+    tf2_here = _serve(export_dir, requests, tmp_path)
+    for python in pythons:
+        tf1 = _serve_tf1(export_dir, requests, tmp_path, python)
+        assert tf1["tags"] == ["serve"] and tf1["eager_inside"] is False
+        assert tf1["modules"] == []
+        assert set(tf1["signatures"]) == {"serving_default", "score", "recommend"}
+        for name, sig in tf1["signatures"].items():
+            assert sig["method"] == "tensorflow/serving/predict", name
+            assert (sig["inputs"], sig["outputs"]) == (
+                tf2_here["signatures"][name]["inputs"],
+                tf2_here["signatures"][name]["outputs"],
+            ), name
+        _assert_same_responses(tf1["responses"], tf2_here["responses"])
+        if python != sys.executable:
+            tf2_there = _serve(export_dir, requests, tmp_path, python)
+            assert tf2_there["modules"] == []
+            _assert_same_responses(tf2_there["responses"], tf2_here["responses"])
+    # Not vacuous: known pairs score, the unknown user gets the fallback, both recommend modes ran.
+    assert [p["known"] for p in tf2_here["responses"][0]["predictions"]] == [True, True, False]
+    recs = tf2_here["responses"][2]["predictions"]
+    assert recs[-1]["item_ids"] == [export.UNKNOWN_ITEM] * TOP_K
+    assert all(len(r["item_ids"]) == TOP_K for r in recs)
 
 
 def _export_cli(model_dir, data, out, *extra):
@@ -415,7 +606,7 @@ def _export_cli(model_dir, data, out, *extra):
 
 @pytest.mark.slow
 def test_export_killed_at_random_moments_leaves_the_old_or_the_new_export(
-    trained_model, tiny_data, tmp_path
+    trained_model, tiny_data, tmp_path, procs
 ):
     import random
     import shutil
@@ -425,9 +616,13 @@ def test_export_killed_at_random_moments_leaves_the_old_or_the_new_export(
     from conftest import tree_bytes
 
     old, new = tmp_path / "old", tmp_path / "new"
-    subprocess.run(_export_cli(trained_model, tiny_data, old, "--top-k", "3"), check=True)
+    subprocess.run(
+        _export_cli(trained_model, tiny_data, old, "--top-k", "3"), check=True, timeout=300
+    )
     t0 = time.perf_counter()
-    subprocess.run(_export_cli(trained_model, tiny_data, new, "--top-k", "5"), check=True)
+    subprocess.run(
+        _export_cli(trained_model, tiny_data, new, "--top-k", "5"), check=True, timeout=300
+    )
     seconds = time.perf_counter() - t0
     trees = {"old": tree_bytes(str(old)), "new": tree_bytes(str(new))}
     rng = random.Random(8)
@@ -436,13 +631,13 @@ def test_export_killed_at_random_moments_leaves_the_old_or_the_new_export(
         target = tmp_path / "runs" / f"e{i}"
         shutil.copytree(old, target)
         cmd = _export_cli(trained_model, tiny_data, target, "--top-k", "5", "--overwrite")
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = procs.popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         delay = rng.uniform(0.5 * seconds, 1.1 * seconds)
         try:
             proc.wait(delay)
         except subprocess.TimeoutExpired:
             proc.send_signal(sig)
-        _, err = proc.communicate()
+        _, err = proc.communicate(timeout=300)
         what = f"run {i}: {signal.Signals(sig).name} after {delay:.1f}s, exit {proc.returncode}"
         tree = tree_bytes(str(target))
         assert tree in trees.values(), f"{what}: a mix\n{err[-2000:]}"
@@ -450,7 +645,7 @@ def test_export_killed_at_random_moments_leaves_the_old_or_the_new_export(
         leftovers = [n for n in os.listdir(target.parent) if ".partial" in n]
         if sig == signal.SIGTERM:  # Cleaned up on the way out.
             assert not leftovers, what
-        rerun = subprocess.run(cmd, capture_output=True, text=True)
+        rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         assert rerun.returncode == 0, rerun.stderr[-3000:]
         assert tree_bytes(str(target)) == trees["new"], what
         assert not [n for n in os.listdir(target.parent) if ".partial" in n], what

@@ -21,7 +21,7 @@ import sys
 import time
 
 import pytest
-from conftest import tree_bytes
+from conftest import ChildProcesses, kill_group, tree_bytes
 
 from training_core import dataset_folder, synthetic
 from training_core.metadata import METADATA_FILE, read_metadata
@@ -60,17 +60,22 @@ def _command(source: str, out, options: list[str], *extra: str) -> list[str]:
     ]
 
 
-def _start(cmd: list[str], log_path) -> subprocess.Popen:
-    log = open(log_path, "w")  # noqa: SIM115 - closed with the process below.
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    proc.log = log  # type: ignore[attr-defined]
+def _start(procs: ChildProcesses, cmd: list[str], log_path) -> subprocess.Popen:
+    """The command in its own process group (so its pid is the group's id), output to log_path."""
+    with open(log_path, "w") as log:  # The child has its own copy of the descriptor.
+        proc = procs.popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    proc.log_path = log_path  # type: ignore[attr-defined]
     return proc
 
 
 def _finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
-    rc = proc.wait(timeout)
-    proc.log.close()  # type: ignore[attr-defined]
-    with open(proc.log.name) as f:  # type: ignore[attr-defined]
+    try:
+        rc = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        proc.wait()
+        pytest.fail(f"{proc.args!r} still ran after {timeout}s; killed")
+    with open(proc.log_path) as f:  # type: ignore[attr-defined]
         return rc, f.read()
 
 
@@ -102,7 +107,7 @@ def _listing(out) -> dict[str, int]:
 def _assert_no_survivors(pgid: int, out) -> None:
     """No process of the run outlives its parent by more than a moment, or writes after it."""
     before = _listing(out)
-    deadline = time.time() + 1.0
+    deadline = time.time() + 3.0
     while _group_members(pgid) and time.time() < deadline:
         time.sleep(0.02)
     survivors = _group_members(pgid)
@@ -149,7 +154,9 @@ def _kill_at(proc: subprocess.Popen, delay: float, sig: int) -> None:
         os.kill(proc.pid, sig)  # The parent only: its workers must follow by themselves.
 
 
-def test_killed_overwrite_keeps_the_old_dataset_or_publishes_the_new(source, clean, tmp_path):
+def test_killed_overwrite_keeps_the_old_dataset_or_publishes_the_new(
+    source, clean, tmp_path, procs
+):
     ref_a, seconds = clean["A"]
     ref_b, _ = clean["B"]
     view_a, view_b = _published_view(ref_a), _published_view(ref_b)
@@ -161,7 +168,7 @@ def test_killed_overwrite_keeps_the_old_dataset_or_publishes_the_new(source, cle
         shutil.copytree(ref_b, out)  # A complete previous dataset, replaced with --overwrite.
         sig = signal.SIGKILL if i % 2 == 0 else signal.SIGTERM
         delay = rng.uniform(0.2, seconds)
-        proc = _start(_command(source, out, OPTIONS_A, "--overwrite"), tmp_path / f"log{i}")
+        proc = _start(procs, _command(source, out, OPTIONS_A, "--overwrite"), tmp_path / f"log{i}")
         _kill_at(proc, delay, sig)
         rc, log = _finish(proc)
         _assert_no_survivors(proc.pid, out)
@@ -172,14 +179,19 @@ def test_killed_overwrite_keeps_the_old_dataset_or_publishes_the_new(source, cle
         if sig == signal.SIGTERM and view == view_b:  # Failed, and cleaned up after itself.
             assert tree_bytes(str(out)) == tree_b, what
         rerun = subprocess.run(
-            _command(source, out, OPTIONS_A, "--overwrite"), capture_output=True, text=True
+            _command(source, out, OPTIONS_A, "--overwrite"),
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert rerun.returncode == 0, rerun.stderr
         assert tree_bytes(str(out)) == tree_a, what
     assert "old" in outcomes  # Some kills landed mid-run (the schedule is seeded).
 
 
-def test_killed_first_run_never_looks_complete_and_rerun_is_byte_identical(source, clean, tmp_path):
+def test_killed_first_run_never_looks_complete_and_rerun_is_byte_identical(
+    source, clean, tmp_path, procs
+):
     ref_a, seconds = clean["A"]
     view_a, tree_a = _published_view(ref_a), tree_bytes(str(ref_a))
     rng = random.Random(5)
@@ -187,7 +199,7 @@ def test_killed_first_run_never_looks_complete_and_rerun_is_byte_identical(sourc
         out = tmp_path / f"run{i}"
         sig = signal.SIGTERM if i % 2 == 0 else signal.SIGKILL
         delay = rng.uniform(0.2, seconds * 0.8)
-        proc = _start(_command(source, out, OPTIONS_A), tmp_path / f"log{i}")
+        proc = _start(procs, _command(source, out, OPTIONS_A), tmp_path / f"log{i}")
         _kill_at(proc, delay, sig)
         rc, log = _finish(proc)
         _assert_no_survivors(proc.pid, out)
@@ -195,21 +207,23 @@ def test_killed_first_run_never_looks_complete_and_rerun_is_byte_identical(sourc
         assert _published_view(out) in (None, view_a), what
         if sig == signal.SIGTERM and _published_view(out) is None:  # Gone again, as found.
             assert not out.exists(), what
-        rerun = subprocess.run(_command(source, out, OPTIONS_A), capture_output=True, text=True)
+        rerun = subprocess.run(
+            _command(source, out, OPTIONS_A), capture_output=True, text=True, timeout=300
+        )
         assert rerun.returncode == 0, rerun.stderr
         assert tree_bytes(str(out)) == tree_a, what
 
 
-def test_concurrent_writers_wait_and_never_mix(source, clean, tmp_path):
+def test_concurrent_writers_wait_and_never_mix(source, clean, tmp_path, procs):
     ref_a, _ = clean["A"]
     ref_b, _ = clean["B"]
     tree_a, tree_b = tree_bytes(str(ref_a)), tree_bytes(str(ref_b))
 
     # Identical runs: the second waits for the first, then reuses its dataset.
     out = tmp_path / "same"
-    first = _start(_command(source, out, OPTIONS_A), tmp_path / "same1")
+    first = _start(procs, _command(source, out, OPTIONS_A), tmp_path / "same1")
     time.sleep(0.3)
-    second = _start(_command(source, out, OPTIONS_A), tmp_path / "same2")
+    second = _start(procs, _command(source, out, OPTIONS_A), tmp_path / "same2")
     results = [_finish(first), _finish(second)]
     assert [rc for rc, _ in results] == [0, 0], results
     assert sum("Reused" in log for _, log in results) == 1, results
@@ -217,9 +231,9 @@ def test_concurrent_writers_wait_and_never_mix(source, clean, tmp_path):
 
     # Different options, no --overwrite: the later one is refused and names the way out.
     out = tmp_path / "different"
-    first = _start(_command(source, out, OPTIONS_A), tmp_path / "diff1")
+    first = _start(procs, _command(source, out, OPTIONS_A), tmp_path / "diff1")
     time.sleep(0.3)
-    second = _start(_command(source, out, OPTIONS_B), tmp_path / "diff2")
+    second = _start(procs, _command(source, out, OPTIONS_B), tmp_path / "diff2")
     (rc1, log1), (rc2, log2) = _finish(first), _finish(second)
     assert rc1 == 0, log1
     assert rc2 == 2 and "different prepared dataset" in log2 and "--overwrite" in log2, log2
@@ -228,9 +242,9 @@ def test_concurrent_writers_wait_and_never_mix(source, clean, tmp_path):
 
     # Both with --overwrite: one after the other; the folder ends as one clean run, not a mix.
     out = tmp_path / "overwrite"
-    first = _start(_command(source, out, OPTIONS_A, "--overwrite"), tmp_path / "ow1")
+    first = _start(procs, _command(source, out, OPTIONS_A, "--overwrite"), tmp_path / "ow1")
     time.sleep(0.3)
-    second = _start(_command(source, out, OPTIONS_B, "--overwrite"), tmp_path / "ow2")
+    second = _start(procs, _command(source, out, OPTIONS_B, "--overwrite"), tmp_path / "ow2")
     results = [_finish(first), _finish(second)]
     assert [rc for rc, _ in results] == [0, 0], results
     assert tree_bytes(str(out)) in (tree_a, tree_b)
@@ -245,7 +259,9 @@ def test_a_damaged_dataset_is_prepared_again_not_reused(source, clean, tmp_path)
     with open(shard, "r+b") as f:
         f.truncate(shard.stat().st_size // 2)
     (out / meta.item_vocab).unlink()
-    done = subprocess.run(_command(source, out, OPTIONS_A), capture_output=True, text=True)
+    done = subprocess.run(
+        _command(source, out, OPTIONS_A), capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert "damaged" in done.stderr and meta.train_files["epoch_001"][2].path in done.stderr
     assert "Prepared" in done.stdout and "Reused" not in done.stdout

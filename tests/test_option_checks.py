@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-import test_training
 
 from pipelines import cli
 from pipelines import submit as vs
@@ -19,7 +18,6 @@ from training_core import model, train
 from training_core.metadata import read_metadata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-tiny_data = test_training.tiny_data  # The shared session fixture.
 
 
 @pytest.mark.parametrize(

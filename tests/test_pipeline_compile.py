@@ -1,6 +1,10 @@
+import json
 import os
 import re
+import site
 import stat
+import sys
+import tempfile
 
 import pytest
 import yaml
@@ -10,6 +14,7 @@ from components import custom_job_launcher
 from components._image import image_for
 from components.train_model import train_model
 from pipelines import cli, pipeline, profiles
+from training_core import strategy as st
 
 DISPLAY = {
     "importer": "Import raw interactions",
@@ -24,40 +29,93 @@ def prep_params_of(tasks):
     return tasks["prepare-data"]["inputs"]["parameters"]
 
 
-def _gb(limit: str) -> float:
-    return float(limit.rstrip("G"))
+# What each built-in profile makes the compiled steps do, written out (not read from
+# ``profiles.BUILTIN``): a change to a profile or to how it compiles shows up here.
+# Training: a plain task as (cpuLimit, memoryLimit in G), or the custom job's worker pools as
+# (replica_count, machine_type, accelerator_type, accelerator_count, tpu_topology, image family).
+A100_1 = (1, "a2-highgpu-1g", "NVIDIA_TESLA_A100", 1, "", "gpu")
+A100_8 = (1, "a2-highgpu-8g", "NVIDIA_TESLA_A100", 8, "", "gpu")
+TRAINING = {
+    "cpu": {"strategy": "default", "task": (16.0, 60.0)},
+    "gpu-t4": {
+        "strategy": "one_device",
+        "pools": [(1, "n1-standard-8", "NVIDIA_TESLA_T4", 1, "", "gpu")],
+    },
+    "gpu-l4": {
+        "strategy": "one_device",
+        "pools": [(1, "g2-standard-8", "NVIDIA_L4", 1, "", "gpu")],
+    },
+    "gpu-a100": {"strategy": "one_device", "pools": [A100_1]},
+    "gpu-a100x8": {"strategy": "mirrored", "pools": [A100_8]},
+    "gpu-h100": {
+        "strategy": "one_device",
+        "pools": [(1, "a3-highgpu-1g", "NVIDIA_H100_80GB", 1, "", "gpu")],
+    },
+    "gpu-h100x8": {
+        "strategy": "mirrored",
+        "pools": [(1, "a3-highgpu-8g", "NVIDIA_H100_80GB", 8, "", "gpu")],
+    },
+    # Chief pool and worker pool, one machine each.
+    "gpu-a100-2workers": {"strategy": "multi_worker_mirrored", "pools": [A100_1, A100_1]},
+    "tpu-v3-8": {"strategy": "tpu", "pools": [(1, "cloud-tpu", "TPU_V3", 8, "", "tpu")]},
+    "tpu-v5e-8": {
+        "strategy": "tpu",
+        "pools": [(1, "ct5lp-hightpu-8t", "TPU_V5_LITEPOD", 8, "2x4", "tpu")],
+    },
+    "gpu-a100x8-dataflow": {"strategy": "mirrored", "pools": [A100_8]},
+}
+# Data steps (validate, prepare): (cpuLimit, memoryLimit in G) and prepare-data's runner.
+DATA = {"gpu-a100x8-dataflow": ((4.0, 15.0), "beam")}  # Only launches Beam jobs.
+DEFAULT_DATA = ((8.0, 52.0), "local")
+EVALUATE = (8.0, 30.0)  # evaluate-model and export-model, on every profile.
 
 
 @pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
+def compiled_text(tmp_path_factory):
+    """Each built-in profile's compiled YAML, as written."""
     out = {}
     root = tmp_path_factory.mktemp("compiled")
     for name, profile in profiles.BUILTIN.items():
         path = root / f"{name}.yaml"
         pipeline.compile_pipeline(profile, str(path), defaults={"train_batch_size": 1024})
-        out[name] = yaml.safe_load(path.read_text())
+        out[name] = path.read_text()
     return out
+
+
+@pytest.fixture(scope="module")
+def compiled(compiled_text):
+    return {name: yaml.safe_load(text) for name, text in compiled_text.items()}
+
+
+def test_the_expectations_cover_every_built_in_profile():
+    assert set(TRAINING) == set(RESOLVED) == set(profiles.BUILTIN)
+
+
+def _train_constants(spec) -> dict:
+    params = spec["root"]["dag"]["tasks"]["train-model"]["inputs"]["parameters"]
+    return {k: v["runtimeValue"]["constant"] for k, v in params.items() if "runtimeValue" in v}
 
 
 @pytest.mark.parametrize("name", sorted(profiles.BUILTIN))
 def test_every_profile_compiles_with_its_machines(compiled, name):
-    spec, profile = compiled[name], profiles.BUILTIN[name]
+    spec, want = compiled[name], TRAINING[name]
     tasks = spec["root"]["dag"]["tasks"]
     executors = spec["deploymentSpec"]["executors"]
     for task, display in DISPLAY.items():
         assert tasks[task]["taskInfo"]["name"] == display
     assert tasks["train-model"]["taskInfo"]["name"] == f"Train NeuMF ({name})"
-    # CPU steps: resource setters with the profile's sizes.
-    for task, machine in (
-        ("validate-data", profile.data),
-        ("prepare-data", profile.data),
-        ("evaluate-model", profile.evaluate),
-        ("export-model", profile.evaluate),
+    # CPU steps: resource setters with the sizes the profile gives them, and no accelerator.
+    (data_sizes, runner) = DATA.get(name, DEFAULT_DATA)
+    for task, sizes in (
+        ("validate-data", data_sizes),
+        ("prepare-data", data_sizes),
+        ("evaluate-model", EVALUATE),
+        ("export-model", EVALUATE),
     ):
         res = executors[f"exec-{task}"]["container"]["resources"]
-        assert res["cpuLimit"] == float(machine.cpu_limit)
-        assert res["memoryLimit"] == _gb(machine.memory_limit)
+        assert (res["cpuLimit"], res["memoryLimit"]) == sizes, task
         assert "accelerator" not in res
+        assert executors[f"exec-{task}"]["container"]["image"] == image_for("cpu")
         if task != "validate-data":
             assert tasks[task]["retryPolicy"]["maxRetryCount"] == 2
     # The data fingerprint keys both data steps' caches.
@@ -65,56 +123,113 @@ def test_every_profile_compiles_with_its_machines(compiled, name):
         fp = tasks[task]["inputs"]["parameters"]["data_fingerprint"]
         assert fp == {"componentInputParameter": "data_fingerprint"}
     # The profile picks the data-prep path; Beam options are a pipeline parameter.
-    assert prep_params_of(tasks)["runner"]["runtimeValue"]["constant"] == profile.data_runner
-    assert prep_params_of(tasks)["beam_pipeline_args"] == {
-        "componentInputParameter": "beam_pipeline_args"
-    }
-    # The replica count reaches data prep (whole eval users per replica).
-    prep_params = tasks["prepare-data"]["inputs"]["parameters"]
-    assert prep_params["eval_users_multiple"]["runtimeValue"][
-        "constant"
-    ] == profiles.eval_users_multiple(profile)
+    prep_params = prep_params_of(tasks)
+    assert prep_params["runner"]["runtimeValue"]["constant"] == runner
+    assert prep_params["beam_pipeline_args"] == {"componentInputParameter": "beam_pipeline_args"}
+    # Whole eval users per replica: a multiple of 8 covers every built-in replica count.
+    assert prep_params["eval_users_multiple"]["runtimeValue"]["constant"] == 8
+    const = _train_constants(spec)
     train_params = tasks["train-model"]["inputs"]["parameters"]
-    const = {
-        k: v["runtimeValue"]["constant"] for k, v in train_params.items() if "runtimeValue" in v
-    }
-    assert const["distribution_strategy"] == profile.strategy
-    t = profile.train
-    # Plain steps run the CPU image; training the image of the profile's accelerator family.
-    family = "tpu" if t.is_tpu else "gpu" if t.accelerator_type else "cpu"
-    for task in ("validate-data", "prepare-data", "evaluate-model", "export-model"):
-        assert executors[f"exec-{task}"]["container"]["image"] == image_for("cpu")
-    # The step fails on a machine without the accelerator it was compiled for.
-    assert const["expect_accelerator"] == t.accelerator_type
-    assert int(const["expect_accelerator_count"]) == (t.accelerator_count if family != "cpu" else 0)
-    if t.custom_job:
-        # Ours, not GCPC's launcher: a retry creates a new job (components/custom_job_launcher).
-        launcher = executors["exec-train-model"]["container"]
-        assert launcher["command"][-1] == custom_job_launcher.MODULE
-        assert launcher["image"] == image_for("cpu")
-        pools = const["worker_pool_specs"]
-        assert sum(int(p["replica_count"]) for p in pools) == t.replica_count
-        assert len(pools) == (2 if t.replica_count > 1 else 1)
-        for pool in pools:
-            ms = pool["machine_spec"]
-            assert ms["machine_type"] == t.machine_type
-            assert ms["accelerator_type"] == t.accelerator_type
-            assert int(ms["accelerator_count"]) == t.accelerator_count
-            assert ms.get("tpu_topology", "") == t.tpu_topology
-            assert pool["container_spec"]["image_uri"] == image_for(family)
-        # Region, identity and network are the pipeline job's own, filled in by Vertex AI.
-        wrapper = spec["components"]["comp-train-model"]["inputDefinitions"]["parameters"]
-        assert wrapper["location"]["defaultValue"] == "{{$.pipeline_google_cloud_location}}"
-        assert wrapper["service_account"]["defaultValue"] == "{{$.pipeline_service_account}}"
-        assert wrapper["network"]["defaultValue"] == "{{$.pipeline_network}}"
-        assert "location" not in train_params and "strategy" not in train_params
-        if t.is_tpu:
-            assert const["tpu_address"] == "local"
-    else:
+    assert const["distribution_strategy"] == want["strategy"]
+    if "task" in want:
+        # A plain task in the CPU image, sized by its resource setters.
         res = executors["exec-train-model"]["container"]
         assert res["image"] == image_for("cpu")
-        assert res["resources"]["cpuLimit"] == float(t.cpu_limit)
+        assert (res["resources"]["cpuLimit"], res["resources"]["memoryLimit"]) == want["task"]
         assert "accelerator" not in res["resources"]
+        assert "worker_pool_specs" not in train_params
+        assert (const["expect_accelerator"], int(const["expect_accelerator_count"])) == ("", 0)
+        return
+    # A custom job, launched by ours, not GCPC's launcher: a retry creates a new job
+    # (components/custom_job_launcher).
+    launcher = executors["exec-train-model"]["container"]
+    assert launcher["command"][-1] == custom_job_launcher.MODULE
+    assert launcher["image"] == image_for("cpu")
+    pools = [
+        (
+            int(p["replica_count"]),
+            p["machine_spec"]["machine_type"],
+            p["machine_spec"]["accelerator_type"],
+            int(p["machine_spec"]["accelerator_count"]),
+            p["machine_spec"].get("tpu_topology", ""),
+            p["container_spec"]["image_uri"],
+        )
+        for p in const["worker_pool_specs"]
+    ]
+    assert pools == [(*pool[:5], image_for(pool[5])) for pool in want["pools"]]
+    # The step fails on a machine without the accelerator it was compiled for.
+    _, _, accelerator, count, _, _ = want["pools"][0]
+    assert (const["expect_accelerator"], int(const["expect_accelerator_count"])) == (
+        accelerator,
+        count,
+    )
+    # Region, identity and network are the pipeline job's own, filled in by Vertex AI.
+    wrapper = spec["components"]["comp-train-model"]["inputDefinitions"]["parameters"]
+    assert wrapper["location"]["defaultValue"] == "{{$.pipeline_google_cloud_location}}"
+    assert wrapper["service_account"]["defaultValue"] == "{{$.pipeline_service_account}}"
+    assert wrapper["network"]["defaultValue"] == "{{$.pipeline_network}}"
+    assert "location" not in train_params and "strategy" not in train_params
+    assert const.get("tpu_address", "") == ("local" if want["strategy"] == "tpu" else "")
+
+
+# On the machines its custom job asks for, the compiled training step builds this strategy over
+# this many GPUs (training_core.strategy.resolve, fed as components/train_model.py feeds it).
+RESOLVED = {
+    "cpu": ("default", 0),
+    "gpu-t4": ("one_device", 1),
+    "gpu-l4": ("one_device", 1),
+    "gpu-a100": ("one_device", 1),
+    "gpu-h100": ("one_device", 1),
+    "gpu-a100x8": ("mirrored", 8),
+    "gpu-h100x8": ("mirrored", 8),
+    "gpu-a100x8-dataflow": ("mirrored", 8),
+    "gpu-a100-2workers": ("multi_worker_mirrored", 1),
+    "tpu-v3-8": ("tpu", 0),
+    "tpu-v5e-8": ("tpu", 0),
+}
+
+
+def _strategy_config(const) -> st.StrategyConfig:
+    """What train_model builds from its compiled inputs."""
+    return st.StrategyConfig(
+        name=const["distribution_strategy"],
+        tpu_address=const.get("tpu_address") or None,
+        expect_accelerator=const["expect_accelerator"] or None,
+        expect_accelerator_count=int(const["expect_accelerator_count"]),
+    )
+
+
+@pytest.mark.parametrize("name", sorted(profiles.BUILTIN))
+def test_the_compiled_strategy_uses_all_of_the_profile_s_hardware(compiled, name):
+    """The training step's strategy, resolved on the machines the compiled job requests."""
+    const = _train_constants(compiled[name])
+    pools = const.get("worker_pool_specs", [])
+    gpus = 0
+    local_tpu = False
+    env = {}
+    if pools:
+        ms = pools[0]["machine_spec"]
+        local_tpu = ms["accelerator_type"].startswith("TPU_")
+        gpus = 0 if local_tpu else int(ms["accelerator_count"])
+        hosts = {
+            f"workerpool{i}": [f"host{i}-{r}:2222" for r in range(int(p["replica_count"]))]
+            for i, p in enumerate(pools)
+        }
+        # What Vertex AI sets on the chief of a job with these pools.
+        env["CLUSTER_SPEC"] = json.dumps(
+            {"cluster": hosts, "task": {"type": "workerpool0", "index": 0}}
+        )
+    got = st.resolve(_strategy_config(const), env, visible_gpus=gpus, local_tpu=local_tpu)
+    assert (got.name, got.num_gpus) == RESOLVED[name]
+    if got.name == "multi_worker_mirrored":
+        cluster = got.tf_config["cluster"]
+        assert len(cluster["chief"]) + len(cluster["worker"]) == 2
+    if got.name == "tpu":
+        assert got.tpu_address == "local"
+    if pools:
+        # The same step on a host without the accelerator refuses to train on the CPU.
+        with pytest.raises(ValueError, match="this training step was compiled for"):
+            st.resolve(_strategy_config(const), {}, visible_gpus=0, local_tpu=False)
 
 
 def test_train_parameters_do_not_collide_with_the_custom_job_wrapper():
@@ -162,12 +277,40 @@ def test_pipeline_parameters_and_artifact_wiring(compiled):
     assert art == {"outputArtifactKey": "examples", "producerTask": "prepare-data"}
     ev = tasks["evaluate-model"]["inputs"]["artifacts"]["model"]["taskOutputArtifact"]
     assert ev["producerTask"] == "train-model"
-    # Registration only when asked, in the pipeline's own project and region.
-    cond = tasks["condition-1"]
-    assert cond["triggerPolicy"]["condition"] == (
-        "inputs.parameter_values['pipelinechannel--register'] == true"
+    # Registration only when asked: register-model sits only inside one conditional task, whose
+    # condition is `== true` on the channel that carries the `register` pipeline parameter.
+    assert params["register"]["parameterType"] == "BOOLEAN"
+    assert params["register"]["defaultValue"] is False
+    conditional = {n: t for n, t in tasks.items() if "triggerPolicy" in t}
+    assert list(conditional) == ["condition-1"] and "register-model" not in tasks
+    cond = conditional["condition-1"]
+    assert cond["taskInfo"]["name"] == "register-requested"
+    assert cond["dependentTasks"] == ["export-model"]
+    m = re.fullmatch(
+        r"inputs\.parameter_values\['([^']+)'\] == (true|false)",
+        cond["triggerPolicy"]["condition"],
     )
-    reg = spec["components"]["comp-condition-1"]["dag"]["tasks"]["register-model"]["inputs"]
+    assert m, cond["triggerPolicy"]["condition"]
+    channel, value = m.groups()
+    assert value == "true"
+    assert cond["inputs"]["parameters"][channel] == {"componentInputParameter": "register"}
+    body = spec["components"][cond["componentRef"]["name"]]
+    assert body["inputDefinitions"]["parameters"][channel]["parameterType"] == "BOOLEAN"
+    assert list(body["dag"]["tasks"]) == ["register-model"]
+    # It registers the exported model, handed in through the condition task.
+    reg_task = body["dag"]["tasks"]["register-model"]
+    [(model_channel, source)] = cond["inputs"]["artifacts"].items()
+    assert source == {
+        "taskOutputArtifact": {
+            "outputArtifactKey": "exported_model",
+            "producerTask": "export-model",
+        }
+    }
+    assert reg_task["inputs"]["artifacts"]["exported_model"] == {
+        "componentInputArtifact": model_channel
+    }
+    # In the pipeline's own project and region.
+    reg = reg_task["inputs"]
     assert reg["parameters"]["project"]["runtimeValue"]["constant"] == (
         "{{$.pipeline_google_cloud_project_id}}"
     )
@@ -264,17 +407,67 @@ def test_compiled_file_is_readable_like_any_new_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["p.yaml"]  # No scratch left beside it.
 
 
+def _machine_paths(*extra: str) -> set[str]:
+    """Absolute paths of this machine a compiled spec must not carry (each with realpath)."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = {
+        repo,
+        os.getcwd(),
+        os.path.expanduser("~"),
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        os.path.dirname(sys.executable),
+        tempfile.gettempdir(),
+        os.environ.get("TMPDIR", "/tmp"),
+        site.getusersitepackages(),
+        *site.getsitepackages(),
+        *(p for p in sys.path if "site-packages" in p),
+        *extra,
+    }
+    paths |= {os.path.realpath(p) for p in paths}
+    paths = {p.rstrip("/") for p in paths if p}
+    assert all(p.startswith("/") and len(p) > 1 for p in paths), paths  # Never "/" itself.
+    return paths
+
+
+def _leaks(text: str, paths: set[str]) -> list[str]:
+    found = [p for p in sorted(paths) if re.search(re.escape(p) + r"(/|\b|$)", text)]
+    if re.search(r"(/root/|/home/|/work/|/Users/|site-packages|/tmp/)", text):
+        found.append("a home, checkout, temp or site-packages path")
+    return found
+
+
 @pytest.mark.parametrize("name", sorted(profiles.BUILTIN))
-def test_no_credentials_or_local_paths_in_compiled_spec(compiled, name):
-    text = yaml.safe_dump(compiled[name])
+def test_no_credentials_or_local_paths_in_compiled_spec(compiled_text, tmp_path_factory, name):
+    text = compiled_text[name]  # The YAML as written, not re-dumped.
     for secret in ("Bearer", "private_key", "access_token"):
         assert secret not in text
-    # Any absolute path of the compiling machine (home, checkout, venv, temp folders).
-    here = {os.path.expanduser("~"), os.getcwd(), os.path.dirname(os.path.dirname(__file__))}
-    here |= {os.path.realpath(p) for p in here} | {os.environ.get("TMPDIR", "/tmp")}
-    for path in sorted(here):
-        assert path + "/" not in text, path
-    assert not re.search(r"(/root/|/home/|/work/|/Users/|site-packages)", text)
+    # Any absolute path of the compiling machine: checkout, venv, interpreter, home, temp folders
+    # (this test's too), site-packages.
+    paths = _machine_paths(str(tmp_path_factory.getbasetemp()))
+    assert _leaks(text, paths) == []
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        lambda: os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + "/data/x.csv",
+        lambda: sys.prefix + "/share/x.csv",
+        lambda: site.getsitepackages()[0] + "/x.csv",
+        lambda: os.path.expanduser("~") + "/x.csv",
+    ],
+    ids=["repo", "venv", "site-packages", "home"],
+)
+def test_the_path_check_sees_a_planted_path(tmp_path, planted):
+    """The check above is not vacuous: a machine path in a compiled default is reported."""
+    out = tmp_path / "p.yaml"
+    path = planted()
+    pipeline.compile_pipeline(profiles.BUILTIN["cpu"], str(out), defaults={"data_uri": path})
+    text = out.read_text()
+    assert path in text
+    found = _leaks(text, _machine_paths(str(tmp_path)))
+    assert any(path.startswith(p + "/") for p in found), found  # Named by the path list itself.
 
 
 def test_compile_command_refuses_a_misspelt_machine_type(tmp_path, capsys):

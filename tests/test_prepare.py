@@ -239,7 +239,7 @@ def test_eval_batch_size_rounded_to_whole_users(tmp_path, tiny_csv, caplog):
 
 
 @pytest.mark.slow
-def test_kill_mid_run_never_looks_complete_and_rerun_recovers(tmp_path):
+def test_kill_mid_run_never_looks_complete_and_rerun_recovers(tmp_path, procs):
     cfg = synthetic.SyntheticConfig(
         num_users=20_000, num_items=3_000, num_interactions=1_500_000, seed=9
     )
@@ -261,9 +261,7 @@ def test_kill_mid_run_never_looks_complete_and_rerun_recovers(tmp_path):
         "--min-ratings",
         "0",
     ]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    proc = procs.popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # Own group.
     deadline = time.time() + 120
     while time.time() < deadline:
         written = list(out.glob("data-*/eval/*.tfrecord"))

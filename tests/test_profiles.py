@@ -26,18 +26,61 @@ def test_catalogue_has_every_required_profile_and_each_passes_preflight():
         assert not p.data.accelerator_type and not p.evaluate.accelerator_type
 
 
-def test_strategy_follows_the_hardware():
-    b = profiles.BUILTIN
-    assert b["cpu"].strategy == "default"
-    assert b["gpu-t4"].strategy == "one_device"
-    assert b["gpu-a100x8"].strategy == "mirrored" and b["gpu-a100x8"].train.accelerator_count == 8
-    assert b["gpu-a100-2workers"].strategy == "multi_worker_mirrored"
-    assert b["gpu-a100-2workers"].train.replica_count == 2
-    assert b["tpu-v3-8"].strategy == b["tpu-v5e-8"].strategy == "tpu"
-    assert profiles.replicas_of(b["tpu-v3-8"]) == 8 and profiles.replicas_of(b["cpu"]) == 1
-    assert profiles.eval_users_multiple(b["gpu-a100-2workers"]) == 8
-    assert b["gpu-a100x8-dataflow"].data_runner == "beam"
-    assert {p.data_runner for n, p in b.items() if n != "gpu-a100x8-dataflow"} == {"local"}
+@pytest.mark.parametrize(
+    "train, strategy, replicas, eval_multiple, batch_ok, batch_refused",
+    [
+        # A plain CPU task: one replica, whatever the vCPUs.
+        (
+            Machine("n1-standard-16", cpu_limit="16", memory_limit="60G"),
+            "default",
+            1,
+            8,
+            1026,
+            None,
+        ),
+        (Machine("n1-standard-8", "NVIDIA_TESLA_T4", 1), "one_device", 1, 8, 1026, None),
+        (Machine("a2-highgpu-8g", "NVIDIA_TESLA_A100", 8), "mirrored", 8, 8, 1024, 1026),
+        # Replicas over all machines: 3 workers x 2 GPUs, 4 workers x 4 GPUs.
+        (
+            Machine("g2-standard-24", "NVIDIA_L4", 2, replica_count=3),
+            "multi_worker_mirrored",
+            6,
+            24,
+            1026,
+            1024,
+        ),
+        (
+            Machine("a2-highgpu-4g", "NVIDIA_TESLA_A100", 4, replica_count=4),
+            "multi_worker_mirrored",
+            16,
+            16,
+            1024,
+            1026,
+        ),
+        # CPU workers as a custom job: one replica each.
+        (
+            Machine("n1-standard-16", cpu_limit="16", memory_limit="60G", replica_count=3),
+            "multi_worker_mirrored",
+            3,
+            24,
+            1026,
+            1024,
+        ),
+        (Machine("cloud-tpu", "TPU_V3", 8), "tpu", 8, 8, 1024, 1026),  # One replica per core.
+    ],
+    ids=["cpu-task", "1xT4", "8xA100", "3x2-L4", "4x4-A100", "3-cpu-workers", "tpu-v3-8"],
+)
+def test_replicas_follow_the_training_machines(
+    train, strategy, replicas, eval_multiple, batch_ok, batch_refused
+):
+    """Replica counts, eval-batch multiples and batch checks, on machines written out here."""
+    profile = dataclasses.replace(profiles.BUILTIN["cpu"], train=train, strategy=strategy)
+    assert profiles.replicas_of(profile) == replicas
+    assert profiles.eval_users_multiple(profile) == eval_multiple
+    profiles.preflight(profile, train_batch_size=batch_ok, eval_users_per_batch=eval_multiple * 4)
+    if batch_refused is not None:
+        with pytest.raises(ProfileError, match=f"does not split over {replicas} replicas"):
+            profiles.preflight(profile, train_batch_size=batch_refused)
 
 
 def _with_train(name, **kw):

@@ -1,7 +1,11 @@
 """``ncf-pipelines submit`` end to end: the real aiplatform and storage clients, local stand-in.
 
 Every submission here goes through ``google.cloud.aiplatform.PipelineJob`` with the REST transport
-to ``tests/vertex_standin.py`` on 127.0.0.1; the assertions read what the stand-in received.
+to ``tests/vertex_standin.py`` on 127.0.0.1; the assertions read what the stand-in received. The
+stand-in parses every Vertex AI request with the service's own message types and the documented
+field rules, and answers 400 INVALID_ARGUMENT to one that fails (the ``standin`` fixture then fails
+the test). The project's compiled pipeline is submitted, and ``register_model``'s own function
+uploads a model to the stand-in's Model Registry route.
 """
 
 # No `from __future__ import annotations`: KFP reads the component annotations at runtime.
@@ -10,6 +14,8 @@ import json
 import logging
 
 import pytest
+import requests
+import yaml
 from kfp import compiler, dsl
 from vertex_standin import VertexStandIn
 
@@ -79,6 +85,11 @@ def standin(monkeypatch):
         finally:
             vars(initializer.global_config).clear()
             vars(initializer.global_config).update(saved)
+    # Whatever a client sent, the stand-in checked it against the service's message types; a
+    # request it refused fails the test even where the client swallowed the error. Tests that
+    # send bad requests on purpose clear `rejected` after checking it.
+    refused = [f"{r.method} {r.path}: {why}" for r, why in s.rejected]
+    assert not refused, f"the Vertex AI stand-in refused requests: {refused}"
 
 
 @pytest.fixture(scope="module")
@@ -246,6 +257,19 @@ def test_experiment_is_created_and_the_run_added_to_it(template, standin):
     assert standin.context_children[exp] == [exp.rsplit("/", 1)[0] + "/" + job_id]
 
 
+def test_experiment_name_follows_the_context_id_rule(template, standin):
+    """An Experiment is the metadata Context named after it, and CreateContextRequest.context_id
+    must be 4-128 characters: a 3-character name passed the local check, then the service (here
+    the stand-in) refused it after the bucket checks. Now it is refused before any request."""
+    with pytest.raises(ValueError, match="experiment 'abc': use 4-128 lowercase letters"):
+        vs.submit(_config(template, standin, experiment="abc"))
+    assert standin.requests == []
+    vs.submit(_config(template, standin, experiment="abcd"))
+    assert f"projects/{PROJECT}/locations/{REGION}/metadataStores/default/contexts/abcd" in (
+        standin.contexts
+    )
+
+
 def test_dry_run_prints_what_would_be_sent_and_sends_nothing(template, standin, capsys):
     args = [*_cli_args(template, standin), "--param", "epochs=7", "--label", "team=recs"]
     assert cli.main([*args, "--no-cache", "--experiment", "ncf-tuning", "--dry-run"]) == 0
@@ -362,7 +386,8 @@ def test_storage_error_while_fingerprinting_is_clear(template, standin, adc, cap
         (["--param", "shuffle=maybe"], "parameter 'shuffle' expects true or false"),
         (["--network", "ml-vpc"], "projects/PROJECT_NUMBER/global/networks/NAME"),
         (["--schedule", "every day"], "5-field cron"),
-        (["--schedule", "0 3 * * *", "--experiment", "e"], "not for a schedule"),
+        (["--schedule", "0 3 * * *", "--experiment", "ncf-e"], "not for a schedule"),
+        (["--experiment", "ncf"], "experiment 'ncf': use 4-128 lowercase letters"),
         (["--param", "data_uri=gs://b/x"], "--param 'data_uri' given twice"),
     ],
 )
@@ -608,3 +633,368 @@ def test_regions_are_the_ones_the_vertex_ai_client_accepts():
     from google.cloud.aiplatform.constants import base
 
     assert vs.VERTEX_AI_REGIONS == base.SUPPORTED_REGIONS - {"global"}
+
+
+# --- what the stand-in refuses -------------------------------------------------------------------
+
+LOCATION = f"/v1/projects/{PROJECT}/locations/{REGION}"
+SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
+
+
+def _good_job() -> dict:
+    return {
+        "displayName": "ncf",
+        "pipelineSpec": {"pipelineInfo": {"name": "ncf"}, "root": {}, "schemaVersion": "2.1.0"},
+        "runtimeConfig": {"gcsOutputDirectory": ROOT, "parameterValues": {"epochs": 3}},
+        "labels": {"team": "recs"},
+        "network": NETWORK,
+        "serviceAccount": SA,
+    }
+
+
+def _good_schedule() -> dict:
+    return {
+        "displayName": "ncf-schedule",
+        "cron": "TZ=Europe/Paris 0 3 * * *",
+        "maxConcurrentRunCount": "1",
+        "createPipelineJobRequest": {
+            "parent": f"projects/{PROJECT}/locations/{REGION}",
+            "pipelineJob": _good_job(),
+        },
+    }
+
+
+def _good_upload() -> dict:
+    return {
+        "model": {
+            "displayName": "ncf-neumf",
+            "artifactUri": f"gs://{BUCKET}/model",
+            "containerSpec": {"imageUri": SERVING_IMAGE},
+            "labels": {"team": "recs"},
+        }
+    }
+
+
+def _post(standin, path: str, body, **query: str) -> requests.Response:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    return requests.post(standin.url + path, data=data, params=query, headers=headers, timeout=10)
+
+
+def _with(make, change):
+    body = make()
+    change(body)
+    return body
+
+
+_JOBS, _SCHEDULES, _UPLOAD = "/pipelineJobs", "/schedules", "/models:upload"
+_CONTEXTS = "/metadataStores/default/contexts"
+
+
+def test_standin_accepts_well_formed_requests(standin):
+    """The baselines of the refusals below: each changes one thing in one of these."""
+    assert _post(standin, LOCATION + _JOBS, _good_job(), pipelineJobId="ncf-1").status_code == 200
+    assert _post(standin, LOCATION + _SCHEDULES, _good_schedule()).status_code == 200
+    op = _post(standin, LOCATION + _UPLOAD, _good_upload())
+    assert op.status_code == 200 and op.json()["done"] is False
+    assert requests.get(standin.url + "/v1/" + op.json()["name"], timeout=10).json()["done"]
+    context = {"displayName": "e", "schemaTitle": "system.Experiment"}
+    assert _post(standin, LOCATION + _CONTEXTS, context, contextId="ncf-e").status_code == 200
+    assert len(standin.pipeline_jobs) == len(standin.schedules) == len(standin.models) == 1
+
+
+@pytest.mark.parametrize(
+    "path, body, query, expected",
+    [
+        (_JOBS, b"{not json", {}, "Invalid JSON payload received"),
+        (
+            _JOBS,
+            _with(_good_job, lambda b: b.update(displayNme="x")),
+            {},
+            'has no field named "displayNme"',
+        ),
+        (_JOBS, _with(_good_job, lambda b: b.update(labels=["team"])), {}, "labels field"),
+        (
+            _JOBS,
+            _with(_good_job, lambda b: b["runtimeConfig"].update(gcsOutputDir=ROOT)),
+            {},
+            'no field named "gcsOutputDir"',
+        ),
+        (
+            _JOBS,
+            _with(_good_job, lambda b: b.pop("pipelineSpec")),
+            {},
+            "pipeline_job.pipeline_spec is required",
+        ),
+        (
+            _JOBS,
+            _with(_good_job, lambda b: b["pipelineSpec"]["root"].update(dagg={})),
+            {},
+            "not a valid PipelineSpec: Failed to parse root field: Message type "
+            '"ml_pipelines.ComponentSpec" has no field named "dagg"',
+        ),
+        (
+            _JOBS,
+            _with(_good_job, lambda b: b["runtimeConfig"].pop("gcsOutputDirectory")),
+            {},
+            "pipeline_job.runtime_config.gcs_output_directory is required",
+        ),
+        (
+            _JOBS,
+            _with(_good_job, lambda b: b["runtimeConfig"].update(gcsOutputDirectory="/tmp/r")),
+            {},
+            "must be a Cloud Storage path",
+        ),
+        (_JOBS, _good_job(), {"pipelineJobId": "Ncf_1"}, "pipeline_job_id 'Ncf_1'"),
+        (_JOBS, _with(_good_job, lambda b: b.update(labels={"Team": "r"})), {}, "invalid label"),
+        (_JOBS, _with(_good_job, lambda b: b.update(labels={"t": "R"})), {}, "invalid label"),
+        (
+            _JOBS,
+            _with(_good_job, lambda b: b.update(displayName="x" * 129)),
+            {},
+            "display_name must be at most 128 characters",
+        ),
+        (
+            _JOBS,
+            _with(_good_job, lambda b: b.update(network="projects/p/global/networks/v")),
+            {},
+            "PROJECT_NUMBER",
+        ),
+        (
+            _SCHEDULES,
+            _with(_good_schedule, lambda b: b.pop("maxConcurrentRunCount")),
+            {},
+            "schedule.max_concurrent_run_count is required",
+        ),
+        (
+            _SCHEDULES,
+            _with(_good_schedule, lambda b: b.pop("displayName")),
+            {},
+            "schedule.display_name is required",
+        ),
+        (
+            _SCHEDULES,
+            _with(_good_schedule, lambda b: b["createPipelineJobRequest"].pop("parent")),
+            {},
+            "schedule.create_pipeline_job_request.parent is required",
+        ),
+        (
+            _SCHEDULES,
+            _with(
+                _good_schedule,
+                lambda b: b["createPipelineJobRequest"]["pipelineJob"].pop("pipelineSpec"),
+            ),
+            {},
+            "schedule.create_pipeline_job_request.pipeline_job.pipeline_spec is required",
+        ),
+        (_UPLOAD, {}, {}, "model is required"),
+        (
+            _UPLOAD,
+            _with(_good_upload, lambda b: b["model"].pop("displayName")),
+            {},
+            "model.display_name is required",
+        ),
+        (
+            _UPLOAD,
+            _with(_good_upload, lambda b: b["model"]["containerSpec"].pop("imageUri")),
+            {},
+            "model.container_spec.image_uri is required",
+        ),
+        (
+            _UPLOAD,
+            _with(_good_upload, lambda b: b["model"].update(artifactURI="gs://b/m")),
+            {},
+            'no field named "artifactURI"',
+        ),
+        (_UPLOAD, _with(_good_upload, lambda b: b.update(modelId="1ncf")), {}, "model_id '1ncf'"),
+        (
+            _UPLOAD,
+            _with(_good_upload, lambda b: b["model"].update(labels={"team": "Recs"})),
+            {},
+            "invalid label",
+        ),
+        (_CONTEXTS, {"displayName": "e"}, {"contextId": "e"}, "context_id 'e'"),
+        (_CONTEXTS, {"displayName": "e", "schema": "x"}, {}, 'no field named "schema"'),
+    ],
+    ids=[
+        "job-not-json",
+        "job-unknown-field",
+        "job-labels-not-a-map",
+        "job-unknown-runtime-field",
+        "job-no-spec",
+        "job-spec-not-a-pipelinespec",
+        "job-no-output-dir",
+        "job-output-dir-not-gcs",
+        "job-id-chars",
+        "label-key-uppercase",
+        "label-value-uppercase",
+        "job-display-name-129",
+        "network-project-id",
+        "schedule-no-max-concurrent",
+        "schedule-no-display-name",
+        "schedule-request-no-parent",
+        "schedule-job-no-spec",
+        "upload-no-model",
+        "upload-no-display-name",
+        "upload-no-image",
+        "upload-unknown-field",
+        "upload-model-id-digit",
+        "upload-label-uppercase",
+        "context-id-short",
+        "context-unknown-field",
+    ],
+)
+def test_standin_refuses_malformed_requests_as_the_service_does(
+    standin, path, body, query, expected
+):
+    response = _post(standin, LOCATION + path, body, **query)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["status"] == "INVALID_ARGUMENT" and error["code"] == 400
+    assert expected in error["message"]
+    assert [why for _, why in standin.rejected] == [error["message"]]
+    assert standin.pipeline_jobs == standin.schedules == standin.models == {}
+    standin.rejected.clear()  # Refused on purpose.
+
+
+def test_a_spec_the_service_cannot_parse_fails_the_submission(template, standin, tmp_path):
+    """Through the real client: a tampered template reaches the stand-in and is refused there."""
+    with open(template, encoding="utf-8") as f:
+        spec = yaml.safe_load(f)
+    task = spec["root"]["dag"]["tasks"]["touch-data"]
+    task["cachingOption"] = {"enableCache": True}  # A misspelt field in the pipeline spec.
+    tampered = tmp_path / "tampered.yaml"
+    tampered.write_text(yaml.safe_dump(spec))
+    with pytest.raises(vs.SubmitError, match=r"\(400 INVALID_ARGUMENT\).*valid PipelineSpec"):
+        vs.submit(_config(str(tampered), standin))
+    ((req, why),) = standin.rejected
+    assert req.path.endswith("/pipelineJobs") and 'no field named "cachingOption"' in why
+    assert standin.pipeline_jobs == {}
+    standin.rejected.clear()  # Refused on purpose.
+
+
+# --- the real pipeline, submitted ----------------------------------------------------------------
+
+_JSON_TYPES = {
+    "STRING": (str,),
+    "NUMBER_INTEGER": (int, float),
+    "NUMBER_DOUBLE": (int, float),
+    "BOOLEAN": (bool,),
+    "LIST": (list,),
+    "STRUCT": (dict,),
+}
+
+
+def test_real_ncf_pipeline_is_submitted_as_compiled(ncf_template, standin):
+    """The project's own pipeline (cpu profile), through ``submit``: the stand-in receives a
+    valid PipelineJob whose spec is the compiled YAML and whose values have the declared types."""
+    given = {
+        "data_uri": DATA,
+        "epochs": "3",
+        "target_hr": "0.25",
+        "register": "true",
+        "fail_on_anomalies": "no",
+        "beam_pipeline_args": '["--direct_num_workers=2"]',
+        "preset": "tiny",
+        "model_display_name": "ncf-test",
+        "train_batch_size": "512",
+    }
+    config = _config(ncf_template, standin, parameter_values=given, labels={"team": "recs"})
+    result = vs.submit(vs.with_data_fingerprint(config))
+
+    (req,) = standin.find("POST", r"/pipelineJobs$")
+    assert req.path == f"{LOCATION}/pipelineJobs" and result.resource_name in standin.pipeline_jobs
+    job = req.body
+    with open(ncf_template, encoding="utf-8") as f:
+        compiled = yaml.safe_load(f)
+    assert job["pipelineSpec"] == compiled  # As compiled: caching and everything else untouched.
+    assert job["displayName"] == compiled["pipelineInfo"]["name"]
+    assert job["serviceAccount"] == SA and job["network"] == NETWORK
+    assert job["labels"] == {"team": "recs"}
+    runtime = job["runtimeConfig"]
+    assert runtime["gcsOutputDirectory"] == ROOT
+    values = runtime["parameterValues"]
+    fp = fingerprint.data_fingerprint(DATA, storage_endpoint=standin.url)
+    assert values == {
+        "data_uri": DATA,
+        "epochs": 3,
+        "target_hr": 0.25,
+        "register": True,
+        "fail_on_anomalies": False,
+        "beam_pipeline_args": ["--direct_num_workers=2"],
+        "preset": "tiny",
+        "model_display_name": "ncf-test",
+        "train_batch_size": 512,
+        "data_fingerprint": fp,
+    }
+    # `==` lets True equal 1 and 3.0 equal 3: hold each JSON value to its declared type.
+    declared = compiled["root"]["inputDefinitions"]["parameters"]
+    for name, value in values.items():
+        kind = declared[name]["parameterType"]
+        assert isinstance(value, _JSON_TYPES[kind]), (name, kind, value)
+        if kind.startswith("NUMBER"):
+            assert not isinstance(value, bool), (name, value)
+        if kind == "NUMBER_INTEGER":
+            assert float(value).is_integer(), (name, value)
+    # And the request, as the stand-in saw it, is a valid CreatePipelineJobRequest body.
+    from google.cloud.aiplatform_v1 import types
+
+    parsed = types.PipelineJob.from_json(req.raw, ignore_unknown_fields=False)
+    assert parsed.runtime_config.parameter_values["register"] is True
+    assert parsed.runtime_config.parameter_values["epochs"] == 3.0
+
+
+# --- register_model, run against the stand-in ----------------------------------------------------
+
+
+def test_register_model_uploads_to_the_model_registry(standin, adc, tmp_path, monkeypatch):
+    """The component's own function, run as Vertex AI runs it: the exported model's folder
+    under the /gcs/ mount (here a temporary folder), credentials from ADC. Its
+    ``aiplatform.init(project, location)`` keeps the endpoint and REST transport set here (the
+    test-only substitution; on Vertex AI the client goes to REGION-aiplatform.googleapis.com)."""
+    from google.cloud import aiplatform
+    from google.cloud.aiplatform_v1 import types
+    from kfp.dsl.types import artifact_types
+
+    from components.export_model import register_model
+
+    monkeypatch.setattr(artifact_types, "_GCS_LOCAL_MOUNT_PREFIX", f"{tmp_path}/gcs/")
+    model_uri = f"gs://{BUCKET}/pipeline-root/run-1/export-model/exported_model"
+    folder = tmp_path / "gcs" / model_uri.removeprefix("gs://")
+    folder.mkdir(parents=True)
+    (folder / "serving_metadata.json").write_text(json.dumps({"tensorflow_version": "2.16.2"}))
+    aiplatform.init(api_endpoint=standin.url, api_transport="rest")
+
+    exported = dsl.Model(uri=model_uri)
+    vertex_model = dsl.Artifact(uri=f"gs://{BUCKET}/pipeline-root/run-1/register/vertex_model")
+    register_model.python_func(
+        exported_model=exported,
+        vertex_model=vertex_model,
+        project=PROJECT,
+        location="europe-west4",
+        display_name="ncf-neumf",
+    )
+
+    (upload,) = standin.find("POST", r"/models:upload$")
+    assert upload.path == f"/v1/projects/{PROJECT}/locations/europe-west4/models:upload"
+    request = types.UploadModelRequest.from_json(upload.raw, ignore_unknown_fields=False)
+    model = request.model
+    assert model.display_name == "ncf-neumf"
+    assert model.artifact_uri == model_uri
+    assert model.container_spec.image_uri == (
+        "europe-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
+    )
+    assert dict(model.labels) == {}  # The component sets no labels.
+    assert not request.model_id and not request.parent_model  # A new model, id by the service.
+    # The client waited for the operation and read the model back, as with the service.
+    (name,) = standin.models
+    assert standin.find("GET", r"/models/[^/]+/operations/[^/]+$")
+    assert standin.find("GET", rf"^/v1/{name}(@1)?$")
+    assert vertex_model.uri == f"https://europe-west4-aiplatform.googleapis.com/v1/{name}"
+    assert vertex_model.metadata == {
+        "resourceName": name,
+        "serving_image": model.container_spec.image_uri,
+    }
+    # Authenticated as the ADC service account (the GAPIC client signs its own JWT).
+    jwt = upload.headers["authorization"].removeprefix("Bearer ")
+    assert json.loads(base64.urlsafe_b64decode(jwt.split(".")[1] + "=="))["iss"] == SA

@@ -6,12 +6,9 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-import test_training
 
 from training_core import input_pipeline, model, train
 from training_core.metadata import read_metadata
-
-tiny_data = test_training.tiny_data  # The shared session fixture.
 
 
 def _rows(ds, key="item_id"):
@@ -114,38 +111,98 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_data, tmp_path):
     )
 
 
-def test_presets():
-    assert model.PRESETS["ml-20m"].learning_rate == pytest.approx(0.00382059)
-    assert model.PRESETS["ml-20m"].layers == (256, 256, 128, 64)
+@pytest.mark.parametrize(
+    "preset, width, mlp_kernels, logit_in",
+    [
+        # ml-20m (the MLPerf model): 64 GMF factors + 256 // 2 MLP columns per table,
+        # MLP 256 -> 256 -> 128 -> 64, logit over 64 GMF + 64 MLP features.
+        ("ml-20m", 64 + 128, [(256, 256), (256, 128), (128, 64)], 64 + 64),
+        ("ml-1m", 64 + 128, [(256, 256), (256, 128), (128, 64)], 64 + 64),
+        ("ml-100k", 16 + 32, [(64, 32), (32, 16)], 16 + 16),
+        ("tiny", 8 + 8, [(16, 16), (16, 8)], 8 + 8),
+        ("reference", 8 + 32, [(64, 32), (32, 16), (16, 8)], 8 + 8),
+    ],
+)
+def test_a_model_built_from_a_preset_has_the_preset_s_shapes(
+    tiny_data, preset, width, mlp_kernels, logit_in
+):
+    """Shapes read off the built model's variables, against numbers written out here."""
+    meta = read_metadata(tiny_data)
+    net = train.build_model(model.get_preset(preset), meta, seed=0)
+    assert net.user_embedding.shape == (meta.num_users, width)
+    assert net.item_embedding.shape == (meta.num_items, width)
+    assert [tuple(k.shape) for k in net.mlp_kernels] == mlp_kernels
+    assert [tuple(b.shape) for b in net.mlp_biases] == [(n,) for _, n in mlp_kernels]
+    assert net.logit_kernel.shape == (logit_in, 1)
+    logits = net.score(tf.constant([0, 1, 2]), tf.constant([3, 4, 5]))
+    assert logits.shape == (3,) and np.all(np.isfinite(logits.numpy()))
+
+
+def test_ml20m_trains_with_the_mlperf_adam_settings(tiny_data, tmp_path):
+    """The optimizer a run builds carries the reference's MLPerf v0.5 Adam settings."""
+    cfg = train.config_for(tiny_data, str(tmp_path / "m"), "ml-20m", batch_size=256)
+    opt = train._Trainer(cfg, tf.distribute.get_strategy()).optimizer
+    assert (opt.learning_rate, opt.beta1, opt.beta2, opt.epsilon) == pytest.approx(
+        (0.00382059, 0.783529, 0.909003, 1.45439e-07), rel=1e-9
+    )
+
+
+def test_preset_overrides_and_unknown_names():
     assert model.get_preset("tiny", epochs=7, batch_size=None).epochs == 7
-    with pytest.raises(ValueError, match="unknown preset"):
+    tiny = model.get_preset("tiny")
+    assert model.get_preset("tiny", batch_size=None).batch_size == tiny.batch_size  # None: kept.
+    with pytest.raises(ValueError, match="unknown preset 'ml-2m'; choose one of"):
         model.get_preset("ml-2m")
 
 
 def test_target_hr_stops_training_early(tiny_data, tmp_path):
+    """Training stops after the first epoch whose HR@10 reaches the target: not before, not after.
+
+    A run without a target gives the per-epoch HR@10 (training is deterministic); the target is
+    then put strictly above epoch 1's HR and at most epoch 2's, so only a run that checks the
+    target after each epoch stops after exactly two. A target above every epoch never stops.
+    """
     import json
 
     from pipelines import cli
 
-    metrics = tmp_path / "m.json"
-    argv = [
-        "train",
-        "--data",
-        tiny_data,
-        "--model-dir",
-        str(tmp_path / "m"),
-        "--preset",
-        "tiny",
-        "--epochs",
-        "3",
-        "--steps-per-loop",
-        "50",
-        "--metrics-out",
-        str(metrics),
-    ]
-    assert cli.main([*argv, "--target-hr", "0.01"]) == 0
-    epochs = json.loads(metrics.read_text())["epochs"]
-    assert len(epochs) == 1 and epochs[0]["hr_at_10"] >= 0.01
+    def run(name, *extra):
+        metrics = tmp_path / f"{name}.json"
+        argv = [
+            "train",
+            "--data",
+            tiny_data,
+            "--model-dir",
+            str(tmp_path / name),
+            "--preset",
+            "tiny",
+            "--epochs",
+            "3",
+            "--steps-per-loop",
+            "50",
+            "--metrics-out",
+            str(metrics),
+            *extra,
+        ]
+        assert cli.main(argv) == 0
+        return json.loads(metrics.read_text())
+
+    full = run("full", "--no-early-stop")
+    hr = [e["hr_at_10"] for e in full["epochs"]]
+    assert len(hr) == 3 and not full["stopped_early"]
+    assert hr[0] < hr[1], f"need an HR@10 rise from epoch 1 to 2 to place the target: {hr}"
+
+    target = (hr[0] + hr[1]) / 2  # Strictly above epoch 1's HR, below epoch 2's.
+    stopped = run("target", "--target-hr", str(target))
+    assert stopped["stopped_early"] is True
+    assert [e["epoch"] for e in stopped["epochs"]] == [1, 2]
+    assert stopped["global_step"] == 2 * stopped["steps_per_epoch"]
+    assert [e["hr_at_10"] for e in stopped["epochs"]] == pytest.approx(hr[:2], abs=1e-9)
+
+    unreachable = (max(hr) + 1) / 2  # Above every epoch's HR@10 and still a valid option.
+    assert max(hr) < unreachable <= 1
+    never = run("unreachable", "--target-hr", str(unreachable))
+    assert never["stopped_early"] is False and len(never["epochs"]) == 3
 
 
 def test_a_refused_run_leaves_the_earlier_model_intact(tiny_data, tmp_path):

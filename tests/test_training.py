@@ -1,7 +1,8 @@
 """Training end to end on planted synthetic data, under every strategy that runs on a CPU host.
 
 Strategy runs happen in fresh processes (tests/train_worker.py): logical CPU devices and
-multi-worker collectives must be set up before TensorFlow initializes.
+multi-worker collectives must be set up before TensorFlow initializes. Every process is started
+through conftest's ``procs`` (or a ``ChildProcesses`` block), so none outlives its test.
 """
 
 import json
@@ -14,32 +15,14 @@ import time
 
 import numpy as np
 import pytest
-from conftest import read_split
+from conftest import ChildProcesses, communicate, kill_group, read_split
 from ncf_numpy import ranking_reference
 
-from training_core import prepare
 from training_core.metadata import read_metadata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "train_worker.py")
 EPOCHS = 3
-
-
-@pytest.fixture(scope="session")
-def tiny_data(tmp_path_factory, tiny_csv):
-    out = str(tmp_path_factory.mktemp("prepared") / "tiny")
-    prepare.prepare(
-        prepare.PrepareConfig(
-            input_path=tiny_csv,
-            output_dir=out,
-            min_ratings=0,
-            num_epochs=2,
-            eval_negatives=99,
-            train_batch_size=256,
-            workers=1,
-        )
-    )
-    return out
 
 
 @pytest.fixture(scope="session")
@@ -56,10 +39,12 @@ def popularity_hr(tiny_data):
     return hits / users
 
 
-def _run(args, devices=1, env=None, timeout=300):
-    full_env = dict(os.environ, NCF_TEST_CPU_DEVICES=str(devices), **(env or {}))
-    full_env.pop("TF_CONFIG", None) if "TF_CONFIG" not in (env or {}) else None
-    return subprocess.Popen(
+def _run(procs: ChildProcesses, args, devices=1, env=None) -> subprocess.Popen:
+    """tests/train_worker.py with these arguments, started through ``procs``."""
+    full_env = dict(os.environ, NCF_TEST_CPU_DEVICES=str(devices))
+    full_env.pop("TF_CONFIG", None)  # Only the multi-worker test's own.
+    full_env.update(env or {})
+    return procs.popen(
         [sys.executable, WORKER, *args],
         env=full_env,
         cwd=ROOT,
@@ -70,7 +55,7 @@ def _run(args, devices=1, env=None, timeout=300):
 
 
 def _wait(proc, timeout=300):
-    out, _ = proc.communicate(timeout=timeout)
+    out = communicate(proc, timeout)
     assert proc.returncode == 0, out[-4000:]
     return out
 
@@ -105,18 +90,17 @@ def trained(tiny_data, tmp_path_factory):
     """One run per single-host strategy, started together to overlap TensorFlow start-up."""
     root = tmp_path_factory.mktemp("runs")
     specs = {"default": 1, "one_device": 1, "mirrored": 2}
-    procs = {}
-    for name, devices in specs.items():
-        d = str(root / name)
-        procs[name] = (
-            d,
-            _run(_train_args(tiny_data, d, f"{d}.json", "--strategy", name), devices=devices),
-        )
     out = {}
-    for name, (d, proc) in procs.items():
-        _wait(proc)
-        with open(f"{d}.json") as f:
-            out[name] = (d, json.load(f))
+    with ChildProcesses() as procs:
+        runs = {}
+        for name, devices in specs.items():
+            d = str(root / name)
+            args = _train_args(tiny_data, d, f"{d}.json", "--strategy", name)
+            runs[name] = (d, _run(procs, args, devices=devices))
+        for name, (d, proc) in runs.items():
+            _wait(proc)
+            with open(f"{d}.json") as f:
+                out[name] = (d, json.load(f))
     return out
 
 
@@ -144,38 +128,74 @@ def test_mirrored_checkpoint_restores_on_one_device(trained, tiny_data):
     assert ev.ndcg_at_10 == pytest.approx(last["ndcg_at_10"], rel=1e-5)
 
 
+ADDRESS_IN_USE = "Address already in use"  # In a worker's log when gRPC cannot bind its port.
+
+
 def _free_port():
+    """A port nothing listens on now; another process may still take it before a worker binds."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
+def _wait_all(started, timeout=300):
+    """Every worker's output, or None if one failed to bind its port (all are killed then).
+
+    Workers wait for each other, so as soon as one fails the rest are killed, not waited for.
+    """
+    deadline = time.monotonic() + timeout
+    outs = {}
+    while len(outs) < len(started):
+        for i, proc in enumerate(started):
+            if i in outs:
+                continue
+            try:
+                outs[i] = proc.communicate(timeout=0.5)[0]
+            except subprocess.TimeoutExpired:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"worker {i} still ran after {timeout}s")  # procs kills them.
+                continue
+            if proc.returncode != 0:
+                for other in started:
+                    kill_group(other)
+                outs.update({j: p.communicate()[0] for j, p in enumerate(started) if j not in outs})
+                if any(ADDRESS_IN_USE in out for out in outs.values()):
+                    return None
+                pytest.fail(f"worker {i} failed (exit {proc.returncode}):\n{outs[i][-4000:]}")
+    return [outs[i] for i in range(len(started))]
+
+
+def _run_cluster(procs, args_for, workers=2, attempts=3):
+    """Runs ``workers`` train_worker.py processes as one TF_CONFIG cluster over loopback.
+
+    TF_CONFIG must name every port before any worker starts, so the ports cannot come from the
+    servers themselves (bind port 0, report it): they are found free beforehand and may be taken
+    in between. A run whose worker could not bind is thrown away and started again on new ports;
+    ``args_for(attempt, index)`` gives each attempt its own folders. Returns (attempt, outputs).
+    """
+    for attempt in range(attempts):
+        cluster = [f"127.0.0.1:{_free_port()}" for _ in range(workers)]
+        started = []
+        for i in range(workers):
+            tf_config = {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": i}}
+            env = {"TF_CONFIG": json.dumps(tf_config)}
+            started.append(_run(procs, args_for(attempt, i), env=env))
+        outs = _wait_all(started)
+        if outs is not None:
+            return attempt, outs
+    pytest.fail(f"no free ports for a {workers}-worker cluster in {attempts} attempts")
+
+
 @pytest.mark.slow
-def test_multi_worker_trains_and_restores_on_one_device(tiny_data, tmp_path, popularity_hr):
-    workers = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
-    model_dir = str(tmp_path / "mw")
-    procs = []
-    for i in range(2):
-        tf_config = json.dumps(
-            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}
-        )
-        procs.append(
-            _run(
-                _train_args(
-                    tiny_data,
-                    model_dir,
-                    str(tmp_path / f"m{i}.json"),
-                    "--strategy",
-                    "auto",
-                    "--epochs",
-                    "2",
-                ),
-                env={"TF_CONFIG": tf_config},
-            )
-        )
-    outs = [_wait(p) for p in procs]
+def test_multi_worker_trains_and_restores_on_one_device(tiny_data, tmp_path, popularity_hr, procs):
+    def args_for(attempt, i):
+        model_dir, metrics = str(tmp_path / f"mw{attempt}"), str(tmp_path / f"m{attempt}-{i}.json")
+        return _train_args(tiny_data, model_dir, metrics, "--strategy", "auto", "--epochs", "2")
+
+    attempt, outs = _run_cluster(procs, args_for)
+    model_dir = str(tmp_path / f"mw{attempt}")
     assert "multi_worker_mirrored (TF_CONFIG describes 2 workers)" in outs[0]
-    results = [json.load(open(tmp_path / f"m{i}.json")) for i in range(2)]
+    results = [json.load(open(tmp_path / f"m{attempt}-{i}.json")) for i in range(2)]
     for key in ("step", "loss", "hr_at_10", "ndcg_at_10"):  # Workers agree exactly.
         assert results[0]["last"][key] == results[1]["last"][key]
     assert results[0]["num_replicas"] == 2
@@ -196,24 +216,25 @@ def _latest_step(model_dir):
 
 
 @pytest.mark.slow
-def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tiny_data, tmp_path):
+def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tiny_data, tmp_path, procs):
     extra = ["--strategy", "default", "--steps-per-loop", "1", "--checkpoint-every", "10"]
     ref_dir, run_dir = str(tmp_path / "ref"), str(tmp_path / "run")
-    ref = _run(_train_args(tiny_data, ref_dir, str(tmp_path / "ref.json"), *extra))
-    victim = _run(_train_args(tiny_data, run_dir, str(tmp_path / "run.json"), *extra))
+    ref = _run(procs, _train_args(tiny_data, ref_dir, str(tmp_path / "ref.json"), *extra))
+    victim = _run(procs, _train_args(tiny_data, run_dir, str(tmp_path / "run.json"), *extra))
     spe = read_metadata(tiny_data).train_steps_per_epoch  # Global batch = pre-batch here.
     deadline = time.time() + 240
     while _latest_step(run_dir) <= spe + 10 and victim.poll() is None:
         assert time.time() < deadline
         time.sleep(0.005)
     victim.send_signal(signal.SIGKILL)
-    victim.communicate()
+    communicate(victim, 120)
     assert victim.returncode == -signal.SIGKILL, "the run ended before it could be killed"
     killed_at = _latest_step(run_dir)
     assert spe < killed_at < EPOCHS * spe and killed_at % spe  # Mid-epoch.
     assert not os.path.exists(tmp_path / "run.json")
 
-    resumed_out = _wait(_run(_train_args(tiny_data, run_dir, str(tmp_path / "run.json"), *extra)))
+    resumed = _run(procs, _train_args(tiny_data, run_dir, str(tmp_path / "run.json"), *extra))
+    resumed_out = _wait(resumed)
     assert f"at step {killed_at}" in resumed_out
     _wait(ref)
     a = json.load(open(tmp_path / "ref.json"))
@@ -228,26 +249,29 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tiny_data, tmp_path
 
 
 @pytest.mark.slow
-def test_a_second_train_into_a_busy_model_folder_is_refused_and_harms_nothing(tiny_data, tmp_path):
+def test_a_second_train_into_a_busy_model_folder_is_refused_and_harms_nothing(
+    tiny_data, tmp_path, procs
+):
     model_dir = str(tmp_path / "model")
     extra = ["--strategy", "default", "--steps-per-loop", "1", "--checkpoint-every", "10"]
     long_run = [*extra, "--epochs", "1000"]  # Still running when the second one starts.
-    first = _run(_train_args(tiny_data, model_dir, str(tmp_path / "a.json"), *long_run))
+    first = _run(procs, _train_args(tiny_data, model_dir, str(tmp_path / "a.json"), *long_run))
     deadline = time.time() + 240
     while _latest_step(model_dir) == 0 and first.poll() is None:  # The first one holds it now.
         assert time.time() < deadline
         time.sleep(0.01)
-    second = _run(_train_args(tiny_data, model_dir, str(tmp_path / "b.json"), *extra))
-    out, _ = second.communicate(timeout=300)
+    second = _run(procs, _train_args(tiny_data, model_dir, str(tmp_path / "b.json"), *extra))
+    out = communicate(second, 300)
     assert first.poll() is None, "the first run ended before the second one tried"
     assert second.returncode == 2, out[-3000:]
     assert f"is being written by train (pid {first.pid}" in out and "another folder" in out
     assert not os.path.exists(tmp_path / "b.json")
     step = _latest_step(model_dir)
-    time.sleep(1.0)
+    deadline = time.time() + 60  # A loaded machine may take a while for 10 more steps.
+    while _latest_step(model_dir) == step and first.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
     assert _latest_step(model_dir) > step  # The first run went on, undisturbed.
-    first.kill()
-    first.communicate()
+    # `procs` kills the first run (the whole process group) at teardown.
 
 
 def _checkpoint_values(model_dir):
@@ -262,30 +286,32 @@ def _checkpoint_values(model_dir):
 
 
 @pytest.mark.slow
-def test_kills_at_random_moments_then_resume_end_with_the_clean_run_s_model(tiny_data, tmp_path):
+def test_kills_at_random_moments_then_resume_end_with_the_clean_run_s_model(
+    tiny_data, tmp_path, procs
+):
     import random
 
     extra = ["--strategy", "default", "--steps-per-loop", "1", "--checkpoint-every", "7"]
     ref_dir, run_dir = str(tmp_path / "ref"), str(tmp_path / "run")
-    ref = _run(_train_args(tiny_data, ref_dir, str(tmp_path / "ref.json"), *extra))
+    ref = _run(procs, _train_args(tiny_data, ref_dir, str(tmp_path / "ref.json"), *extra))
     total = EPOCHS * read_metadata(tiny_data).train_steps_per_epoch
     rng = random.Random(4)
     kills = 0
     for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGKILL):
         start = _latest_step(run_dir)
-        victim = _run(_train_args(tiny_data, run_dir, str(tmp_path / "run.json"), *extra))
+        victim = _run(procs, _train_args(tiny_data, run_dir, str(tmp_path / "run.json"), *extra))
         target = rng.randint(start + 1, start + (total - start) // 2)
         deadline = time.time() + 240
         while _latest_step(run_dir) < target and victim.poll() is None:
             assert time.time() < deadline
             time.sleep(0.002 * rng.random())
         victim.send_signal(sig)
-        out, _ = victim.communicate()
+        out = communicate(victim, 120)
         kills += victim.returncode == -sig
         # What a reader sees is always one whole checkpoint, never a half-written one.
         assert _checkpoint_values(run_dir), out[-2000:]
     assert kills >= 2, "the runs ended before they could be killed"
-    _wait(_run(_train_args(tiny_data, run_dir, str(tmp_path / "run.json"), *extra)))
+    _wait(_run(procs, _train_args(tiny_data, run_dir, str(tmp_path / "run.json"), *extra)))
     _wait(ref)
     a, b = _checkpoint_values(ref_dir), _checkpoint_values(run_dir)
     assert a.keys() == b.keys() and _latest_step(run_dir) == _latest_step(ref_dir) == total

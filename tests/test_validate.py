@@ -2,13 +2,14 @@
 
 import logging
 import os
+import re
 import tempfile
 
 import pytest
 import tensorflow_data_validation as tfdv
 from kfp import dsl, local
 from kfp.dsl import HTML, Artifact, Dataset
-from tensorflow_metadata.proto.v0 import schema_pb2
+from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2
 
 from components.validate_data import validate_data
 from pipelines import cli
@@ -259,14 +260,36 @@ def test_component_python_func_passes_clean_data(tmp_path):
     validate_data.python_func(raw_data=Dataset(uri=CLEAN), report=report, **outs)
     assert report.metadata["passed"] is True and report.metadata["num_examples"] == CLEAN_ROWS
     assert outs["statistics"].metadata["num_anomalies"] == 0
-    assert tfdv.load_stats_binary(os.path.join(outs["statistics"].path, "FeatureStats.pb"))
-    assert tfdv.load_schema_text(os.path.join(outs["schema"].path, "schema.pbtxt"))
+    # What the artifacts hold, read back with TFDV (a loaded proto is truthy even when empty).
+    stats = tfdv.load_stats_binary(os.path.join(outs["statistics"].path, "FeatureStats.pb"))
+    [dataset] = stats.datasets
+    assert dataset.num_examples == CLEAN_ROWS
+    features = {f.path.step[0]: f for f in dataset.features}
+    assert set(features) == {"user_id", "item_id", "timestamp", "rating"}
+    assert features["user_id"].num_stats.common_stats.num_non_missing == CLEAN_ROWS
+    assert features["item_id"].num_stats.min >= 0
+    schema = tfdv.load_schema_text(os.path.join(outs["schema"].path, "schema.pbtxt"))
+    assert {f.name for f in schema.feature} == {"user_id", "item_id", "timestamp", "rating"}
+    assert tfdv.get_feature(schema, "user_id").type == schema_pb2.INT
+    written = tfdv.load_anomalies_text(os.path.join(outs["anomalies"].path, "anomalies.pbtxt"))
+    assert dict(written.anomaly_info) == {}
     assert "Data validation: PASSED" in open(report.path).read()
+
+
+def _assert_only_item_id_drift(anomalies_path: str) -> None:
+    """The written anomalies hold exactly the item_id Jensen-Shannon drift."""
+    written = tfdv.load_anomalies_text(anomalies_path)
+    assert set(written.anomaly_info) == {"item_id"}
+    info = written.anomaly_info["item_id"]
+    assert [r.type for r in info.reason] == [
+        anomalies_pb2.AnomalyInfo.COMPARATOR_JENSEN_SHANNON_DIVERGENCE_HIGH
+    ]
+    assert "above the threshold 0.1" in info.reason[0].description
 
 
 def test_component_python_func_blocks_on_drift(clean_run, tmp_path):
     outs = {n: Artifact(uri=str(tmp_path / n)) for n in ("statistics", "schema", "anomalies")}
-    with pytest.raises(v.ValidationFailed, match="item_id: COMPARATOR_JENSEN_SHANNON"):
+    with pytest.raises(v.ValidationFailed, match="item_id: COMPARATOR_JENSEN_SHANNON") as exc:
         validate_data.python_func(
             raw_data=Dataset(uri=_path("drifted.csv")),
             report=HTML(uri=str(tmp_path / "report.html")),
@@ -275,11 +298,14 @@ def test_component_python_func_blocks_on_drift(clean_run, tmp_path):
             drift=["item_id=js:0.1"],
             **outs,
         )
+    assert _kinds(exc.value.result) == {("item_id", "COMPARATOR_JENSEN_SHANNON_DIVERGENCE_HIGH")}
+    _assert_only_item_id_drift(os.path.join(outs["anomalies"].path, "anomalies.pbtxt"))
 
 
 @pytest.mark.slow
-def test_component_through_kfp_local_baseline_workflow(clean_run):
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=tempfile.mkdtemp())
+def test_component_through_kfp_local_baseline_workflow(clean_run, capsys):
+    pipeline_root = tempfile.mkdtemp()
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=pipeline_root)
 
     @dsl.pipeline
     def gate(clean: str, drifted: str, schema: str, stats: str, fail: bool) -> HTML:
@@ -308,8 +334,23 @@ def test_component_through_kfp_local_baseline_workflow(clean_run):
     assert report.metadata["anomaly_kinds"] == ["COMPARATOR_JENSEN_SHANNON_DIVERGENCE_HIGH"]
     assert report.metadata["drift_checked"] is True
     assert "COMPARATOR_JENSEN_SHANNON_DIVERGENCE_HIGH" in open(report.path).read()
-    with pytest.raises(RuntimeError, match="FAILURE"):
+    capsys.readouterr()  # Only the failing run's task logs from here on.
+    runs_before = set(os.listdir(pipeline_root))
+    with pytest.raises(RuntimeError) as exc:
         gate(fail=True, **args)
+    # kfp's error names only the failed task (colour codes around it): the gated second one.
+    assert re.search(
+        r"finished with status .*FAILURE.*Inner task failed: .*'validate-data-2'", str(exc.value)
+    ), str(exc.value)
+    assert "'validate-data'" not in str(exc.value)  # The clean first step passed.
+    # Why it failed: the task's own log (kfp local prints it) has our ValidationFailed message.
+    log = capsys.readouterr().out
+    assert "ValidationFailed" in log
+    assert "item_id: COMPARATOR_JENSEN_SHANNON_DIVERGENCE_HIGH: " in log
+    # And the blocked step wrote its anomalies before failing: exactly the item_id drift.
+    [failed_run] = set(os.listdir(pipeline_root)) - runs_before
+    task_root = os.path.join(pipeline_root, failed_run, "validate-data-2")
+    _assert_only_item_id_drift(os.path.join(task_root, "anomalies", v.ANOMALIES_FILE))
 
 
 # Ratings on the MovieLens scales, and what the gate does not check.

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
+import functools
 import hashlib
 import http.server
 import itertools
@@ -47,6 +48,25 @@ _STATUS_NAMES = {
 }
 
 _LOC = r"/v1/(?P<loc>projects/[^/]+/locations/[^/]+)"
+
+# Limits stated in the Vertex AI v1 API reference (field documentation of the messages, also in
+# google/cloud/aiplatform_v1/types/*.py), and the label rules it links (https://goo.gl/xmQnxf).
+_MAX_DISPLAY_NAME = 128  # PipelineJob, Schedule, Model: "up to 128 characters long".
+_PIPELINE_JOB_ID = re.compile(r"[a-z0-9-]{1,127}")  # "less than 128 characters ... /[a-z][0-9]-/"
+_CONTEXT_ID = re.compile(r"[a-z0-9-]{4,128}")  # "4-128 characters ... /[a-z][0-9]-/"
+_MODEL_ID = re.compile(r"[a-z_][a-z0-9_-]{0,62}")  # "up to 63 ... [a-z0-9_-]", no 0-9/- first
+_NETWORK = re.compile(r"projects/[0-9]+/global/networks/[^/]+")  # "{project} is a project number"
+_LOCATION = re.compile(r"projects/[^/]+/locations/[^/]+")
+_MODEL_OPERATION = r"projects/[^/]+/locations/[^/]+/models/[^/:]+/operations/[^/:]+"
+
+
+class Invalid(Exception):
+    """A request the service would refuse with 400 INVALID_ARGUMENT."""
+
+    def __init__(self, message: str, field: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.field = field
 
 
 @dataclasses.dataclass
@@ -75,6 +95,10 @@ class VertexStandIn:
         self.requests: list[Request] = []
         self.pipeline_jobs: dict[str, dict] = {}
         self.schedules: dict[str, dict] = {}
+        self.models: dict[str, dict] = {}
+        self.operations: dict[str, dict] = {}
+        # Requests answered 400 by the checks, with the reason.
+        self.rejected: list[tuple[Request, str]] = []
         self.contexts: dict[str, dict] = {}
         self.context_children: dict[str, list[str]] = {}
         self.buckets: dict[str, dict[str, dict]] = {}
@@ -174,7 +198,11 @@ class VertexStandIn:
             m = re.fullmatch(pattern, req.path)
             if m and method == req.method:
                 with self._lock:
-                    return func(req, **m.groupdict())
+                    try:
+                        return func(req, **m.groupdict())
+                    except Invalid as e:
+                        self.rejected.append((req, e.message))
+                        return _error(400, e.message, field=e.field)
         return _error(404, f"The stand-in has no route for {req.method} {req.path}.")
 
     def _routes(self):
@@ -183,6 +211,10 @@ class VertexStandIn:
             ("GET", _LOC + r"/pipelineJobs/(?P<id>[^/:]+)", self._get_pipeline_job),
             ("POST", _LOC + r"/schedules", self._create_schedule),
             ("GET", _LOC + r"/schedules/(?P<id>[^/:]+)", self._get_schedule),
+            ("POST", _LOC + r"/models:upload", self._upload_model),
+            ("GET", _LOC + r"/models/(?P<id>[^/:@]+)(?:@(?P<version>[^/:]+))?", self._get_model),
+            # The REST client polls an operation at the first of its HTTP rules, /ui/{name}.
+            ("GET", r"/(?:v1|ui)/(?P<name>" + _MODEL_OPERATION + ")", self._get_operation),
             ("GET", _LOC + r"/metadataStores/(?P<store>[^/:]+)", self._get_metadata_store),
             ("POST", _LOC + r"/metadataStores/default/contexts", self._create_context),
             ("GET", _LOC + r"/metadataStores/default/contexts/(?P<id>[^/:]+)", self._get_context),
@@ -198,11 +230,18 @@ class VertexStandIn:
         ]
 
     def _create_pipeline_job(self, req: Request, loc: str) -> tuple[int, dict]:
-        job_id = req.query.get("pipelineJobId", [f"job-{next(self._ids)}"])[0]
+        # HTTP rule: POST /v1/{parent}/pipelineJobs, body "pipeline_job", ?pipelineJobId=.
+        request = _v1().CreatePipelineJobRequest(
+            parent=loc,
+            pipeline_job=_parse(req.raw, _v1().PipelineJob, "pipeline_job"),
+            pipeline_job_id=req.query.get("pipelineJobId", [""])[0],
+        )
+        _check_create_pipeline_job(request, "")
+        job_id = request.pipeline_job_id or f"job-{next(self._ids)}"
         name = f"{loc}/pipelineJobs/{job_id}"
         if name in self.pipeline_jobs:
             return _error(409, f"PipelineJob {name} already exists.")
-        job = dict(req.body or {})
+        job = dict(req.body)
         job.update(name=name, state="PIPELINE_STATE_PENDING", createTime=_now())
         self.pipeline_jobs[name] = job
         # Vertex creates the run's metadata context asynchronously; here it exists at once.
@@ -227,8 +266,10 @@ class VertexStandIn:
         return 200, job
 
     def _create_schedule(self, req: Request, loc: str) -> tuple[int, dict]:
+        # HTTP rule: POST /v1/{parent}/schedules, body "schedule".
+        _check_schedule(_parse(req.raw, _v1().Schedule, "schedule"))
         name = f"{loc}/schedules/{next(self._ids)}"
-        schedule = dict(req.body or {})
+        schedule = dict(req.body)
         schedule.update(name=name, state="ACTIVE", createTime=_now())
         self.schedules[name] = schedule
         return 200, schedule
@@ -243,11 +284,18 @@ class VertexStandIn:
         return 200, {"name": f"{loc}/metadataStores/{store}", "createTime": _now()}
 
     def _create_context(self, req: Request, loc: str) -> tuple[int, dict]:
-        ctx_id = req.query.get("contextId", [f"context-{next(self._ids)}"])[0]
+        # HTTP rule: POST /v1/{parent}/contexts, body "context", ?contextId=.
+        _parse(req.raw, _v1().Context, "context")
+        ctx_id = req.query.get("contextId", [""])[0]
+        if ctx_id and not _CONTEXT_ID.fullmatch(ctx_id):
+            raise Invalid(
+                f"context_id {ctx_id!r} must be 4-128 characters of [a-z0-9-].", "context_id"
+            )
+        ctx_id = ctx_id or f"context-{next(self._ids)}"
         name = f"{loc}/metadataStores/default/contexts/{ctx_id}"
         if name in self.contexts:
             return _error(409, f"Context {name} already exists.")
-        ctx = dict(req.body or {})
+        ctx = dict(req.body)
         ctx.update(name=name, createTime=_now())
         self.contexts[name] = ctx
         return 200, ctx
@@ -259,11 +307,66 @@ class VertexStandIn:
         return 200, self.contexts[name]
 
     def _add_context_children(self, req: Request, loc: str, id: str) -> tuple[int, dict]:
+        # HTTP rule: POST /v1/{context}:addContextChildren, body "*".
+        request = _parse(req.raw, _v1().AddContextChildrenRequest, "")
         name = f"{loc}/metadataStores/default/contexts/{id}"
         if name not in self.contexts:
             return _error(404, f"Context {name} not found.")
-        self.context_children.setdefault(name, []).extend((req.body or {}).get("childContexts", []))
+        self.context_children.setdefault(name, []).extend(request.child_contexts)
         return 200, {}
+
+    def _upload_model(self, req: Request, loc: str) -> tuple[int, dict]:
+        # HTTP rule: POST /v1/{parent}/models:upload, body "*"; answers an Operation.
+        request = _parse(req.raw, _v1().UploadModelRequest, "")
+        request.parent = loc
+        _check_upload_model(request)
+        model_id = request.model_id or str(next(self._ids))
+        name = f"{loc}/models/{model_id}"
+        if name in self.models:
+            return _error(409, f"Model {name} already exists.")
+        now = _now()
+        self.models[name] = {
+            **_message_to_dict(request.model),
+            "name": name,
+            "versionId": "1",
+            "versionAliases": ["default"],
+            "createTime": now,
+            "updateTime": now,
+            "versionCreateTime": now,
+            "versionUpdateTime": now,
+        }
+        op = f"{name}/operations/{next(self._ids)}"
+        meta = {
+            "@type": "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelOperationMetadata",
+            "genericMetadata": {"createTime": now, "updateTime": now},
+        }
+        # Answered "not done", so the client polls the operation as it polls the service's;
+        # the first poll finds it done (no wait: the client's first poll is immediate).
+        self.operations[op] = {
+            "name": op,
+            "metadata": meta,
+            "done": True,
+            "response": {
+                "@type": "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelResponse",
+                "model": name,
+                "modelVersionId": "1",
+            },
+        }
+        return 200, {"name": op, "metadata": meta, "done": False}
+
+    def _get_operation(self, req: Request, name: str) -> tuple[int, dict]:
+        if name not in self.operations:
+            return _error(404, f"Operation {name} not found.")
+        return 200, self.operations[name]
+
+    def _get_model(
+        self, req: Request, loc: str, id: str, version: str | None = None
+    ) -> tuple[int, dict]:
+        name = f"{loc}/models/{id}"
+        model = self.models.get(name)
+        if model is None or version not in (None, model["versionId"], *model["versionAliases"]):
+            return _error(404, f"Model {name}{'@' + version if version else ''} not found.")
+        return 200, model
 
     def _get_bucket(self, req: Request, bucket: str) -> tuple[int, dict]:
         if bucket not in self.buckets:
@@ -337,14 +440,167 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass  # Quiet: tests read self.server_state.requests instead.
 
 
-def _error(status: int, message: str) -> tuple[int, dict]:
-    return status, {
-        "error": {
-            "code": status,
-            "message": message,
-            "status": _STATUS_NAMES.get(status, "UNKNOWN"),
-        }
+def _error(status: int, message: str, field: str = "") -> tuple[int, dict]:
+    error: dict[str, Any] = {
+        "code": status,
+        "message": message,
+        "status": _STATUS_NAMES.get(status, "UNKNOWN"),
     }
+    if field:
+        error["details"] = [
+            {
+                "@type": "type.googleapis.com/google.rpc.BadRequest",
+                "fieldViolations": [{"field": field, "description": message}],
+            }
+        ]
+    return status, {"error": error}
+
+
+# --- request checks ----------------------------------------------------------------------------
+
+
+@functools.cache
+def _v1() -> Any:
+    """``google.cloud.aiplatform_v1.types``, imported on first use (it is slow to import)."""
+    from google.cloud.aiplatform_v1 import types
+
+    return types
+
+
+def _message_to_dict(message: Any) -> dict:
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(message._pb)
+
+
+def _parse(raw: bytes, message_type: Any, at: str) -> Any:
+    """The body parsed strictly as ``message_type`` (proto JSON: unknown fields and wrong types
+    refused), else ``Invalid`` ("Invalid JSON payload received ...", as the service says)."""
+    from google.protobuf import json_format
+
+    if not raw.strip():
+        raise Invalid(f"Invalid JSON payload received. Empty body, expected {at or 'a request'}.")
+    try:
+        return message_type.from_json(raw, ignore_unknown_fields=False)
+    except json_format.ParseError as e:
+        reason = str(e).split("\n")[0].split("  Available Fields")[0].rstrip()
+        raise Invalid(f"Invalid JSON payload received at {at or 'the request'}: {reason}") from None
+
+
+def _required(present: bool, field: str) -> None:
+    if not present:
+        raise Invalid(f"{field} is required.", field)
+
+
+def _check_display_name(value: str, field: str, required: bool) -> None:
+    _required(bool(value) or not required, field)
+    if len(value) > _MAX_DISPLAY_NAME:
+        raise Invalid(
+            f"{field} must be at most {_MAX_DISPLAY_NAME} characters, got {len(value)}.", field
+        )
+
+
+def _label_chars_ok(text: str) -> bool:
+    # "can only contain lowercase letters, numeric characters, underscores and dashes.
+    # International characters are allowed."
+    return all(c in "_-" or c.isdigit() or (c.isalpha() and not c.isupper()) for c in text)
+
+
+def _check_labels(labels: Any, field: str) -> None:
+    for key, value in labels.items():
+        ok_key = 0 < len(key) <= 64 and _label_chars_ok(key) and key[0].isalpha()
+        if not ok_key or len(value) > 64 or not _label_chars_ok(value):
+            raise Invalid(
+                f"{field}: invalid label {key!r}={value!r}: keys (1-64, starting with a letter) "
+                "and values (0-64) may only contain lowercase letters, numeric characters, "
+                "underscores and dashes.",
+                field,
+            )
+
+
+def _check_pipeline_job(job: Any, field: str) -> None:
+    """``PipelineJob`` as the v1 reference documents it."""
+    from google.protobuf import json_format
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    _check_display_name(job.display_name, f"{field}display_name", required=False)
+    _check_labels(job.labels, f"{field}labels")
+    # "template_uri: A template uri from where the pipeline_spec, if empty, will be downloaded."
+    has_spec = len(job._pb.pipeline_spec.fields) > 0
+    _required(has_spec or bool(job.template_uri), f"{field}pipeline_spec")
+    if has_spec:
+        # The spec travels as a Struct; it is a KFP IR PipelineSpec (schema_version 2.1.0, as
+        # RuntimeConfig.parameter_values says). Parsed strictly, like the request itself.
+        try:
+            json_format.ParseDict(
+                json_format.MessageToDict(job._pb.pipeline_spec), pipeline_spec_pb2.PipelineSpec()
+            )
+        except json_format.ParseError as e:
+            reason = str(e).split("\n")[0].split("  Available Fields")[0].rstrip()
+            raise Invalid(
+                f"{field}pipeline_spec is not a valid PipelineSpec: {reason}",
+                f"{field}pipeline_spec",
+            ) from None
+    # RuntimeConfig.gcs_output_directory: "Required. A path in a Cloud Storage bucket".
+    root = job.runtime_config.gcs_output_directory
+    _required(bool(root), f"{field}runtime_config.gcs_output_directory")
+    if not root.startswith("gs://"):
+        raise Invalid(
+            f"{field}runtime_config.gcs_output_directory must be a Cloud Storage path, got "
+            f"{root!r}.",
+            f"{field}runtime_config.gcs_output_directory",
+        )
+    # network: "projects/{project}/global/networks/{network} ... {project} is a project number".
+    if job.network and not _NETWORK.fullmatch(job.network):
+        raise Invalid(
+            f"{field}network {job.network!r} must be projects/PROJECT_NUMBER/global/networks/NAME.",
+            f"{field}network",
+        )
+
+
+def _check_create_pipeline_job(request: Any, field: str) -> None:
+    """``CreatePipelineJobRequest``: parent and pipeline_job required, pipeline_job_id's form."""
+    _required(bool(_LOCATION.fullmatch(request.parent)), f"{field}parent")
+    _required(request._pb.HasField("pipeline_job"), f"{field}pipeline_job")
+    job_id = request.pipeline_job_id
+    if job_id and not _PIPELINE_JOB_ID.fullmatch(job_id):
+        raise Invalid(
+            f"{field}pipeline_job_id {job_id!r} must be less than 128 characters of [a-z0-9-].",
+            f"{field}pipeline_job_id",
+        )
+    _check_pipeline_job(request.pipeline_job, f"{field}pipeline_job.")
+
+
+def _check_schedule(schedule: Any) -> None:
+    """``Schedule``: display_name and max_concurrent_run_count required; the embedded
+    ``CreatePipelineJobRequest`` with its parent ("CreatePipelineJobRequest.parent field is
+    required") and its job."""
+    _check_display_name(schedule.display_name, "schedule.display_name", required=True)
+    _required(schedule.max_concurrent_run_count > 0, "schedule.max_concurrent_run_count")
+    _required(
+        schedule._pb.HasField("create_pipeline_job_request"),
+        "schedule.create_pipeline_job_request",
+    )
+    _check_create_pipeline_job(
+        schedule.create_pipeline_job_request, "schedule.create_pipeline_job_request."
+    )
+
+
+def _check_upload_model(request: Any) -> None:
+    """``UploadModelRequest``: model required, its display_name required (<= 128), model_id's
+    form, labels, and a container spec's image_uri ("Required")."""
+    _required(request._pb.HasField("model"), "model")
+    model = request.model
+    _check_display_name(model.display_name, "model.display_name", required=True)
+    _check_labels(model.labels, "model.labels")
+    if request.model_id and not _MODEL_ID.fullmatch(request.model_id):
+        raise Invalid(
+            f"model_id {request.model_id!r} must be up to 63 characters of [a-z0-9_-], not "
+            "starting with a digit or a dash.",
+            "model_id",
+        )
+    if model._pb.HasField("container_spec"):
+        _required(bool(model.container_spec.image_uri), "model.container_spec.image_uri")
 
 
 def _now() -> str:

@@ -224,6 +224,8 @@ def _is_chief(strategy: tf.distribute.Strategy) -> bool:
         return True
     task_type, task_id = resolver.task_type, resolver.task_id
     cluster = resolver.cluster_spec().as_dict()
+    if not cluster:  # No TF_CONFIG: one worker in local mode (task type and id are None).
+        return True
     if "chief" in cluster:
         return task_type == "chief"
     return task_type in (None, "worker") and task_id == 0
@@ -397,11 +399,18 @@ class _Trainer:
             scratch = os.path.join(config.model_dir, f".worker_tmp_{_worker_tag(strategy)}")
             self.write_manager = tf.train.CheckpointManager(self.checkpoint, scratch, max_to_keep=1)
         self.preemption = None
+        self._partial = (0.0, 0, 0.0)  # The running epoch's (loss sum, steps, seconds) so far.
         if is_multi_worker_or_tpu(strategy):
             # Saves a checkpoint and exits cleanly when the platform announces a preemption;
-            # it also restores the latest checkpoint on creation.
+            # it also restores the latest checkpoint on creation. It saves through _save, as every
+            # other checkpoint here: named by step, with the history and the running epoch's sums
+            # (its own save would name it by save count, without them).
             self.preemption = tf.distribute.experimental.PreemptionCheckpointHandler(
-                strategy.cluster_resolver, self.manager
+                strategy.cluster_resolver,
+                self.manager,
+                termination_config=tf.distribute.experimental.TerminationConfig(
+                    save_fn=lambda: self._save(self._partial)
+                ),
             )
         self.train_loop = self._make_train_loop()
         self.eval_fn = make_eval_fn(
@@ -611,6 +620,7 @@ class _Trainer:
         loss_sum, trained, seconds = partial
         every = cfg.checkpoint_every_steps
         while done < spe:
+            self._partial = (loss_sum, trained, seconds)  # What a preemption save records.
             n = min(cfg.steps_per_loop, spe - done)
             if every:
                 n = min(n, every - self._current_step() % every)

@@ -39,23 +39,33 @@ def popularity_hr(tiny_data):
     return hits / users
 
 
-def _run(procs: ChildProcesses, args, devices=1, env=None) -> subprocess.Popen:
-    """tests/train_worker.py with these arguments, started through ``procs``."""
+def _run(procs: ChildProcesses, args, devices=1, env=None, log=None) -> subprocess.Popen:
+    """tests/train_worker.py with these arguments, started through ``procs``.
+
+    Output goes to a pipe, read when the process ends; a run that logs more than a pipe holds
+    (64 KiB: a few hundred steps at --steps-per-loop 1) before anyone reads it would block on
+    it, so give such runs a ``log`` file instead (``_wait`` reads it back).
+    """
     full_env = dict(os.environ, NCF_TEST_CPU_DEVICES=str(devices))
     full_env.pop("TF_CONFIG", None)  # Only the multi-worker test's own.
     full_env.update(env or {})
-    return procs.popen(
+    proc = procs.popen(
         [sys.executable, WORKER, *args],
         env=full_env,
         cwd=ROOT,
-        stdout=subprocess.PIPE,
+        stdout=open(log, "w") if log else subprocess.PIPE,  # noqa: SIM115 - the child's now.
         stderr=subprocess.STDOUT,
         text=True,
     )
+    proc.log = log  # type: ignore[attr-defined]
+    return proc
 
 
 def _wait(proc, timeout=300):
     out = communicate(proc, timeout)
+    if getattr(proc, "log", None):
+        with open(proc.log) as f:
+            out = f.read()
     assert proc.returncode == 0, out[-4000:]
     return out
 
@@ -219,7 +229,11 @@ def _latest_step(model_dir):
 def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tiny_data, tmp_path, procs):
     extra = ["--strategy", "default", "--steps-per-loop", "1", "--checkpoint-every", "10"]
     ref_dir, run_dir = str(tmp_path / "ref"), str(tmp_path / "run")
-    ref = _run(procs, _train_args(tiny_data, ref_dir, str(tmp_path / "ref.json"), *extra))
+    ref = _run(
+        procs,
+        _train_args(tiny_data, ref_dir, str(tmp_path / "ref.json"), *extra),
+        log=str(tmp_path / "ref.log"),
+    )
     victim = _run(procs, _train_args(tiny_data, run_dir, str(tmp_path / "run.json"), *extra))
     spe = read_metadata(tiny_data).train_steps_per_epoch  # Global batch = pre-batch here.
     deadline = time.time() + 240
@@ -255,7 +269,11 @@ def test_a_second_train_into_a_busy_model_folder_is_refused_and_harms_nothing(
     model_dir = str(tmp_path / "model")
     extra = ["--strategy", "default", "--steps-per-loop", "1", "--checkpoint-every", "10"]
     long_run = [*extra, "--epochs", "1000"]  # Still running when the second one starts.
-    first = _run(procs, _train_args(tiny_data, model_dir, str(tmp_path / "a.json"), *long_run))
+    first = _run(
+        procs,
+        _train_args(tiny_data, model_dir, str(tmp_path / "a.json"), *long_run),
+        log=str(tmp_path / "a.log"),
+    )
     deadline = time.time() + 240
     while _latest_step(model_dir) == 0 and first.poll() is None:  # The first one holds it now.
         assert time.time() < deadline
@@ -293,7 +311,11 @@ def test_kills_at_random_moments_then_resume_end_with_the_clean_run_s_model(
 
     extra = ["--strategy", "default", "--steps-per-loop", "1", "--checkpoint-every", "7"]
     ref_dir, run_dir = str(tmp_path / "ref"), str(tmp_path / "run")
-    ref = _run(procs, _train_args(tiny_data, ref_dir, str(tmp_path / "ref.json"), *extra))
+    ref = _run(
+        procs,
+        _train_args(tiny_data, ref_dir, str(tmp_path / "ref.json"), *extra),
+        log=str(tmp_path / "ref.log"),
+    )
     total = EPOCHS * read_metadata(tiny_data).train_steps_per_epoch
     rng = random.Random(4)
     kills = 0

@@ -72,12 +72,7 @@ def published_roots(meta: DatasetMetadata) -> set[str]:
 
 def published(out: str) -> DatasetMetadata | None:
     """The complete dataset ``out`` holds (metadata.json and _SUCCESS), or None."""
-    if not (
-        os.path.exists(os.path.join(out, METADATA_FILE))
-        and os.path.exists(os.path.join(out, SUCCESS_FILE))
-    ):
-        return None
-    return read_metadata(out)
+    return read_metadata(out) if is_published(out) else None
 
 
 def is_published(out: str) -> bool:

@@ -535,16 +535,11 @@ def _predicted_fingerprint(
     When ``out`` holds a dataset of the same source and cleaning options, its counts fix the
     plan, hence the fingerprint; otherwise the value matches nothing.
     """
-    from training_core.metadata import METADATA_FILE, SUCCESS_FILE, read_metadata
-
-    if not (
-        os.path.exists(os.path.join(out, METADATA_FILE))
-        and os.path.exists(os.path.join(out, SUCCESS_FILE))
-    ):
-        return "(unknown)"
     try:
-        m = read_metadata(out)
+        m = dataset_folder.published(out)
     except ValueError:
+        return "(unknown)"
+    if m is None:
         return "(unknown)"
     same_cleaning = (
         m.source.get("sha256") == source_sha

@@ -249,10 +249,9 @@ def write_model_config(model_dir: str, config: NeuMFConfig, meta: DatasetMetadat
         "num_items": meta.num_items,
         "dataset_fingerprint": meta.fingerprint,
     }
-    tmp = os.path.join(model_dir, MODEL_CONFIG_FILE + ".partial")
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2)
-    os.replace(tmp, os.path.join(model_dir, MODEL_CONFIG_FILE))
+    publish.write_text_atomic(
+        os.path.join(model_dir, MODEL_CONFIG_FILE), json.dumps(payload, indent=2)
+    )
 
 
 def check_model_folder(model_dir: str, config: NeuMFConfig, meta: DatasetMetadata) -> None:

@@ -59,12 +59,10 @@ def strategy_from_args(args: argparse.Namespace):
 
 def write_json(path: str, payload: dict) -> None:
     """Writes JSON through a temporary name."""
+    from training_core.publish import write_text_atomic
+
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.partial"
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(payload, indent=2) + "\n")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

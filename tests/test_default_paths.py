@@ -13,7 +13,6 @@ import functools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 
@@ -21,6 +20,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+# A port found free may be taken before a worker binds it: the runs here retry on ADDRESS_IN_USE.
+from pipelines.verify.job_service import ADDRESS_IN_USE
+from pipelines.verify.job_service import free_port as _free_port
 from training_core import input_pipeline, model, optim, prepare, synthetic, train
 from training_core.metadata import read_metadata
 
@@ -411,14 +413,6 @@ def test_jit_compile_trains_to_the_same_model_as_without(tiny_data, tmp_path):
 EPOCHS = 2
 STEPS_PER_LOOP = 5
 PREEMPT_AT = 10  # Steps into epoch 2 (a loop boundary).
-ADDRESS_IN_USE = "Address already in use"  # In the log when gRPC cannot bind its port.
-
-
-def _free_port() -> int:
-    """A port nothing listens on now (another process may take it before the worker binds)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _train(procs, data_dir, model_dir, cluster: bool, on_line=None, attempts=3):

@@ -8,7 +8,6 @@ through conftest's ``procs`` (or a ``ChildProcesses`` block), so none outlives i
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,9 @@ import pytest
 from conftest import ChildProcesses, communicate, kill_group, read_split
 from ncf_numpy import ranking_reference
 
+# A port found free may be taken before a worker binds it: the runs here retry on ADDRESS_IN_USE.
+from pipelines.verify.job_service import ADDRESS_IN_USE
+from pipelines.verify.job_service import free_port as _free_port
 from training_core.metadata import read_metadata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -136,16 +138,6 @@ def test_mirrored_checkpoint_restores_on_one_device(trained, tiny_data):
     assert ev.step == result["global_step"]
     assert ev.hr_at_10 == pytest.approx(last["hr_at_10"], abs=1e-9)
     assert ev.ndcg_at_10 == pytest.approx(last["ndcg_at_10"], rel=1e-5)
-
-
-ADDRESS_IN_USE = "Address already in use"  # In a worker's log when gRPC cannot bind its port.
-
-
-def _free_port():
-    """A port nothing listens on now; another process may still take it before a worker binds."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_all(started, timeout=300):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import socket
 import subprocess
 import time
 
@@ -388,6 +389,37 @@ def test_a_failing_replica_fails_the_job_with_its_last_output(sandbox, tmp_path)
             job = _wait(client, created.name)
     assert job.state.name == "JOB_STATE_FAILED"
     assert "workerpool0-0" in job.error.message and "no usable TPU here" in job.error.message
+
+
+def test_a_port_taken_before_the_replica_binds_it_starts_the_job_again(
+    sandbox, tmp_path, monkeypatch
+):
+    """The ports in CLUSTER_SPEC are chosen before the replicas start; one taken in between (here
+    by a socket this test holds) fails the bind, and the job is run again on fresh ports."""
+    _, env = sandbox
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    chosen = iter([taken.getsockname()[1]])
+    real_free_port = job_service.free_port
+    monkeypatch.setattr(job_service, "free_port", lambda: next(chosen, None) or real_free_port())
+    bind = (  # What a TF server does with its CLUSTER_SPEC address (its gRPC error on failure).
+        "import json, os, socket, sys; s = json.loads(os.environ['CLUSTER_SPEC']);"
+        "host, port = s['cluster']['workerpool0'][0].split(':'); b = socket.socket();\n"
+        "try: b.bind((host, int(port)))\n"
+        f"except OSError: sys.exit('{job_service.ADDRESS_IN_USE} (port ' + port + ')')"
+    )
+    with taken, job_service.JobServiceStandIn(str(tmp_path / "jobs"), env, "1", "A") as standin:
+        with _client(standin.address) as client:
+            created = client.create_custom_job(
+                parent="projects/p/locations/us-central1",
+                custom_job=_job(["python3", "-c", bind], (1,)),
+            )
+            job = _wait(client, created.name)
+        record = standin.jobs[created.name]
+    assert job.state.name == "JOB_STATE_SUCCEEDED", job.error.message
+    assert len(record.notes) == 1 and "started again on fresh ports" in record.notes[0]
+    assert [r.returncode for r in record.replicas] == [0]
 
 
 def test_objects_written_by_two_replicas_are_named(tmp_path):

@@ -35,6 +35,12 @@ _ENDPOINT = re.compile(r"(?P<region>[a-z0-9-]+?)-aiplatform\.googleapis\.com(?::
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 # How long the other replicas may go on after one failed (Vertex AI then tears the job down).
 _GRACE_SECONDS = 10.0
+# In a replica's log when its gRPC server could not bind the port CLUSTER_SPEC gave it: the ports
+# are chosen before any replica starts (every replica must know them all), so another process on
+# this machine can take one in between. Vertex AI gives each replica its own host; here the job
+# is started again on fresh ports, at most this many times in all.
+ADDRESS_IN_USE = "Address already in use"
+_PORT_ATTEMPTS = 3
 
 ReplicaEnv = Callable[[str], dict[str, str]]
 
@@ -236,6 +242,27 @@ class JobServiceStandIn:
             self._finish(record, "JOB_STATE_FAILED", f"verify could not run the job: {e!r}")
 
     def _run_replicas(self, record: JobRecord) -> None:
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            outcome = self._start_replicas(record, attempt)
+            if outcome is None:
+                return
+            state, error, lost_port = outcome
+            if lost_port and attempt < _PORT_ATTEMPTS and record.state == "JOB_STATE_RUNNING":
+                record.notes.append(
+                    f"attempt {attempt}: a replica's port was taken by another process before it "
+                    "bound it (only possible here, where replicas share one host); started again "
+                    "on fresh ports"
+                )
+                record.replicas.clear()
+                continue
+            self._finish(record, state, error)
+            return
+
+    def _start_replicas(self, record: JobRecord, attempt: int) -> tuple[str, str, bool] | None:
+        """Runs every replica once.
+
+        Returns ``None`` if the job ended already (a bad pool), else ``(state, error, lost_port)``.
+        """
         spec = record.request.custom_job.job_spec
         pools = list(spec.worker_pool_specs)
         ports = {
@@ -247,6 +274,8 @@ class JobServiceStandIn:
             if pool.replica_count
         }
         job_dir = os.path.join(self.work_dir, record.name.rsplit("/", 1)[-1])
+        if attempt > 1:
+            job_dir = os.path.join(job_dir, f"attempt-{attempt}")
         for i, pool in enumerate(pools):
             if pool.replica_count and not pool.container_spec.command:
                 self._finish(
@@ -255,7 +284,7 @@ class JobServiceStandIn:
                     f"workerpool{i}: verify runs container_spec.command (+args); this pool has "
                     "none, so its image's entrypoint would run, which verify cannot know",
                 )
-                return
+                return None
         processes: list[tuple[ProcessRecord, subprocess.Popen]] = []
         for i, pool in enumerate(pools):
             container = pool.container_spec
@@ -300,7 +329,7 @@ class JobServiceStandIn:
                 record.replicas.append(rec)
                 processes.append((rec, proc))
         self._processes[record.name] = [p for _, p in processes]
-        self._wait(record, processes)
+        return self._wait(record, processes)
 
     def _vertex_env(self, spec, cluster: dict, pool: int, index: int) -> dict[str, str]:
         env = {
@@ -319,7 +348,10 @@ class JobServiceStandIn:
             env["AIP_TENSORBOARD_LOG_DIR"] = f"{prefix}/logs/"
         return env
 
-    def _wait(self, record: JobRecord, processes: list[tuple[ProcessRecord, subprocess.Popen]]):
+    def _wait(
+        self, record: JobRecord, processes: list[tuple[ProcessRecord, subprocess.Popen]]
+    ) -> tuple[str, str, bool]:
+        """Waits for every replica; the job's outcome ``(state, error, lost_port)``."""
         start = time.monotonic()
         failed_at = None
         first_failure = None
@@ -354,16 +386,19 @@ class JobServiceStandIn:
         if first_failure is not None:
             output = tail(first_failure.stdout_path, 15)
             last = [line.strip() for line in output.splitlines() if line.strip()][-1:]
-            self._finish(
-                record,
+            lost_port = any(
+                rec.returncode and ADDRESS_IN_USE in tail(rec.stdout_path, 200)
+                for rec, _ in processes
+            )
+            return (
                 "JOB_STATE_FAILED",
                 f"The replica {first_failure.name} exited with a non-zero status of "
                 f"{first_failure.returncode}: {''.join(last)}\n{output}",
+                lost_port,
             )
-        elif any(rec.returncode != 0 for rec, _ in processes):
-            self._finish(record, "JOB_STATE_FAILED", "a replica was stopped")
-        else:
-            self._finish(record, "JOB_STATE_SUCCEEDED")
+        if any(rec.returncode != 0 for rec, _ in processes):
+            return "JOB_STATE_FAILED", "a replica was stopped", False
+        return "JOB_STATE_SUCCEEDED", "", False
 
     def _kill(self, name: str) -> None:
         for proc in self._processes.get(name, []):

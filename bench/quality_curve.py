@@ -80,8 +80,8 @@ def make_raw(work: str, seed: int) -> str:
 
 def prep_ours(raw: str, out: str, epochs: int, eval_sampling: str) -> str:
     sys.path.insert(0, ROOT)
-    from training_core import prepare
-    from training_core.metadata import read_metadata
+    from training_core.data import prepare
+    from training_core.data.metadata import read_metadata
 
     try:
         meta = read_metadata(out)
@@ -119,7 +119,7 @@ def prep_reference(raw: str, out: str, epochs: int) -> str:
 
 def train_files_digest(data_dir: str) -> str:
     """One hash over every training file of a prepared dataset (names and bytes)."""
-    from training_core.metadata import read_metadata
+    from training_core.data.metadata import read_metadata
 
     meta = read_metadata(data_dir)
     h = hashlib.sha256()
@@ -136,8 +136,8 @@ def read_split(data_dir: str, training: bool):
     import numpy as np
     import tensorflow as tf
 
-    from training_core import records
-    from training_core.metadata import read_metadata
+    from training_core.data import records
+    from training_core.data.metadata import read_metadata
 
     meta = read_metadata(data_dir)
     batch = meta.train_prebatch_size if training else meta.eval_prebatch_size

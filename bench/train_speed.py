@@ -41,7 +41,7 @@ def main() -> int:
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    from training_core import prepare, synthetic
+    from training_core.data import prepare, synthetic
 
     data = os.path.join(args.work, f"data-{args.shape}")
     if not os.path.exists(os.path.join(data, "metadata.json")):

@@ -2,7 +2,7 @@
 
 One synthetic ml-1m-shaped raw dataset (``bench/reference/make_movielens_layout.py``) is prepared
 twice from the same ``ratings.csv``: by the reference's own prep (``run_reference_prep.py``, its
-TFRecord layout) and by ours (``training_core.prepare``); both with 4 negatives per positive,
+TFRecord layout) and by ours (``training_core.data.prepare``); both with 4 negatives per positive,
 999 eval negatives and a training pre-batch of 1024. Then the two trainers run alternately
 (ours, reference, ours, reference, ...), each in its own subprocess, one epoch each, with the
 reference's flag defaults (our preset ``reference``: 8 factors, layers 64,32,16,8, Adam
@@ -66,7 +66,7 @@ def setup(work: str, seed: int) -> tuple[str, str]:
         )  # fmt: skip
     if not os.path.exists(os.path.join(ours_prep, "metadata.json")):
         sys.path.insert(0, ROOT)
-        from training_core import prepare
+        from training_core.data import prepare
 
         prepare.prepare(
             prepare.PrepareConfig(

@@ -24,7 +24,7 @@ def prepare_data(
     runner: str = "local",
     beam_pipeline_args: list = None,
 ):
-    """Leave-one-out split, negative sampling and pre-batched TFRecords (see training_core.prepare).
+    """Leave-one-out split, negative sampling and pre-batched TFRecords (training_core.data).
 
     ``eval_batch_size`` 0 picks whole users automatically, a multiple of ``eval_users_multiple``
     (the training replica count). ``data_fingerprint`` (the content hash the submit command
@@ -34,7 +34,7 @@ def prepare_data(
     the output is the same. ``examples`` gets the dataset folder and its counts as artifact
     metadata.
     """
-    from training_core import prepare, prepare_beam
+    from training_core.data import prepare, prepare_beam
 
     result = prepare_beam.run(
         prepare.PrepareConfig(

@@ -82,8 +82,8 @@ def add_input_arguments(parser: argparse.ArgumentParser, required: bool, help_te
 
 
 def input_columns(args: argparse.Namespace):
-    """The ``training_core.io.Columns`` the input options name."""
-    from training_core import io as rio
+    """The ``training_core.data.io.Columns`` the input options name."""
+    from training_core.data import io as rio
 
     return rio.Columns(args.user_col, args.item_col, args.time_col)
 

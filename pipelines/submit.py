@@ -417,7 +417,7 @@ def region_problem(region: str | None, what: str = "region") -> str | None:
 # --- the ncf pipeline's parameter values -------------------------------------------------------
 
 # Pipeline parameters that data prep takes as they are (components/prepare_data.py), by the
-# ``training_core.prepare.PrepareConfig`` field they set: their ranges are PrepareConfig.check's.
+# ``training_core.data.prepare.PrepareConfig`` field they set: their ranges are its check's.
 _PREPARE_FIELDS = {
     "min_ratings": "min_ratings",
     "data_epochs": "num_epochs",
@@ -448,7 +448,7 @@ def parameter_problems(values: Mapping[str, Any]) -> list[str]:
     Raises:
         ValueError: a value that is not an integer where one is needed.
     """
-    from training_core.prepare import PrepareConfig
+    from training_core.data.prepare import PrepareConfig
 
     problems = []
     for name, value in values.items():

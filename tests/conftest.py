@@ -19,8 +19,8 @@ import weakref
 import numpy as np
 import pytest
 
-from training_core import prepare, records, synthetic
-from training_core.metadata import DatasetMetadata
+from training_core.data import prepare, records, synthetic
+from training_core.data.metadata import DatasetMetadata
 from training_core.publish import LOCK_FILE
 
 TINY = dataclasses.replace(synthetic.SHAPES["tiny"], seed=3)

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from pipelines import cli
-from training_core import metadata, synthetic
+from training_core.data import metadata, synthetic
 
 # Every subcommand, in --help order. Written out here (not read from ``cli.COMMAND_MODULES``) so
 # that a subcommand lost from the CLI fails these tests instead of silently leaving the

@@ -23,8 +23,9 @@ import tensorflow as tf
 # A port found free may be taken before a worker binds it: the runs here retry on ADDRESS_IN_USE.
 from pipelines.verify.job_service import ADDRESS_IN_USE
 from pipelines.verify.job_service import free_port as _free_port
-from training_core import input_pipeline, model, optim, prepare, synthetic, train
-from training_core.metadata import read_metadata
+from training_core import input_pipeline, model, optim, train
+from training_core.data import prepare, synthetic
+from training_core.data.metadata import read_metadata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "train_worker.py")

@@ -23,8 +23,8 @@ from components.export_model import (
 )
 from pipelines import cli
 from training_core import export, train
+from training_core.data.metadata import read_metadata
 from training_core.evaluate import load_model
-from training_core.metadata import read_metadata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVE_CHECK = os.path.join(ROOT, "tests", "serve_check.py")

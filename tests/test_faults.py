@@ -23,8 +23,8 @@ import time
 import pytest
 from conftest import ChildProcesses, kill_group, tree_bytes
 
-from training_core import dataset_folder, synthetic
-from training_core.metadata import METADATA_FILE, read_metadata
+from training_core.data import dataset_folder, synthetic
+from training_core.data.metadata import METADATA_FILE, read_metadata
 
 pytestmark = pytest.mark.slow
 

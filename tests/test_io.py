@@ -5,8 +5,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from training_core import io as rio
-from training_core import synthetic
+from training_core.data import io as rio
+from training_core.data import synthetic
 
 
 @pytest.fixture(scope="module")

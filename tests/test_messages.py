@@ -11,8 +11,9 @@ import pytest
 import tensorflow as tf
 
 from pipelines import cli
-from training_core import evaluate, input_pipeline, prepare, records, train
-from training_core.metadata import read_metadata
+from training_core import evaluate, input_pipeline, train
+from training_core.data import prepare, records
+from training_core.data.metadata import read_metadata
 
 
 @pytest.fixture(scope="module")

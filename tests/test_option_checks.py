@@ -15,7 +15,7 @@ import pytest
 from pipelines import cli
 from pipelines import submit as vs
 from training_core import model, train
-from training_core.metadata import read_metadata
+from training_core.data.metadata import read_metadata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

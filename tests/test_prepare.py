@@ -10,8 +10,8 @@ import pytest
 import tensorflow as tf
 from conftest import read_split, tree_bytes
 
-from training_core import io as rio
-from training_core import metadata, prepare, records, synthetic
+from training_core.data import io as rio
+from training_core.data import metadata, prepare, records, synthetic
 
 
 def _config(src, out, **kw):

@@ -9,8 +9,8 @@ from kfp.dsl import Dataset
 
 from components.prepare_data import prepare_data
 from pipelines import cli
-from training_core import dataset_folder, metadata, prepare, prepare_beam, synthetic
-from training_core import io as rio
+from training_core.data import dataset_folder, metadata, prepare, prepare_beam, synthetic
+from training_core.data import io as rio
 
 IN_PROCESS = ("--direct_num_workers=1",)
 THREADS = ("--direct_num_workers=2", "--direct_running_mode=multi_threading")

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training_core import input_pipeline, records
+from training_core import input_pipeline
+from training_core.data import records
 
 
 def _tf_example(cols, lo, hi):

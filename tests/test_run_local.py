@@ -3,7 +3,7 @@ import os
 import pytest
 
 from pipelines import cli
-from training_core import metadata
+from training_core.data import metadata
 
 
 @pytest.mark.slow

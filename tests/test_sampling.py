@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from training_core import sampling
+from training_core.data import sampling
 
 
 def _random_shard(rng, num_users=40, num_items=60, max_count=50, index=0):

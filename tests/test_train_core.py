@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from training_core import input_pipeline, model, train
-from training_core.metadata import read_metadata
+from training_core.data.metadata import read_metadata
 
 
 def _rows(ds, key="item_id"):

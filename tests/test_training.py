@@ -20,7 +20,7 @@ from ncf_numpy import ranking_reference
 # A port found free may be taken before a worker binds it: the runs here retry on ADDRESS_IN_USE.
 from pipelines.verify.job_service import ADDRESS_IN_USE
 from pipelines.verify.job_service import free_port as _free_port
-from training_core.metadata import read_metadata
+from training_core.data.metadata import read_metadata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "train_worker.py")

@@ -13,9 +13,9 @@ from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2
 
 from components.validate_data import validate_data
 from pipelines import cli
-from training_core import io as rio
-from training_core import synthetic
 from training_core import validate as v
+from training_core.data import io as rio
+from training_core.data import synthetic
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "validation")
 CLEAN = os.path.join(DATA, "clean.csv")

@@ -14,7 +14,7 @@ import re
 import tensorflow as tf
 
 from training_core import input_pipeline, metrics
-from training_core.metadata import read_metadata
+from training_core.data.metadata import read_metadata
 from training_core.model import NeuMF
 from training_core.train import CHECKPOINT_SUBDIR, read_model_config, run_eval
 

@@ -45,9 +45,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from training_core import publish, records
+from training_core import publish
+from training_core.data import records
+from training_core.data.metadata import DatasetMetadata, read_metadata
 from training_core.evaluate import latest_checkpoint, load_model
-from training_core.metadata import DatasetMetadata, read_metadata
 from training_core.model import NeuMF
 from training_core.train import read_model_config
 

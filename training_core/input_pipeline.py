@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import tensorflow as tf
 
-from training_core import records
-from training_core.metadata import DatasetMetadata
+from training_core.data import records
+from training_core.data.metadata import DatasetMetadata
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import Any
 import tensorflow as tf
 
 from training_core import input_pipeline, metrics, publish
-from training_core.metadata import DatasetMetadata, read_metadata
+from training_core.data.metadata import DatasetMetadata, read_metadata
 from training_core.model import NeuMF, NeuMFConfig
 from training_core.optim import Adam, DynamicLossScale
 from training_core.strategy import is_multi_worker_or_tpu

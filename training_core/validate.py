@@ -27,9 +27,9 @@ import math
 import os
 import time
 
-from training_core import beam_source
-from training_core import io as rio
-from training_core.beam_source import ITEM, RATING, TIME, USER
+from training_core.data import beam_source
+from training_core.data import io as rio
+from training_core.data.beam_source import ITEM, RATING, TIME, USER
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class RatingScale:
         return f"{self.low:g}..{self.high:g} in steps of {self.step:g}"
 
 
-# Ratings of the MovieLens layouts (training_core/io.py). ml-100k's u.data and ml-1m's
+# Ratings of the MovieLens layouts (training_core/data/io.py). ml-100k's u.data and ml-1m's
 # ratings.dat hold whole stars 1..5; ml-10m's ratings.dat (the same layout) and the ratings.csv
 # of ml-20m and later hold half stars 0.5..5. Generic CSV and Parquet tables have no known scale.
 RATING_SCALES = {

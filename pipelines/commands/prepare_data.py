@@ -101,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
     """Runs data preparation and prints a summary."""
     import shlex
 
-    from training_core import prepare
-    from training_core.sample_data import sample_path
+    from training_core.data import prepare
+    from training_core.data.sample_data import sample_path
 
     config = prepare.PrepareConfig(
         input_path=args.input or sample_path(),
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     )
     beam_args = shlex.split(args.beam_pipeline_args)
     if args.runner == "beam":
-        from training_core import prepare_beam
+        from training_core.data import prepare_beam
 
         result = prepare_beam.run(config, "beam", beam_args)
     elif beam_args:

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.local_run import LocalRunFailed, run_local
     from pipelines.pipeline import LOCAL_PROFILE, build_pipeline, run_problems
     from pipelines.profiles import BUILTIN
-    from training_core.sample_data import sample_path
+    from training_core.data.sample_data import sample_path
 
     # The same typed parameters, and the same checks, as a submission of this pipeline.
     spec = json_format.MessageToDict(

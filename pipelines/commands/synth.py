@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     """Generates and writes the data."""
     import dataclasses
 
-    from training_core import synthetic
+    from training_core.data import synthetic
 
     if args.shape not in synthetic.SHAPES:
         raise ValueError(

@@ -44,7 +44,7 @@ def plan_parameters(
     Raises:
         FileNotFoundError: the local data does not exist.
     """
-    from training_core.sample_data import sample_path
+    from training_core.data.sample_data import sample_path
 
     given = dict(given)
     overrides = {

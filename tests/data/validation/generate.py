@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from training_core import synthetic
+from training_core.data import synthetic
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHAPE = synthetic.SyntheticConfig(

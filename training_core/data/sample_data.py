@@ -13,4 +13,4 @@ SAMPLE_FILE = "sample_ratings.csv.gz"
 
 def sample_path() -> str:
     """Path of the embedded sample (csv: user_id, item_id, rating, timestamp)."""
-    return os.path.join(os.path.dirname(__file__), "data", SAMPLE_FILE)
+    return os.path.join(os.path.dirname(__file__), SAMPLE_FILE)

@@ -1,8 +1,8 @@
 """Apache Beam source of raw interactions as Arrow record batches, the input TFDV takes.
 
-Reads the same inputs as :mod:`training_core.io` (every MovieLens layout, CSV, Parquet; a file or a
-folder) without turning rows into Python objects: delimited text is cut into byte ranges that
-workers parse with pyarrow, Parquet is read row group by row group with
+Reads the same inputs as :mod:`training_core.data.io` (every MovieLens layout, CSV, Parquet; a
+file or a folder) without turning rows into Python objects: delimited text is cut into byte ranges
+that workers parse with pyarrow, Parquet is read row group by row group with
 ``beam.io.ReadFromParquetBatched``. Columns get canonical names (``user_id``, ``item_id``,
 ``timestamp`` and ``rating`` when present), so schemas and drift settings do not depend on the
 layout. Columns that cannot be found are left out: the schema then reports them missing.
@@ -27,7 +27,7 @@ import pyarrow.csv as pacsv
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from training_core import io as rio
+from training_core.data import io as rio
 
 USER, ITEM, TIME, RATING = "user_id", "item_id", "timestamp", "rating"
 CANONICAL = (USER, ITEM, TIME, RATING)

@@ -22,7 +22,7 @@ import logging
 import os
 import shutil
 
-from training_core.metadata import (
+from training_core.data.metadata import (
     FORMAT_VERSION,
     METADATA_FILE,
     SUCCESS_FILE,

@@ -26,9 +26,10 @@ from importlib import metadata as importlib_metadata
 
 import numpy as np
 
-from training_core import dataset_folder, publish, records, sampling
-from training_core import io as rio
-from training_core.metadata import (
+from training_core import publish
+from training_core.data import dataset_folder, records, sampling
+from training_core.data import io as rio
+from training_core.data.metadata import (
     FORMAT_VERSION,
     ITEM_VOCAB,
     USER_VOCAB,

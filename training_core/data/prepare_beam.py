@@ -1,6 +1,6 @@
 """Raw interactions to pre-batched NCF TFRecords on Apache Beam (Dataflow).
 
-The files are byte for byte those :mod:`training_core.prepare` writes on one machine.
+The files are byte for byte those :mod:`training_core.data.prepare` writes on one machine.
 
 The pipeline takes the same global decisions with the same functions:
 
@@ -39,13 +39,13 @@ import pyarrow.csv as pacsv
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from training_core import beam_source, dataset_folder, prepare, records, sampling
-from training_core import io as rio
-from training_core.metadata import ITEM_VOCAB, USER_VOCAB, ShardFile, epoch_dir
+from training_core.data import beam_source, dataset_folder, prepare, records, sampling
+from training_core.data import io as rio
+from training_core.data.metadata import ITEM_VOCAB, USER_VOCAB, ShardFile, epoch_dir
 
 log = logging.getLogger(__name__)
 
-RUNNER_LOCAL = "local"  # One machine: training_core.prepare.
+RUNNER_LOCAL = "local"  # One machine: training_core.data.prepare.
 RUNNER_BEAM = "beam"  # Apache Beam: in-process here, Dataflow with --runner=DataflowRunner.
 RUNNERS = (RUNNER_LOCAL, RUNNER_BEAM)
 

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from training_core import io as rio
+from training_core.data import io as rio
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,8 @@
+"""From raw ratings to the record contract.
+
+Readers of every input layout (``io``, and ``beam_source`` for Apache Beam), negative sampling
+(``sampling``), the TFRecord format (``records``), the dataset's ``metadata.json`` (``metadata``)
+and folder layout (``dataset_folder``), the preparation engines (``prepare`` on one machine,
+``prepare_beam`` as a Beam job over the same functions), and data that needs no download
+(``sample_data``, ``synthetic``). Nothing here imports the trainer.
+"""

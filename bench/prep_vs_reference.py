@@ -25,9 +25,10 @@ REF_PY = os.path.join(HERE, ".reference-venv", "bin", "python")
 
 OURS = r"""
 import json, sys, time
+from training_core.data.config import PrepareConfig
 from training_core.data import prepare
 t = time.perf_counter()
-r = prepare.prepare(prepare.PrepareConfig(sys.argv[1], sys.argv[2], num_epochs=int(sys.argv[3]),
+r = prepare.prepare(PrepareConfig(sys.argv[1], sys.argv[2], num_epochs=int(sys.argv[3]),
                                           overwrite=True))
 wall = time.perf_counter() - t
 m = r.metadata

@@ -24,8 +24,9 @@ LAYOUT_OF = {"ml-100k": "ml-100k", "ml-1m": "ml-1m", "ml-20m": "ml-20m"}
 
 CHILD = r"""
 import json, resource, sys, logging
+from training_core.data.config import PrepareConfig
 from training_core.data import prepare
-cfg = prepare.PrepareConfig(input_path=sys.argv[1], output_dir=sys.argv[2],
+cfg = PrepareConfig(input_path=sys.argv[1], output_dir=sys.argv[2],
                             workers=int(sys.argv[3]) or None)
 r = prepare.prepare(cfg)
 m = r.metadata

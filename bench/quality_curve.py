@@ -81,6 +81,7 @@ def make_raw(work: str, seed: int) -> str:
 def prep_ours(raw: str, out: str, epochs: int, eval_sampling: str) -> str:
     sys.path.insert(0, ROOT)
     from training_core.data import prepare
+    from training_core.data.config import PrepareConfig
     from training_core.data.metadata import read_metadata
 
     try:
@@ -91,7 +92,7 @@ def prep_ours(raw: str, out: str, epochs: int, eval_sampling: str) -> str:
         pass
     shutil.rmtree(out, ignore_errors=True)
     prepare.prepare(
-        prepare.PrepareConfig(
+        PrepareConfig(
             input_path=os.path.join(raw, "ml-1m", "ratings.csv"),
             output_dir=out,
             format="csv",

@@ -10,6 +10,7 @@ reports the epoch's examples/s (training steps only; evaluation excluded) as JSO
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -41,7 +42,9 @@ def main() -> int:
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
+    from training_core import train_config
     from training_core.data import prepare, synthetic
+    from training_core.data.config import PrepareConfig
 
     data = os.path.join(args.work, f"data-{args.shape}")
     if not os.path.exists(os.path.join(data, "metadata.json")):
@@ -49,7 +52,7 @@ def main() -> int:
         raw = os.path.join(args.work, f"{args.shape}.csv")
         synthetic.write(synthetic.generate(synthetic.SHAPES[args.shape]), raw, "csv")
         prepare.prepare(
-            prepare.PrepareConfig(
+            PrepareConfig(
                 input_path=raw,
                 output_dir=data,
                 num_epochs=1,
@@ -68,13 +71,15 @@ def main() -> int:
             for batch in args.batch_sizes:
                 model_dir = os.path.join(args.work, "model")
                 shutil.rmtree(model_dir, ignore_errors=True)
-                config = train.TrainConfig(
+                config = train_config.TrainConfig(
                     data_dir=data,
                     model_dir=model_dir,
-                    model=model.get_preset(args.preset, epochs=1, batch_size=batch),
+                    model=dataclasses.replace(
+                        model.get_preset(args.preset, epochs=1, batch_size=batch),
+                        hr_threshold=None,
+                    ),
                     steps_per_loop=args.steps_per_loop,
                     dense_gradients=updates == "dense",
-                    early_stop=False,
                     jit_compile=bool(jit),
                 )
                 t0 = time.perf_counter()

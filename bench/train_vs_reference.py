@@ -19,6 +19,7 @@ Needs the reference side venv (``bash bench/reference/setup_reference_env.sh``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -67,9 +68,10 @@ def setup(work: str, seed: int) -> tuple[str, str]:
     if not os.path.exists(os.path.join(ours_prep, "metadata.json")):
         sys.path.insert(0, ROOT)
         from training_core.data import prepare
+        from training_core.data.config import PrepareConfig
 
         prepare.prepare(
-            prepare.PrepareConfig(
+            PrepareConfig(
                 input_path=os.path.join(raw, "ml-1m", "ratings.csv"),
                 output_dir=ours_prep,
                 format="csv",
@@ -111,7 +113,7 @@ def worker(args: argparse.Namespace) -> int:
     sys.path.insert(0, ROOT)
     import tensorflow as tf
 
-    from training_core import model, train
+    from training_core import model, train, train_config
 
     # Our loop logs once per host call (every steps_per_loop steps); timestamp those records. The
     # rate runs from the end of the loop that passes --warmup steps (tracing included before it)
@@ -131,13 +133,14 @@ def worker(args: argparse.Namespace) -> int:
     log = logging.getLogger("training_core.train")
     log.setLevel(logging.INFO)
     log.addHandler(Marks())
-    config = train.TrainConfig(
+    config = train_config.TrainConfig(
         data_dir=args.worker,
         model_dir=args.model_dir,
-        model=model.get_preset(args.preset, epochs=1, batch_size=args.batch),
+        model=dataclasses.replace(
+            model.get_preset(args.preset, epochs=1, batch_size=args.batch), hr_threshold=None
+        ),
         steps_per_loop=steps_per_loop,
-        dense_gradients={"auto": None, "dense": True, "sparse": False}[args.embedding_updates],
-        early_stop=False,
+        dense_gradients=train_config.EMBEDDING_UPDATES[args.embedding_updates],
     )
     t0 = time.perf_counter()
     result = train.train(config, tf.distribute.get_strategy())

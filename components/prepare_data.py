@@ -26,33 +26,19 @@ def prepare_data(
 ):
     """Leave-one-out split, negative sampling and pre-batched TFRecords (training_core.data).
 
-    ``eval_batch_size`` 0 picks whole users automatically, a multiple of ``eval_users_multiple``
-    (the training replica count). ``data_fingerprint`` (the content hash the submit command
-    computes) only keys the step's cache, so changed data behind an unchanged path is prepared
-    again. ``runner`` "beam" runs the same preparation as an Apache Beam job (Dataflow when
-    ``beam_pipeline_args`` name ``--runner=DataflowRunner`` and its options; see docs/beam.md);
-    the output is the same. ``examples`` gets the dataset folder and its counts as artifact
-    metadata.
+    The options are ``training_core.data.config.PrepareConfig``'s, with its defaults (a test
+    holds them equal); 0 is "not set" (training_core.options): ``eval_batch_size`` 0 picks
+    whole users, a multiple of ``eval_users_multiple`` (the training replica count).
+    ``data_fingerprint`` (the content hash submit computes) only keys the step's cache, so
+    changed data behind an unchanged path is prepared again. ``runner`` "beam" runs the same
+    preparation as an Apache Beam job (Dataflow when ``beam_pipeline_args`` name
+    ``--runner=DataflowRunner`` and its options; docs/beam.md); the output is the same.
+    ``examples`` gets the dataset folder and its counts as artifact metadata.
     """
-    from training_core.data import prepare, prepare_beam
+    parameters = dict(locals())
+    from training_core.data import config, prepare_beam, report
 
-    result = prepare_beam.run(
-        prepare.PrepareConfig(
-            input_path=raw_data.path,
-            output_dir=examples.path,
-            format=data_format,
-            min_ratings=min_ratings,
-            num_epochs=num_epochs,
-            num_neg=num_neg,
-            eval_negatives=eval_negatives,
-            eval_sampling=eval_sampling,
-            train_batch_size=train_batch_size,
-            eval_batch_size=eval_batch_size or None,
-            seed=seed,
-            eval_users_multiple=eval_users_multiple,
-        ),
-        runner,
-        beam_pipeline_args or (),
-    )
-    print(prepare.summary(result))
-    examples.metadata.update(prepare.artifact_metadata(result))
+    settings = config.from_parameters(raw_data.path, examples.path, parameters)
+    result = prepare_beam.run(settings, runner, beam_pipeline_args or ())
+    print(report.summary(result))
+    examples.metadata.update(report.artifact_metadata(result))

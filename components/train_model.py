@@ -21,12 +21,13 @@ def train_model(
     expect_accelerator: str = "",
     expect_accelerator_count: int = 0,
     checkpoint_every_steps: int = 0,
-    target_hr: float = -1.0,
+    target_hr: float = 0.0,
 ):
     """Trains NeuMF (see training_core.train); ``model`` holds checkpoints and model_config.json.
 
-    ``epochs``/``batch_size`` 0 take the preset's epochs and the data's pre-batch size;
-    ``target_hr`` stops early at that HR@10 (-1: the preset's target, 0: never). Metrics get
+    The training options are ``training_core.train_config.TrainOptions``'s, with its defaults (a
+    test holds them equal); 0 is "not set" (training_core.options): the preset's epochs and
+    target, the data's pre-batch size. A negative ``target_hr`` never stops early. Metrics get
     the last epoch's HR@10, NDCG@10, loss and examples/s; ``plots`` charts them per epoch.
     ``distribution_strategy`` is the tf.distribute strategy (not named ``strategy``: the Vertex
     AI custom-job wrapper owns that input, the job's scheduling strategy).
@@ -34,30 +35,18 @@ def train_model(
     fail with a clear message when the accelerator is not visible, instead of training on the
     CPU. On a multi-worker job only the chief writes ``metrics`` and ``plots``.
     """
-    import os
-
-    from training_core import report, train
+    parameters = dict(locals())
+    from training_core import report, train, train_config
     from training_core import strategy as st
 
+    config = train_config.from_parameters(examples.path, model.path, parameters)
     dist = st.build_strategy(
-        st.StrategyConfig(
+        st.strategy_config(
             name=distribution_strategy,
-            tpu_address=tpu_address or None,
-            expect_accelerator=expect_accelerator or None,
+            tpu_address=tpu_address,
+            expect_accelerator=expect_accelerator,
             expect_accelerator_count=expect_accelerator_count,
-            allow_missing_accelerator=os.environ.get(st.ALLOW_MISSING_ACCELERATOR_ENV) == "1",
         )
-    )
-    config = train.config_for(
-        examples.path,
-        model.path,
-        preset,
-        epochs=epochs or None,
-        batch_size=batch_size or None,
-        seed=seed,
-        checkpoint_every_steps=checkpoint_every_steps,
-        hr_threshold=None if target_hr < 0 else target_hr,
-        summaries_dir=os.environ.get("AIP_TENSORBOARD_LOG_DIR") or None,
     )
     result = train.train(config, dist)
     if not result.is_chief:

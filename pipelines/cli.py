@@ -70,15 +70,43 @@ def main(argv: list[str] | None = None) -> int:
 def add_input_arguments(parser: argparse.ArgumentParser, required: bool, help_text: str) -> None:
     """The raw-input options that data prep and validation share (--input, --format, columns)."""
     parser.add_argument("--input", required=required, help=help_text)
+    from training_core.data.io import FORMAT_ALIASES
+
     parser.add_argument(
         "--format",
         default="auto",
-        help="auto (default), ml-100k, ml-1m, ml-10m, ml-20m, ml-25m, ml-32m, "
-        "ml-latest, csv or parquet",
+        help=f"input layout: {', '.join(FORMAT_ALIASES)} (default auto: from the file names)",
     )
     parser.add_argument("--user-col", help="user id column of a csv/parquet table")
     parser.add_argument("--item-col", help="item id column of a csv/parquet table")
     parser.add_argument("--time-col", help="timestamp column of a csv/parquet table")
+
+
+def add_beam_pipeline_args(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--beam-pipeline-args``, as every subcommand that can run on Apache Beam takes it."""
+    parser.add_argument(
+        "--beam-pipeline-args",
+        action="append",
+        default=[],
+        metavar='"--runner=... ..."',
+        help=f"Apache Beam pipeline options for {what}, shell-quoted (repeatable), e.g. "
+        '--beam-pipeline-args="--runner=DataflowRunner --project=P --region=R '
+        '--temp_location=gs://B/tmp --sdk_container_image=IMAGE"; default: in process '
+        "(Beam's FnApiRunner)",
+    )
+
+
+def beam_pipeline_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The Beam options ``add_beam_pipeline_args`` collected, one option per item."""
+    import shlex
+
+    return tuple(a for given in args.beam_pipeline_args for a in shlex.split(given))
+
+
+def options(args: argparse.Namespace, names: tuple[str, ...]) -> dict:
+    """The parsed values of the options among ``names`` (a config's fields) this parser has."""
+    given = vars(args)
+    return {name: given[name] for name in names if name in given}
 
 
 def input_columns(args: argparse.Namespace):

@@ -1,10 +1,11 @@
 """The NCF pipeline: validate -> prepare -> train -> evaluate -> export (-> register).
 
 ``build_pipeline(profile)`` returns one pipeline definition for any hardware profile and for local
-runs: the steps, parameters and artifacts are the same; only where each step runs differs. CPU
-steps get resource setters; accelerator or multi-replica training runs as a Vertex AI custom job
-(google-cloud-pipeline-components' wrapper, created here outside the pipeline function as its
-docs require). ``compile_pipeline`` writes the IR YAML, with one image for every component.
+runs: the steps, parameters and artifacts are the same; only where each step runs differs, and
+``placement(profile)`` says where: CPU steps get resource setters; accelerator or multi-replica
+training runs as a Vertex AI custom job (google-cloud-pipeline-components' wrapper, created there
+outside the pipeline function as its docs require). ``compile_pipeline`` writes the IR YAML, with
+one image for every component; ``pipelines.compiled`` reads that layout back.
 """
 
 import copy
@@ -24,18 +25,23 @@ from components.export_model import export_model, register_model
 from components.prepare_data import prepare_data
 from components.train_model import train_model
 from components.validate_data import validate_data
+from pipelines.compiled import TRAIN_TASK, WORKER_POOL_SPECS, run_problems
 from pipelines.profiles import (
-    Machine,
     Profile,
-    batch_problems,
     eval_users_multiple,
     preflight,
     raise_problems,
 )
+from training_core import train_config as train_options
+from training_core.data import config as prepare_options
+from training_core.options import kfp_default
 
 PIPELINE_NAME = "ncf-pipeline"
+# The pipeline's parameters default to the steps' own option defaults (their one home); "not set"
+# is the zero value in KFP parameters (training_core.options).
+PREP = prepare_options.DEFAULTS
+TRAIN = train_options.DEFAULTS
 LOCAL_PROFILE = "cpu"
-TRAIN_TASK = "train-model"  # The compiled task name of train_model (KFP derives it).
 # Steps that only read their inputs and publish outputs last: safe to retry.
 RETRIES = 2
 BACKOFF = "60s"
@@ -47,14 +53,6 @@ class Outputs(NamedTuple):
     exported_model: Model
     metrics: Metrics
     examples: Dataset
-
-
-def _cpu_resources(task: dsl.PipelineTask, machine: Machine) -> dsl.PipelineTask:
-    if machine.cpu_limit:
-        task.set_cpu_limit(machine.cpu_limit)
-    if machine.memory_limit:
-        task.set_memory_limit(machine.memory_limit)
-    return task
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +90,7 @@ def _custom_job_train_op(profile: Profile, train_image: str, launcher_image: str
     t = profile.train
     op = create_custom_training_job_from_component(
         train_model,
-        display_name="train-model",
+        display_name=TRAIN_TASK,  # The job is named after its task.
         replica_count=t.replica_count,
         machine_type=t.machine_type,
         accelerator_type=t.accelerator_type,
@@ -105,32 +103,107 @@ def _custom_job_train_op(profile: Profile, train_image: str, launcher_image: str
     container = op.component_spec.implementation.container
     container.image = launcher_image
     container.command = ["python3", "-u", "-m", custom_job_launcher.MODULE]
-    specs = copy.deepcopy(op.component_spec.inputs["worker_pool_specs"].default)
+    specs = copy.deepcopy(op.component_spec.inputs[WORKER_POOL_SPECS].default)
     for spec in specs:
         spec["container_spec"]["image_uri"] = train_image
         if t.tpu_topology:
             # The wrapper has no topology argument; TPU v5e machine types need one.
             spec["machine_spec"]["tpu_topology"] = t.tpu_topology
-    op.component_spec.inputs["worker_pool_specs"].default = specs  # One truth in the YAML.
+    op.component_spec.inputs[WORKER_POOL_SPECS].default = specs  # One truth in the YAML.
     return op, specs
+
+
+# The pipeline's steps (``Placement.apply``), by the profile's machine each runs on.
+STEP_MACHINES = {
+    "validate": "data",
+    "prepare": "data",
+    "train": "train",
+    "evaluate": "evaluate",
+    "export": "evaluate",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where a profile runs the pipeline's steps (``placement``), for Vertex AI or kfp.local.
+
+    Attributes:
+        profile: the hardware profile (its machines size the plain tasks).
+        train_op: ``train_model``, or the custom-job wrapper of it.
+        worker_pool_specs: the custom job's worker pools; None when training is a plain task.
+        strategy: the training distribution strategy's name.
+        tpu_address: the TPU the trainer connects to ("" off TPUs).
+        expect_accelerator: the accelerator type training must find ("": none expected).
+        expect_accelerator_count: how many of them (0 when none is expected).
+    """
+
+    profile: Profile
+    train_op: Any
+    worker_pool_specs: list[dict[str, Any]] | None
+    strategy: str
+    tpu_address: str
+    expect_accelerator: str
+    expect_accelerator_count: int
+
+    @property
+    def train_arguments(self) -> dict[str, Any]:
+        """The train op's arguments that follow from where it runs."""
+        args: dict[str, Any] = dict(
+            distribution_strategy=self.strategy,
+            tpu_address=self.tpu_address,
+            expect_accelerator=self.expect_accelerator,
+            expect_accelerator_count=self.expect_accelerator_count,
+        )
+        if self.worker_pool_specs is not None:
+            args[WORKER_POOL_SPECS] = self.worker_pool_specs
+        return args
+
+    def apply(self, task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
+        """Sizes a plain task (``step``: a key of ``STEP_MACHINES``) to its machine's limits.
+
+        A custom-job train task is left alone: its worker pools are its machines.
+        """
+        machine = getattr(self.profile, STEP_MACHINES[step])
+        if step == "train" and self.worker_pool_specs is not None:
+            return task
+        if machine.cpu_limit:
+            task.set_cpu_limit(machine.cpu_limit)
+        if machine.memory_limit:
+            task.set_memory_limit(machine.memory_limit)
+        return task
+
+
+def placement(profile: Profile, local: bool = False, images: Images | None = None) -> Placement:
+    """Where ``profile`` runs each step; ``local``: plain tasks only, on this machine's CPU.
+
+    ``images`` names the training image baked into the custom job's worker pools (default: the
+    profile's family in the default repository); plain tasks are swapped by ``compile_pipeline``.
+    """
+    t = profile.train
+    if local or not t.custom_job:
+        train_op, worker_pool_specs = train_model, None
+    else:
+        images = images or Images.for_profile(profile)
+        train_op, worker_pool_specs = _custom_job_train_op(profile, images.train, DEFAULT_IMAGE)
+    expect = "" if local else t.accelerator_type
+    return Placement(
+        profile=profile,
+        train_op=train_op,
+        worker_pool_specs=worker_pool_specs,
+        strategy="default" if local else profile.strategy,
+        tpu_address="local" if t.is_tpu and not local else "",
+        expect_accelerator=expect,
+        expect_accelerator_count=t.accelerator_count if expect else 0,
+    )
 
 
 def build_pipeline(profile: Profile, local: bool = False, images: Images | None = None):
     """The pipeline function for a profile (``local``: plain tasks only, for kfp.local).
 
-    ``images`` names the training image baked into the custom job's worker pools (default: the
-    profile's family in the default repository); plain tasks are swapped by ``compile_pipeline``.
+    Where each step runs is ``placement(profile, local, images)``'s; here are the steps and how
+    their inputs and outputs connect.
     """
-    images = images or Images.for_profile(profile)
-    train_op, worker_pool_specs = (
-        (train_model, None)
-        if local or not profile.train.custom_job
-        else _custom_job_train_op(profile, images.train, DEFAULT_IMAGE)
-    )
-    t = profile.train
-    strategy = "default" if local else profile.strategy
-    tpu_address = "local" if t.is_tpu and not local else ""
-    expect = "" if local else t.accelerator_type
+    place = placement(profile, local, images)
     multiple = eval_users_multiple(profile)
     from google_cloud_pipeline_components import _placeholders
 
@@ -144,17 +217,17 @@ def build_pipeline(profile: Profile, local: bool = False, images: Images | None 
     def ncf_pipeline(
         data_uri: str,
         data_fingerprint: str = "",
-        data_format: str = "auto",
-        min_ratings: int = 20,
-        data_epochs: int = 1,
-        num_neg: int = 4,
-        eval_negatives: int = 999,
-        train_batch_size: int = 1024,
-        eval_batch_size: int = 0,
-        preset: str = "ml-1m",
-        epochs: int = 0,
-        target_hr: float = -1.0,
-        seed: int = 0,
+        data_format: str = PREP["format"],
+        min_ratings: int = PREP["min_ratings"],
+        data_epochs: int = PREP["num_epochs"],
+        num_neg: int = PREP["num_neg"],
+        eval_negatives: int = PREP["eval_negatives"],
+        train_batch_size: int = PREP["train_batch_size"],
+        eval_batch_size: int = kfp_default(PREP["eval_batch_size"], int),
+        preset: str = TRAIN["preset"],
+        epochs: int = kfp_default(TRAIN["epochs"], int),
+        target_hr: float = kfp_default(TRAIN["target_hr"], float),
+        seed: int = PREP["seed"],
         fail_on_anomalies: bool = True,
         baseline_schema_uri: str = "",
         baseline_statistics_uri: str = "",
@@ -177,7 +250,7 @@ def build_pipeline(profile: Profile, local: bool = False, images: Images | None 
         )
         validate.set_display_name("Validate raw data (TFDV gate)")
         # No retry: the gate is deterministic, a blocked run would only block again.
-        _cpu_resources(validate, profile.data)
+        place.apply(validate, "validate")
 
         prep = prepare_data(
             raw_data=raw.output,
@@ -195,36 +268,29 @@ def build_pipeline(profile: Profile, local: bool = False, images: Images | None 
             beam_pipeline_args=beam_pipeline_args,
         ).after(validate)
         prep.set_display_name("Prepare pre-batched TFRecords")
-        _cpu_resources(prep, profile.data).set_retry(RETRIES, BACKOFF)
+        place.apply(prep, "prepare").set_retry(RETRIES, BACKOFF)
 
-        train_args: dict[str, Any] = dict(
+        train = place.train_op(
             examples=prep.outputs["examples"],
             preset=preset,
             epochs=epochs,
             seed=seed,
-            distribution_strategy=strategy,
-            tpu_address=tpu_address,
-            expect_accelerator=expect,
-            expect_accelerator_count=t.accelerator_count if expect else 0,
             target_hr=target_hr,
+            **place.train_arguments,
         )
-        if worker_pool_specs is not None:
-            train_args.update(worker_pool_specs=worker_pool_specs)
-        train = train_op(**train_args)
         train.set_display_name(f"Train NeuMF ({profile.name})")
         train.set_retry(RETRIES, BACKOFF)  # Resumes from the last checkpoint in its model folder.
-        if worker_pool_specs is None:
-            _cpu_resources(train, profile.train)
+        place.apply(train, "train")
 
         evaluate = evaluate_model(examples=prep.outputs["examples"], model=train.outputs["model"])
         evaluate.set_display_name("Evaluate HR@10 / NDCG@10")
-        _cpu_resources(evaluate, profile.evaluate).set_retry(RETRIES, BACKOFF)
+        place.apply(evaluate, "evaluate").set_retry(RETRIES, BACKOFF)
 
         export = export_model(
             model=train.outputs["model"], examples=prep.outputs["examples"], top_k=top_k
         )
         export.set_display_name("Export serving SavedModel").after(evaluate)
-        _cpu_resources(export, profile.evaluate).set_retry(RETRIES, BACKOFF)
+        place.apply(export, "export").set_retry(RETRIES, BACKOFF)
 
         if not local:  # kfp.local runs no conditions, and registering needs Vertex AI anyway.
             with dsl.If(register == True, name="register-requested"):  # noqa: E712 (KFP condition)
@@ -243,45 +309,6 @@ def build_pipeline(profile: Profile, local: bool = False, images: Images | None 
         )
 
     return ncf_pipeline
-
-
-def compiled_replicas(spec: Mapping[str, Any]) -> int:
-    """Training replicas of a compiled pipeline, read from its training task as compiled."""
-    task = spec["root"]["dag"]["tasks"][TRAIN_TASK]
-    pools = task["inputs"]["parameters"].get("worker_pool_specs")
-    if not pools:
-        return 1  # A plain task: one CPU machine, one replica.
-    pools = pools["runtimeValue"]["constant"]
-    ms = pools[0]["machine_spec"]
-    machine = Machine(
-        ms["machine_type"],
-        ms.get("accelerator_type", ""),
-        int(ms.get("accelerator_count", 0)) if ms.get("accelerator_type") else 0,
-        replica_count=sum(int(p.get("replica_count", 1)) for p in pools),
-    )
-    return machine.sync_replicas
-
-
-def run_problems(spec: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:
-    """What in a run's parameter values cannot run on the compiled machines.
-
-    ``values`` override the compiled defaults; the batch sizes are checked against the training
-    replicas the template was compiled for (the profile travels inside the template).
-    """
-    from training_core.data.prepare import resolve_eval_users_per_batch
-
-    declared = spec["root"]["inputDefinitions"]["parameters"]
-
-    def value(name: str) -> Any:
-        return values[name] if name in values else declared.get(name, {}).get("defaultValue")
-
-    train_rows, eval_rows = value("train_batch_size"), value("eval_batch_size")
-    users = None
-    if eval_rows:  # 0: automatic, whole users in a multiple of the replicas.
-        users = resolve_eval_users_per_batch(int(eval_rows), int(value("eval_negatives")), 1, 1)
-    return batch_problems(
-        compiled_replicas(spec), None if train_rows is None else int(train_rows), users
-    )
 
 
 def _set_images(spec: dict[str, Any], cpu_image: str) -> None:
@@ -335,5 +362,7 @@ def compile_pipeline(
         tmp = os.path.join(scratch, "out.yaml")
         with open(tmp, "x") as f:  # Mode 0666 less the umask, like any file the user writes.
             yaml.safe_dump_all([spec, *rest], f, sort_keys=False)
+        # Not publish.atomic_output: its fixed <path>.partial would be shared by two compiles to
+        # one path; this scratch folder is private to the call.
         os.replace(tmp, output_path)
     return output_path

@@ -23,8 +23,9 @@ import math
 import re
 from typing import Any
 
-DATA_RUNNERS = ("local", "beam")
-STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu", "auto")
+from training_core.data.config import RUNNER_BEAM, RUNNER_LOCAL
+from training_core.data.config import RUNNERS as DATA_RUNNERS
+from training_core.strategy import STRATEGIES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,14 +72,14 @@ class Profile:
     train: Machine
     evaluate: Machine  # evaluate_model, export_model.
     strategy: str
-    data_runner: str = "local"  # prepare_data on one machine, or "beam" (Dataflow at scale).
+    data_runner: str = RUNNER_LOCAL  # prepare_data on one machine, or Beam (Dataflow at scale).
 
     def catalogue_row(self) -> str:
         """One line for ``ncf-pipelines profiles``."""
         t = self.train
         acc = f"{t.accelerator_count} x {t.accelerator_type}" if t.accelerator_type else "CPU"
         topo = f" ({t.tpu_topology})" if t.tpu_topology else ""
-        data = "Beam/Dataflow" if self.data_runner == "beam" else self.data.machine_type
+        data = "Beam/Dataflow" if self.data_runner == RUNNER_BEAM else self.data.machine_type
         return (
             f"{self.name:20s} {t.replica_count} x {t.machine_type:18s} {acc + topo:28s} "
             f"{self.strategy:22s} {data:15s} {self.description}"
@@ -182,7 +183,7 @@ BUILTIN: dict[str, Profile] = {
             Machine("a2-highgpu-8g", "NVIDIA_TESLA_A100", 8),
             _EVAL,
             "mirrored",
-            data_runner="beam",
+            data_runner=RUNNER_BEAM,
         ),
     ]
 }
@@ -506,7 +507,7 @@ def load_profiles(path: str) -> dict[str, Profile]:
                 else base.evaluate
             ),
             strategy=str(spec.get("strategy", "auto")),
-            data_runner=str(spec.get("data_runner", "local")),
+            data_runner=str(spec.get("data_runner", RUNNER_LOCAL)),
         )
     return out
 

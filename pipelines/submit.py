@@ -417,17 +417,17 @@ def region_problem(region: str | None, what: str = "region") -> str | None:
 # --- the ncf pipeline's parameter values -------------------------------------------------------
 
 # Pipeline parameters that data prep takes as they are (components/prepare_data.py), by the
-# ``training_core.data.prepare.PrepareConfig`` field they set: their ranges are its check's.
+# ``training_core.data.config.PrepareConfig`` field they set: their ranges are its check's.
 _PREPARE_FIELDS = {
     "min_ratings": "min_ratings",
     "data_epochs": "num_epochs",
     "num_neg": "num_neg",
     "eval_negatives": "eval_negatives",
     "train_batch_size": "train_batch_size",
-    "eval_batch_size": "eval_batch_size",  # 0 in the pipeline is PrepareConfig's None (auto).
+    "eval_batch_size": "eval_batch_size",  # 0 (not set, training_core.options): automatic.
 }
 _PRESET = "preset"
-_EPOCHS = "epochs"  # 0: the preset's epochs (components/train_model.py).
+_EPOCHS = "epochs"  # 0 (not set, training_core.options): the preset's epochs.
 
 
 @functools.cache
@@ -442,13 +442,15 @@ def parameter_problems(values: Mapping[str, Any]) -> list[str]:
     """What in values for the ncf pipeline's parameters cannot run, naming each parameter.
 
     ``preset`` must name a training preset; the data-prep parameters are held to
-    ``PrepareConfig.check``'s ranges; ``epochs`` must be >= 0 (0: the preset's). Other names are
-    not looked at. Strings (from a command line) are converted first.
+    ``PrepareConfig.check``'s ranges; ``epochs`` must be >= 0. 0 is "not set" (the step's
+    default; training_core.options). Other names are not looked at. Strings (from a command
+    line) are converted first.
 
     Raises:
         ValueError: a value that is not an integer where one is needed.
     """
-    from training_core.data.prepare import PrepareConfig
+    from training_core.data.config import DEFAULTS, PrepareConfig
+    from training_core.options import from_kfp
 
     problems = []
     for name, value in values.items():
@@ -470,8 +472,7 @@ def parameter_problems(values: Mapping[str, Any]) -> list[str]:
                     )
                 continue
             field = _PREPARE_FIELDS[name]
-            auto = name == "eval_batch_size" and number == 0
-            config = PrepareConfig("", "", **{field: None if auto else number})
+            config = PrepareConfig("", "", **from_kfp({field: number}, DEFAULTS))
             for _, rule in config.problems():
                 note = " (0: automatic)" if name == "eval_batch_size" else ""
                 problems.append(f"parameter {name!r} {rule}, got {number}{note}")
@@ -517,12 +518,12 @@ def check_run_values(template: Template, values: Mapping[str, Any]) -> None:
         ValueError: naming each bad value, or listing what does not fit the compiled machines
             and what would.
     """
-    from pipelines import pipeline
+    from pipelines import compiled
 
-    if pipeline.TRAIN_TASK not in template.spec.get("root", {}).get("dag", {}).get("tasks", {}):
+    if compiled.TRAIN_TASK not in template.spec.get("root", {}).get("dag", {}).get("tasks", {}):
         return  # Not an ncf-pipelines template: nothing of ours to check.
     check_parameter_values(values)
-    problems = pipeline.run_problems(template.spec, values)
+    problems = compiled.run_problems(template.spec, values)
     if problems:
         raise ValueError(
             f"these parameter values cannot run on the machines {template.path} was compiled "

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from training_core.data import prepare, records, synthetic
+from training_core.data.config import PrepareConfig
 from training_core.data.metadata import DatasetMetadata
 from training_core.publish import LOCK_FILE
 
@@ -201,7 +202,7 @@ def tiny_data(tmp_path_factory, tiny_csv):
     """The tiny synthetic ratings, prepared once per session (2 epochs, 99 eval negatives)."""
     out = str(tmp_path_factory.mktemp("prepared") / "tiny")
     prepare.prepare(
-        prepare.PrepareConfig(
+        PrepareConfig(
             input_path=tiny_csv,
             output_dir=out,
             min_ratings=0,

@@ -9,6 +9,7 @@ update paths, our Adam against Keras', and a SIGTERM to a multi-worker run.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -23,9 +24,11 @@ import tensorflow as tf
 # A port found free may be taken before a worker binds it: the runs here retry on ADDRESS_IN_USE.
 from pipelines.verify.job_service import ADDRESS_IN_USE
 from pipelines.verify.job_service import free_port as _free_port
-from training_core import input_pipeline, model, optim, train
+from training_core import input_pipeline, model, optim, train, train_config
 from training_core.data import prepare, synthetic
+from training_core.data.config import PrepareConfig
 from training_core.data.metadata import read_metadata
+from training_core.model_dir import checkpoint_dir, config_path, history_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "train_worker.py")
@@ -36,9 +39,7 @@ def _prepare(tmp_path_factory, name, shape, **options):
     synthetic.write(synthetic.generate(shape), str(raw), "csv")
     out = str(tmp_path_factory.mktemp(name) / "data")
     prepare.prepare(
-        prepare.PrepareConfig(
-            input_path=str(raw), output_dir=out, min_ratings=0, workers=1, **options
-        )
+        PrepareConfig(input_path=str(raw), output_dir=out, min_ratings=0, workers=1, **options)
     )
     return out
 
@@ -55,7 +56,7 @@ def two_step_data(tmp_path_factory):
 
 
 def _checkpoint(model_dir: str) -> dict[str, np.ndarray]:
-    reader = tf.train.load_checkpoint(os.path.join(model_dir, train.CHECKPOINT_SUBDIR))
+    reader = tf.train.load_checkpoint(checkpoint_dir(model_dir))
     return {
         name.replace("/.ATTRIBUTES/VARIABLE_VALUE", ""): reader.get_tensor(name)
         for name in reader.get_variable_to_shape_map()
@@ -74,7 +75,9 @@ def _config(data_dir, model_dir, epochs=1, **options):
     preset = model.get_preset(
         "tiny", epochs=epochs, batch_size=read_metadata(data_dir).train_prebatch_size
     )
-    return train.TrainConfig(data_dir, model_dir, preset, early_stop=False, **options)
+    return train_config.TrainConfig(
+        data_dir, model_dir, dataclasses.replace(preset, hr_threshold=None), **options
+    )
 
 
 # -- 1. float16 with dynamic loss scaling ---------------------------------------------------------
@@ -480,7 +483,7 @@ def test_sigterm_saves_through_the_preemption_handler_and_the_rerun_resumes(
     uninterrupted run's steps, epochs and metrics."""
     spe = read_metadata(tiny_data).train_steps_per_epoch
     model_dir = str(tmp_path / "model")
-    ckpt_dir = os.path.join(model_dir, train.CHECKPOINT_SUBDIR)
+    ckpt_dir = checkpoint_dir(model_dir)
 
     def preempt(proc, line):
         if f"epoch 2 step {PREEMPT_AT}/{spe} " in line:
@@ -499,8 +502,8 @@ def test_sigterm_saves_through_the_preemption_handler_and_the_rerun_resumes(
     assert spe + PREEMPT_AT < saved < EPOCHS * spe, (saved, spe)
     # Named by its step like every other checkpoint here, with that step's history beside it.
     assert latest.endswith(f"ckpt-{saved}")
-    assert os.path.exists(os.path.join(ckpt_dir, f"history-{saved}.json"))
-    assert os.path.exists(os.path.join(model_dir, train.MODEL_CONFIG_FILE))
+    assert os.path.exists(history_path(model_dir, saved))
+    assert os.path.exists(config_path(model_dir))
 
     status, out = _train(procs, tiny_data, model_dir, cluster)
     assert status == 0, out[-4000:]

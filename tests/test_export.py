@@ -15,16 +15,12 @@ import pytest
 import tensorflow as tf
 from kfp import dsl
 
-from components.export_model import (
-    export_model,
-    register_model,
-    serving_container_for,
-    upload_args,
-)
+from components.export_model import export_model, register_model
 from pipelines import cli
-from training_core import export, train
+from training_core import export, train, train_config
 from training_core.data.metadata import read_metadata
 from training_core.evaluate import load_model
+from training_core.registry import serving_container_for, upload_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVE_CHECK = os.path.join(ROOT, "tests", "serve_check.py")
@@ -34,7 +30,7 @@ TOP_K = 5
 @pytest.fixture(scope="module")
 def trained_model(tiny_data, tmp_path_factory):
     model_dir = str(tmp_path_factory.mktemp("export") / "model")
-    config = train.config_for(tiny_data, model_dir, "tiny", epochs=2, steps_per_loop=50)
+    config = train_config.config_for(tiny_data, model_dir, "tiny", epochs=2, steps_per_loop=50)
     train.train(config, tf.distribute.get_strategy())
     return model_dir
 

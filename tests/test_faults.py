@@ -12,6 +12,7 @@ of a clean run, then checks what a reader would see:
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -23,6 +24,7 @@ import time
 import pytest
 from conftest import ChildProcesses, kill_group, tree_bytes
 
+from training_core import publish
 from training_core.data import dataset_folder, synthetic
 from training_core.data.metadata import METADATA_FILE, read_metadata
 
@@ -66,6 +68,39 @@ def _start(procs: ChildProcesses, cmd: list[str], log_path) -> subprocess.Popen:
         proc = procs.popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     proc.log_path = log_path  # type: ignore[attr-defined]
     return proc
+
+
+def _start_while_held(procs, first: subprocess.Popen, out, cmd: list[str], log_path):
+    """Starts ``cmd`` while ``first`` surely holds ``out``: no sleep decides who goes first.
+
+    ``first`` is paused (SIGSTOP, its whole group) from the moment ``out``'s lock names it until
+    the new run has said that it waits, then let go; however slow or fast this machine is, the
+    runs overlap.
+    """
+    lock = os.path.join(out, publish.LOCK_FILE)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with open(lock) as f:
+                holder = json.loads(f.read() or "null")
+        except (OSError, ValueError):
+            holder = None
+        if holder and holder.get("pid") == first.pid:
+            break
+        if first.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"{first.args!r} never held {out} (exit {first.poll()})")
+        time.sleep(0.01)
+    os.killpg(first.pid, signal.SIGSTOP)
+    try:
+        second = _start(procs, cmd, log_path)
+        while second.poll() is None and time.monotonic() < deadline:
+            with open(log_path) as f:
+                if "waiting for it to finish" in f.read():
+                    break
+            time.sleep(0.02)
+    finally:
+        os.killpg(first.pid, signal.SIGCONT)
+    return second
 
 
 def _finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
@@ -222,8 +257,9 @@ def test_concurrent_writers_wait_and_never_mix(source, clean, tmp_path, procs):
     # Identical runs: the second waits for the first, then reuses its dataset.
     out = tmp_path / "same"
     first = _start(procs, _command(source, out, OPTIONS_A), tmp_path / "same1")
-    time.sleep(0.3)
-    second = _start(procs, _command(source, out, OPTIONS_A), tmp_path / "same2")
+    second = _start_while_held(
+        procs, first, out, _command(source, out, OPTIONS_A), tmp_path / "same2"
+    )
     results = [_finish(first), _finish(second)]
     assert [rc for rc, _ in results] == [0, 0], results
     assert sum("Reused" in log for _, log in results) == 1, results
@@ -232,8 +268,9 @@ def test_concurrent_writers_wait_and_never_mix(source, clean, tmp_path, procs):
     # Different options, no --overwrite: the later one is refused and names the way out.
     out = tmp_path / "different"
     first = _start(procs, _command(source, out, OPTIONS_A), tmp_path / "diff1")
-    time.sleep(0.3)
-    second = _start(procs, _command(source, out, OPTIONS_B), tmp_path / "diff2")
+    second = _start_while_held(
+        procs, first, out, _command(source, out, OPTIONS_B), tmp_path / "diff2"
+    )
     (rc1, log1), (rc2, log2) = _finish(first), _finish(second)
     assert rc1 == 0, log1
     assert rc2 == 2 and "different prepared dataset" in log2 and "--overwrite" in log2, log2
@@ -243,8 +280,9 @@ def test_concurrent_writers_wait_and_never_mix(source, clean, tmp_path, procs):
     # Both with --overwrite: one after the other; the folder ends as one clean run, not a mix.
     out = tmp_path / "overwrite"
     first = _start(procs, _command(source, out, OPTIONS_A, "--overwrite"), tmp_path / "ow1")
-    time.sleep(0.3)
-    second = _start(procs, _command(source, out, OPTIONS_B, "--overwrite"), tmp_path / "ow2")
+    second = _start_while_held(
+        procs, first, out, _command(source, out, OPTIONS_B, "--overwrite"), tmp_path / "ow2"
+    )
     results = [_finish(first), _finish(second)]
     assert [rc for rc, _ in results] == [0, 0], results
     assert tree_bytes(str(out)) in (tree_a, tree_b)

@@ -254,3 +254,14 @@ def test_quoted_commas_do_not_hide_the_bad_line(tmp_path):
     p.write_text('user_id,item_id,title,timestamp\n1,2,"Heat, 1995",100\n-3,4,"Up",101\n')
     with pytest.raises(rio.DataError, match=r"events\.csv:3: user id -3 in column 'user_id'"):
         rio.read_interactions(str(p))
+
+
+def test_header_with_spaces_after_the_commas_reads_as_the_beam_readers_read_it(tmp_path):
+    """A hand-written CSV header (``user_id, item_id, timestamp``) names the same columns."""
+    path = tmp_path / "spaced.csv"
+    path.write_text("user_id, item_id, rating, timestamp\n1, 10, 5, 100\n2, 12, 3, 103\n")
+    data = rio.read_interactions(str(path))
+    assert data.users.tolist() == [1, 2] and data.items.tolist() == [10, 12]
+    assert data.timestamps.tolist() == [100, 103]
+    layout = rio.describe_file(str(path), rio.CSV)
+    assert rio.interaction_columns(layout, rio.Columns()) == ("user_id", "item_id", "timestamp")

@@ -11,16 +11,18 @@ import pytest
 import tensorflow as tf
 
 from pipelines import cli
-from training_core import evaluate, input_pipeline, train
+from training_core import input_pipeline, train, train_config
 from training_core.data import prepare, records
+from training_core.data.config import PrepareConfig
 from training_core.data.metadata import read_metadata
+from training_core.model_dir import checkpoint_dir, list_checkpoints, resolve_checkpoint
 
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory, tiny_csv):
     out = str(tmp_path_factory.mktemp("messages") / "data")
     prepare.prepare(
-        prepare.PrepareConfig(
+        PrepareConfig(
             input_path=tiny_csv,
             output_dir=out,
             min_ratings=0,
@@ -36,7 +38,7 @@ def prepared(tmp_path_factory, tiny_csv):
 @pytest.fixture(scope="module")
 def model_dir(prepared, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("messages") / "model")
-    config = train.config_for(prepared, out, "tiny", epochs=1, steps_per_loop=50)
+    config = train_config.config_for(prepared, out, "tiny", epochs=1, steps_per_loop=50)
     train.train(config, tf.distribute.get_strategy())
     return out
 
@@ -101,8 +103,8 @@ def test_the_training_stream_names_a_damaged_shard(prepared, tmp_path):
 def test_a_missing_checkpoint_names_the_option_and_lists_what_exists(
     command, prepared, model_dir, tmp_path, capsys
 ):
-    ckpt_dir = os.path.join(model_dir, "checkpoints")
-    [latest] = [os.path.basename(p) for p in evaluate.list_checkpoints(model_dir)]
+    ckpt_dir = checkpoint_dir(model_dir)
+    [latest] = [os.path.basename(p) for p in list_checkpoints(model_dir)]
     missing = os.path.join(ckpt_dir, "ckpt-9")
     args = [command, "--data", prepared, "--model-dir", model_dir, "--checkpoint", missing]
     if command == "export":
@@ -120,16 +122,16 @@ def test_a_missing_checkpoint_names_the_option_and_lists_what_exists(
 
 
 def test_checkpoint_folders_and_folders_without_checkpoints(model_dir, tmp_path):
-    ckpt_dir = os.path.join(model_dir, "checkpoints")
+    ckpt_dir = checkpoint_dir(model_dir)
     latest = tf.train.latest_checkpoint(ckpt_dir)
-    assert evaluate.resolve_checkpoint(model_dir, ckpt_dir) == latest  # A folder: its latest.
-    assert evaluate.resolve_checkpoint(model_dir, latest) == latest
-    assert evaluate.resolve_checkpoint(model_dir) == latest
-    empty = tmp_path / "untrained"
-    (empty / "checkpoints").mkdir(parents=True)
+    assert resolve_checkpoint(model_dir, ckpt_dir) == latest  # A folder: its latest.
+    assert resolve_checkpoint(model_dir, latest) == latest
+    assert resolve_checkpoint(model_dir) == latest
+    empty = checkpoint_dir(str(tmp_path / "untrained"))
+    os.makedirs(empty)
     with pytest.raises(FileNotFoundError, match="holds no checkpoint: train first"):
-        evaluate.resolve_checkpoint(str(empty), str(empty / "checkpoints" / "ckpt-1"))
+        resolve_checkpoint(os.path.dirname(empty), os.path.join(empty, "ckpt-1"))
     with pytest.raises(FileNotFoundError, match=r"no such checkpoint \(a folder without"):
-        evaluate.resolve_checkpoint(str(empty), str(empty / "checkpoints"))
+        resolve_checkpoint(os.path.dirname(empty), empty)
     with pytest.raises(FileNotFoundError, match="does not exist either"):
-        evaluate.resolve_checkpoint(str(tmp_path / "nope"), "ckpt-1", option="--checkpoint")
+        resolve_checkpoint(str(tmp_path / "nope"), "ckpt-1", option="--checkpoint")

@@ -14,7 +14,7 @@ import pytest
 
 from pipelines import cli
 from pipelines import submit as vs
-from training_core import model, train
+from training_core import model, train_config
 from training_core.data.metadata import read_metadata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,7 +51,7 @@ def test_train_command_reports_every_bad_option_at_once(tiny_data, tmp_path, cap
 
 
 def test_batch_size_left_out_is_the_data_s_pre_batch_size(tiny_data):
-    config = train.config_for(tiny_data, "unused", "ml-1m", batch_size=None)
+    config = train_config.config_for(tiny_data, "unused", "ml-1m", batch_size=None)
     assert config.model.batch_size == read_metadata(tiny_data).train_prebatch_size != 1024
 
 

@@ -12,13 +12,14 @@ from conftest import read_split, tree_bytes
 
 from training_core.data import io as rio
 from training_core.data import metadata, prepare, records, synthetic
+from training_core.data.config import PrepareConfig
 
 
 def _config(src, out, **kw):
     kw.setdefault("min_ratings", 0)
     kw.setdefault("eval_negatives", 50)
     kw.setdefault("train_batch_size", 256)
-    return prepare.PrepareConfig(input_path=src, output_dir=str(out), **kw)
+    return PrepareConfig(input_path=src, output_dir=str(out), **kw)
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from components.prepare_data import prepare_data
 from pipelines import cli
 from training_core.data import dataset_folder, metadata, prepare, prepare_beam, synthetic
 from training_core.data import io as rio
+from training_core.data.config import PrepareConfig
 
 IN_PROCESS = ("--direct_num_workers=1",)
 THREADS = ("--direct_num_workers=2", "--direct_running_mode=multi_threading")
@@ -20,7 +21,7 @@ def _config(src, out, **kw):
     kw.setdefault("min_ratings", 0)
     kw.setdefault("eval_negatives", 50)
     kw.setdefault("train_batch_size", 256)
-    return prepare.PrepareConfig(input_path=str(src), output_dir=str(out), **kw)
+    return PrepareConfig(input_path=str(src), output_dir=str(out), **kw)
 
 
 def _beam(config, args=IN_PROCESS, range_bytes=4096, num_buckets=None):

@@ -957,12 +957,13 @@ def test_register_model_uploads_to_the_model_registry(standin, adc, tmp_path, mo
     from kfp.dsl.types import artifact_types
 
     from components.export_model import register_model
+    from training_core.registry import SERVING_METADATA_FILE
 
     monkeypatch.setattr(artifact_types, "_GCS_LOCAL_MOUNT_PREFIX", f"{tmp_path}/gcs/")
     model_uri = f"gs://{BUCKET}/pipeline-root/run-1/export-model/exported_model"
     folder = tmp_path / "gcs" / model_uri.removeprefix("gs://")
     folder.mkdir(parents=True)
-    (folder / "serving_metadata.json").write_text(json.dumps({"tensorflow_version": "2.16.2"}))
+    (folder / SERVING_METADATA_FILE).write_text(json.dumps({"tensorflow_version": "2.16.2"}))
     aiplatform.init(api_endpoint=standin.url, api_transport="rest")
 
     exported = dsl.Model(uri=model_uri)

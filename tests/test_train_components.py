@@ -7,6 +7,7 @@ from kfp import dsl
 
 from components.evaluate_model import evaluate_model
 from components.train_model import train_model
+from training_core.model_dir import config_path
 
 
 @pytest.mark.slow
@@ -28,7 +29,7 @@ def test_train_then_evaluate_components(tiny_data, tmp_path):
     for key in ("hr_at_10", "ndcg_at_10", "loss", "examples_per_sec", "epochs"):
         assert key in m
     assert m["epochs"] == 2 and 0 < m["hr_at_10"] <= 1 and m["examples_per_sec"] > 0
-    assert os.path.exists(os.path.join(model.path, "model_config.json"))
+    assert os.path.exists(config_path(model.path))
     html = open(plots.path).read()
     assert html.count("<svg") == 3 and "HR@10" in html and "NDCG@10" in html
 

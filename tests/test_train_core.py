@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training_core import input_pipeline, model, train
+from training_core import input_pipeline, model, train, train_config
 from training_core.data.metadata import read_metadata
+from training_core.model_dir import CHECKPOINT_SUBDIR, MODEL_CONFIG_FILE, checkpoint_dir
 
 
 def _rows(ds, key="item_id"):
@@ -97,7 +98,7 @@ def test_damaged_file_is_caught(tiny_data, tmp_path):
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_data, tmp_path):
     model_dir = str(tmp_path / "m")
-    good = train.TrainConfig(
+    good = train_config.TrainConfig(
         tiny_data, model_dir, model.get_preset("tiny", epochs=1), steps_per_loop=40
     )
     first = train.train(good, tf.distribute.get_strategy())
@@ -106,9 +107,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_data, tmp_path):
     bad = dataclasses.replace(good, model=model.get_preset("tiny", epochs=2, learning_rate=1e38))
     with pytest.raises(train.NonFiniteLossError, match="last good checkpoint"):
         train.train(bad, tf.distribute.get_strategy())
-    assert tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints")).endswith(
-        f"ckpt-{step}"
-    )
+    assert tf.train.latest_checkpoint(checkpoint_dir(model_dir)).endswith(f"ckpt-{step}")
 
 
 @pytest.mark.parametrize(
@@ -140,7 +139,7 @@ def test_a_model_built_from_a_preset_has_the_preset_s_shapes(
 
 def test_ml20m_trains_with_the_mlperf_adam_settings(tiny_data, tmp_path):
     """The optimizer a run builds carries the reference's MLPerf v0.5 Adam settings."""
-    cfg = train.config_for(tiny_data, str(tmp_path / "m"), "ml-20m", batch_size=256)
+    cfg = train_config.config_for(tiny_data, str(tmp_path / "m"), "ml-20m", batch_size=256)
     opt = train._Trainer(cfg, tf.distribute.get_strategy()).optimizer
     assert (opt.learning_rate, opt.beta1, opt.beta2, opt.epsilon) == pytest.approx(
         (0.00382059, 0.783529, 0.909003, 1.45439e-07), rel=1e-9
@@ -212,18 +211,18 @@ def test_a_refused_run_leaves_the_earlier_model_intact(tiny_data, tmp_path):
 
     model_dir = str(tmp_path / "model")
     strategy = tf.distribute.get_strategy()
-    tr.train(tr.config_for(tiny_data, model_dir, "tiny", epochs=1), strategy)
-    ckpts = os.path.join(model_dir, tr.CHECKPOINT_SUBDIR)
+    tr.train(train_config.config_for(tiny_data, model_dir, "tiny", epochs=1), strategy)
+    ckpts = checkpoint_dir(model_dir)
     before = {
         p: open(os.path.join(model_dir, p), "rb").read()
         for p in [
-            tr.MODEL_CONFIG_FILE,
-            *(os.path.join(tr.CHECKPOINT_SUBDIR, f) for f in os.listdir(ckpts)),
+            MODEL_CONFIG_FILE,
+            *(os.path.join(CHECKPOINT_SUBDIR, f) for f in os.listdir(ckpts)),
         ]
         if os.path.isfile(os.path.join(model_dir, p))
     }
     with pytest.raises(ValueError) as exc:
-        tr.train(tr.config_for(tiny_data, model_dir, "ml-100k", epochs=1), strategy)
+        tr.train(train_config.config_for(tiny_data, model_dir, "ml-100k", epochs=1), strategy)
     message = str(exc.value)
     assert model_dir in message and "num_factors 8 here, 16 now" in message
     assert "Nothing in it was changed" in message
@@ -240,7 +239,7 @@ def test_a_refused_run_leaves_the_earlier_model_intact(tiny_data, tmp_path):
         ({"learning_rate": float("nan")}, "--learning-rate must be > 0, got nan"),
         ({"batch_size": 0}, "--batch-size must be >= 1 (leave it out for the data's pre-batch"),
         ({"epochs": 0}, "--epochs must be >= 1, got 0"),
-        ({"hr_threshold": 1.5}, "--target-hr must be at most 1, an HR@10"),
+        ({"target_hr": 1.5}, "--target-hr must be at most 1, an HR@10"),
         ({"steps_per_loop": 0}, "--steps-per-loop must be >= 1, got 0"),
         ({"checkpoint_every_steps": -1}, "--checkpoint-every must be >= 0 (0: each epoch only)"),
         ({"precision": "float8"}, "--precision must be one of auto, float32, float16, bfloat16"),
@@ -252,27 +251,27 @@ def test_config_for_names_the_option_and_the_value(overrides, message):
     kw = dict(overrides)
     preset = kw.pop("preset", "tiny")
     with pytest.raises(ValueError) as exc:
-        train.config_for("/nonexistent/data", "/nonexistent/model", preset, **kw)
+        train_config.config_for("/nonexistent/data", "/nonexistent/model", preset, **kw)
     assert message in str(exc.value)
 
 
 def test_train_config_names_each_field_it_refuses(tiny_data):
     tiny = model.get_preset("tiny")
     with pytest.raises(ValueError, match=r"--steps-per-loop must be >= 1, got 0"):
-        train.TrainConfig(tiny_data, "m", tiny, steps_per_loop=0)
+        train_config.TrainConfig(tiny_data, "m", tiny, steps_per_loop=0)
     with pytest.raises(ValueError, match=r"keep_checkpoints must be >= 1, got 0"):
-        train.TrainConfig(tiny_data, "m", tiny, keep_checkpoints=0)
+        train_config.TrainConfig(tiny_data, "m", tiny, keep_checkpoints=0)
     with pytest.raises(ValueError, match=r"--learning-rate must be > 0, got -0.5"):
-        train.TrainConfig(tiny_data, "m", model.get_preset("tiny", learning_rate=-0.5))
+        train_config.TrainConfig(tiny_data, "m", model.get_preset("tiny", learning_rate=-0.5))
     # Several at once are all named.
     with pytest.raises(ValueError) as exc:
-        train.TrainConfig(tiny_data, "m", tiny, steps_per_loop=0, checkpoint_every_steps=-1)
+        train_config.TrainConfig(tiny_data, "m", tiny, steps_per_loop=0, checkpoint_every_steps=-1)
     assert "--steps-per-loop" in str(exc.value) and "--checkpoint-every" in str(exc.value)
 
 
 def test_batch_size_none_is_the_data_s_pre_batch_size_and_zero_is_an_error(tiny_data):
     prebatch = read_metadata(tiny_data).train_prebatch_size
-    assert train.config_for(tiny_data, "m", "ml-1m").model.batch_size == prebatch
-    assert train.config_for(tiny_data, "m", "ml-1m", batch_size=512).model.batch_size == 512
+    assert train_config.config_for(tiny_data, "m", "ml-1m").model.batch_size == prebatch
+    assert train_config.config_for(tiny_data, "m", "ml-1m", batch_size=512).model.batch_size == 512
     with pytest.raises(ValueError, match="--batch-size must be >= 1 .*, got 0"):
-        train.config_for(tiny_data, "m", "ml-1m", batch_size=0)
+        train_config.config_for(tiny_data, "m", "ml-1m", batch_size=0)

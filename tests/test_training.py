@@ -21,6 +21,7 @@ from ncf_numpy import ranking_reference
 from pipelines.verify.job_service import ADDRESS_IN_USE
 from pipelines.verify.job_service import free_port as _free_port
 from training_core.data.metadata import read_metadata
+from training_core.model_dir import WORKER_SCRATCH_PREFIX, checkpoint_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "train_worker.py")
@@ -203,13 +204,13 @@ def test_multi_worker_trains_and_restores_on_one_device(tiny_data, tmp_path, pop
     assert results[0]["num_replicas"] == 2
     assert results[0]["last"]["hr_at_10"] > popularity_hr + 0.05
     # Only the chief's checkpoints remain; scratch folders of the other worker are gone.
-    assert not [n for n in os.listdir(model_dir) if n.startswith(".worker_tmp")]
+    assert not [n for n in os.listdir(model_dir) if n.startswith(WORKER_SCRATCH_PREFIX)]
     ev = _evaluate_in_process(tiny_data, model_dir)
     assert ev.hr_at_10 == pytest.approx(results[0]["last"]["hr_at_10"], abs=1e-9)
 
 
 def _latest_step(model_dir):
-    index = os.path.join(model_dir, "checkpoints", "checkpoint")
+    index = os.path.join(checkpoint_dir(model_dir), "checkpoint")
     if not os.path.exists(index):
         return 0
     with open(index) as f:
@@ -287,7 +288,7 @@ def test_a_second_train_into_a_busy_model_folder_is_refused_and_harms_nothing(
 def _checkpoint_values(model_dir):
     import tensorflow as tf
 
-    reader = tf.train.load_checkpoint(os.path.join(model_dir, "checkpoints"))
+    reader = tf.train.load_checkpoint(checkpoint_dir(model_dir))
     return {
         name: reader.get_tensor(name)
         for name in reader.get_variable_to_shape_map()

@@ -1,22 +1,23 @@
-"""Evaluates a trained model folder (the latest checkpoint) on a prepared dataset's eval split.
+"""Evaluation: HR@10/NDCG@10 over a prepared dataset's eval split.
 
-Only the model's weights are restored, so a checkpoint written under any strategy (mirrored,
-multi-worker, TPU) evaluates under any other, one device included.
+``run_eval`` (with the ``tf.function`` ``make_eval_fn`` builds) scores a model in memory: the
+training loop calls it after every epoch. ``evaluate`` does the same for a trained model folder
+(its latest checkpoint, or one named). Only the model's weights are restored, so a checkpoint
+written under any strategy (mirrored, multi-worker, TPU) evaluates under any other, one device
+included.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import re
 
 import tensorflow as tf
 
 from training_core import input_pipeline, metrics
-from training_core.data.metadata import read_metadata
+from training_core.data.metadata import DatasetMetadata, read_metadata
 from training_core.model import NeuMF
-from training_core.train import CHECKPOINT_SUBDIR, read_model_config, run_eval
+from training_core.model_dir import read_model_config, resolve_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -36,62 +37,47 @@ class EvalResult:
         return dataclasses.asdict(self)
 
 
-def latest_checkpoint(model_dir: str) -> str:
-    """Path prefix of the newest checkpoint in a training output folder."""
-    path = tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_SUBDIR))
-    if path is None:
-        raise FileNotFoundError(f"no checkpoint in {model_dir}/{CHECKPOINT_SUBDIR}; train first")
-    return path
+def make_eval_fn(
+    model: NeuMF, strategy: tf.distribute.Strategy, items_per_user: int, dtype: tf.DType
+):
+    """A ``tf.function`` running ``n`` eval steps; returns summed (hits, ndcg, users)."""
+
+    def step_fn(features):
+        scores = model.score(features["user_id"], features["item_id"], dtype)
+        return metrics.ranking_sums(scores, features["duplicate_mask"], items_per_user)
+
+    @tf.function
+    def eval_loop(iterator, n):
+        hits = tf.constant(0, tf.int32)
+        ndcg = tf.constant(0.0, tf.float32)
+        users = tf.constant(0, tf.int32)
+        for _ in tf.range(n):
+            h, d, u = strategy.run(step_fn, args=(next(iterator),))
+            hits += strategy.reduce("SUM", h, axis=None)
+            ndcg += strategy.reduce("SUM", d, axis=None)
+            users += strategy.reduce("SUM", u, axis=None)
+        return hits, ndcg, users
+
+    return eval_loop
 
 
-def list_checkpoints(model_dir: str) -> list[str]:
-    """Path prefixes of the checkpoints in a training output folder, oldest step first."""
-    found = tf.io.gfile.glob(os.path.join(model_dir, CHECKPOINT_SUBDIR, "*.index"))
-    prefixes = [p[: -len(".index")] for p in found]
-
-    def step(prefix: str) -> tuple[int, str]:
-        number = re.search(r"-(\d+)$", prefix)
-        return (int(number.group(1)) if number else -1, prefix)
-
-    return sorted(prefixes, key=step)
-
-
-def resolve_checkpoint(
-    model_dir: str, checkpoint: str | None = None, option: str = "checkpoint"
-) -> str:
-    """The checkpoint to restore: ``checkpoint`` if it exists, else the latest in ``model_dir``.
-
-    ``checkpoint`` is a path prefix (``.../ckpt-151``) or a folder of checkpoints (its latest).
-
-    Raises:
-        FileNotFoundError: ``checkpoint`` is not a checkpoint (the message names ``option`` and
-            lists the checkpoints ``model_dir`` has), or ``model_dir`` has none.
-    """
-    if checkpoint is None:
-        return latest_checkpoint(model_dir)
-    if tf.io.gfile.isdir(checkpoint):
-        path = tf.train.latest_checkpoint(checkpoint)
-        if path is not None:
-            return path
-        why = "a folder without checkpoints"
-    elif tf.io.gfile.exists(checkpoint + ".index"):
-        return checkpoint
-    else:
-        why = f"{checkpoint}.index not found"
-    ckpt_dir = os.path.join(model_dir, CHECKPOINT_SUBDIR)
-    names = [os.path.basename(p) for p in list_checkpoints(model_dir)]
-    if names:
-        older = len(names) - 5
-        listing = ", ".join(names[-5:]) + (f" and {older} older" if older > 0 else "")
-        what = (
-            f"Checkpoints in {ckpt_dir}: {listing}. Pass one, e.g. {option} "
-            f"{os.path.join(ckpt_dir, names[-1])}, or leave out {option} to use the latest."
-        )
-    elif not tf.io.gfile.isdir(model_dir):
-        what = f"The model folder {model_dir} does not exist either."
-    else:
-        what = f"{ckpt_dir} holds no checkpoint: train first (ncf-pipelines train)."
-    raise FileNotFoundError(f"{option} {checkpoint}: no such checkpoint ({why}). {what}")
+def run_eval(
+    model: NeuMF,
+    strategy: tf.distribute.Strategy,
+    meta: DatasetMetadata,
+    data_dir: str,
+    dtype: tf.DType = tf.float32,
+    eval_fn=None,
+) -> metrics.RankingMetrics:
+    """HR@10/NDCG@10 of ``model`` over the whole eval set, summed exactly across replicas."""
+    k = input_pipeline.eval_items_per_user(meta)
+    eval_fn = eval_fn or make_eval_fn(model, strategy, k, dtype)
+    dist = input_pipeline.distribute(
+        strategy, input_pipeline.eval_dataset_fn(meta, data_dir, strategy.num_replicas_in_sync)
+    )
+    with input_pipeline.naming_damaged_files(meta.eval_file_paths(data_dir)):
+        hits, ndcg, users = eval_fn(iter(dist), tf.constant(meta.eval_steps))
+    return metrics.RankingMetrics(int(hits), float(ndcg), int(users))
 
 
 def load_model(model_dir: str, strategy: tf.distribute.Strategy, checkpoint: str | None = None):

@@ -48,13 +48,13 @@ import tensorflow as tf
 from training_core import publish
 from training_core.data import records
 from training_core.data.metadata import DatasetMetadata, read_metadata
-from training_core.evaluate import latest_checkpoint, load_model
+from training_core.evaluate import load_model
 from training_core.model import NeuMF
-from training_core.train import read_model_config
+from training_core.model_dir import latest_checkpoint, read_model_config
+from training_core.registry import SERVING_METADATA_FILE  # Named TF-free: registering reads it.
 
 log = logging.getLogger(__name__)
 
-SERVING_METADATA_FILE = "serving_metadata.json"
 SIGNATURES = ("score", "recommend")
 UNKNOWN_ITEM = -1  # Raw item id of an empty recommendation slot.
 

@@ -1,6 +1,9 @@
 """How outputs are written: one writer per folder, private builds, files published by rename.
 
-- :func:`write_text_atomic` publishes a small file in one step (write aside, fsync, rename).
+- :func:`atomic_output` publishes a file in one step: written aside at ``<path>.partial``, synced,
+  renamed over ``path``; removed instead if the writing fails. :func:`write_text_atomic` is its
+  one-call form for text. Every file this project publishes by rename goes through it (other file
+  systems, such as Beam's ``FileSystems`` for ``gs://``, plug in their own :class:`Files`).
 - :func:`hold` makes a process the only writer of a folder for a while: an exclusive ``flock``
   on ``<folder>/.lock``, released by the kernel when the process dies, however it dies. The file
   also says who holds it, for the message a second writer gets.
@@ -27,7 +30,8 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import IO, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +43,83 @@ class FolderBusyError(RuntimeError):
     """Another live process is writing to the folder."""
 
 
+class Files(Protocol):
+    """How :func:`atomic_output` opens, publishes and discards its temporary file."""
+
+    def open(self, path: str, mode: str) -> IO:
+        """Opens ``path`` for writing."""
+
+    def publish(self, tmp: str, path: str) -> None:
+        """Puts the closed ``tmp`` at ``path``, replacing what is there."""
+
+    def discard(self, tmp: str) -> None:
+        """Removes ``tmp`` if it is there."""
+
+
+class LocalFiles:
+    """:class:`Files` on the local file system: synced to disk, then renamed in one step.
+
+    Args:
+        opener: opens the temporary file: ``open`` (default), or e.g. ``gzip.open`` to write a
+            gzip file (its header names the temporary file, as ``gzip.open`` on it always did).
+    """
+
+    def __init__(self, opener: Callable[[str, str], IO] = open):
+        self._opener = opener
+
+    def open(self, path: str, mode: str) -> IO:
+        """Opens ``path`` for writing."""
+        return self._opener(path, mode)
+
+    def publish(self, tmp: str, path: str) -> None:
+        """Syncs the closed ``tmp`` to disk, then renames it over ``path`` in one step."""
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+
+    def discard(self, tmp: str) -> None:
+        """Removes ``tmp`` if it is there."""
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+
+
+LOCAL_FILES = LocalFiles()
+
+
+@contextlib.contextmanager
+def atomic_output(
+    path: str | os.PathLike, mode: str = "wb", files: Files = LOCAL_FILES
+) -> Iterator[IO]:
+    """Yields a file to write ``path``'s new content into, published when the block ends.
+
+    The file is ``<path>.partial``; once the block ends without an exception it is closed, synced
+    and renamed over ``path``, so a reader sees the old content or the new, never part. If the
+    block (or the publish) raises, the partial file is removed and ``path`` is left as it was.
+
+    Args:
+        path: the file to publish.
+        mode: the writing mode (``"wb"``, ``"w"``).
+        files: how to open, publish and discard the file: :data:`LOCAL_FILES`, a
+            :class:`LocalFiles` with another opener, or :class:`Files` for another file system.
+    """
+    path = os.fspath(path)
+    tmp = path + PARTIAL_SUFFIX
+    try:
+        with files.open(tmp, mode) as f:
+            yield f
+        files.publish(tmp, path)
+    except BaseException:
+        files.discard(tmp)
+        raise
+
+
 def write_text_atomic(path: str, text: str) -> None:
     """Writes ``text`` to ``path`` so that a reader sees the old content or the new, never part."""
-    tmp = path + PARTIAL_SUFFIX
-    with open(tmp, "w") as f:
+    with atomic_output(path, "w") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -84,6 +84,19 @@ class StrategyConfig:
             raise ValueError(f"num_packs must be 1 or more (got {self.num_packs})")
 
 
+def strategy_config(**options: Any) -> StrategyConfig:
+    """The one way options become a ``StrategyConfig`` (the CLI and the train_model component).
+
+    ``None`` and ``""`` are "not set" (the field's default). Whether training may go on without
+    the expected accelerator is read from ``ALLOW_MISSING_ACCELERATOR_ENV``, here only.
+    """
+    given = {k: v for k, v in options.items() if v is not None and v != ""}
+    given.setdefault(
+        "allow_missing_accelerator", os.environ.get(ALLOW_MISSING_ACCELERATOR_ENV) == "1"
+    )
+    return StrategyConfig(**given)
+
+
 @dataclasses.dataclass(frozen=True)
 class Resolution:
     """The strategy to build and why.

@@ -6,12 +6,14 @@ HR@10/NDCG@10 after every epoch, checkpoints every epoch and every ``checkpoint_
 steps, and stops early once HR@10 reaches the preset's threshold. The data position is the global
 step: epoch ``step // steps_per_epoch``, and the epoch's dataset skips the steps already done, so a
 run killed at any point and restarted ends with the same step count and result.
+
+The compiled step is built in ``train_step``, the per-epoch evaluation in ``evaluate``, and every
+path and file of the model folder (``model_config.json`` included) in ``model_dir``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
 import logging
 import math
@@ -22,130 +24,31 @@ from typing import Any
 
 import tensorflow as tf
 
-from training_core import input_pipeline, metrics, publish
+from training_core import input_pipeline, publish
 from training_core.data.metadata import DatasetMetadata, read_metadata
+from training_core.evaluate import make_eval_fn, run_eval
 from training_core.model import NeuMF, NeuMFConfig
+from training_core.model_dir import (
+    check_model_folder,
+    checkpoint_dir,
+    history_files,
+    history_path,
+    summaries_dir,
+    worker_scratch_dir,
+    write_model_config,
+)
 from training_core.optim import Adam, DynamicLossScale
 from training_core.strategy import is_multi_worker_or_tpu
+from training_core.train_config import TrainConfig
+from training_core.train_step import make_train_loop
 
 log = logging.getLogger(__name__)
 
-MODEL_CONFIG_FILE = "model_config.json"
-CHECKPOINT_SUBDIR = "checkpoints"
-PRECISIONS = ("auto", "float32", "float16", "bfloat16")
 DENSE_TABLE_LIMIT = 1 << 22  # Embedding elements (both tables) up to which auto picks dense.
 
 
 class NonFiniteLossError(RuntimeError):
     """The loss (or the weights) became NaN or infinite."""
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    """Everything one training run needs besides the strategy.
-
-    Attributes:
-        data_dir: a prepared dataset (``metadata.json``).
-        model_dir: checkpoints, ``model_config.json`` and summaries go here.
-        model: hyperparameters (a preset, see ``training_core.model.PRESETS``).
-        seed: initialization seed.
-        steps_per_loop: training steps per host call.
-        checkpoint_every_steps: also checkpoint every this many steps (0: only per epoch).
-        keep_checkpoints: checkpoints kept.
-        precision: ``auto`` (bfloat16 on TPU, float16 on GPU, else float32) or a dtype name.
-        dense_gradients: apply embedding gradients densely (exact Adam, the reference's trick);
-            ``None``: dense on GPU/TPU and for small tables, else touched rows only (lazy Adam).
-        jit_compile: XLA-compile the forward/backward pass (with dense gradients, not on TPU,
-            which compiles everything anyway).
-        summaries_dir: TensorBoard folder; ``None``: ``model_dir/summaries``.
-        early_stop: stop once HR@10 reaches ``model.hr_threshold``.
-    """
-
-    data_dir: str
-    model_dir: str
-    model: NeuMFConfig
-    seed: int = 0
-    steps_per_loop: int = 200
-    checkpoint_every_steps: int = 0
-    keep_checkpoints: int = 3
-    precision: str = "auto"
-    dense_gradients: bool | None = None
-    summaries_dir: str | None = None
-    early_stop: bool = True
-    jit_compile: bool = False
-
-    def __post_init__(self) -> None:
-        m = self.model
-        check_options(
-            epochs=m.epochs,
-            batch_size=m.batch_size,
-            learning_rate=m.learning_rate,
-            hr_threshold=m.hr_threshold,
-            steps_per_loop=self.steps_per_loop,
-            checkpoint_every_steps=self.checkpoint_every_steps,
-            keep_checkpoints=self.keep_checkpoints,
-            precision=self.precision,
-        )
-
-
-# What each option of a run accepts, by field: (the option that sets it, the rule, its check).
-# TrainConfig, config_for and `ncf-pipelines train` check with it, so a message names the option
-# and the value given, whichever way the value came in.
-_OPTION_RULES: dict[str, tuple[str, str, Any]] = {
-    "epochs": ("--epochs", "must be >= 1", lambda v: v >= 1),
-    "batch_size": (
-        "--batch-size",
-        "must be >= 1 (leave it out for the data's pre-batch size)",
-        lambda v: v >= 1,
-    ),
-    "learning_rate": ("--learning-rate", "must be > 0", lambda v: math.isfinite(v) and v > 0),
-    "hr_threshold": (
-        "--target-hr",
-        "must be at most 1, an HR@10 (0 or less: never stop early)",
-        lambda v: not math.isnan(v) and v <= 1,
-    ),
-    "steps_per_loop": ("--steps-per-loop", "must be >= 1", lambda v: v >= 1),
-    "checkpoint_every_steps": (
-        "--checkpoint-every",
-        "must be >= 0 (0: each epoch only)",
-        lambda v: v >= 0,
-    ),
-    "keep_checkpoints": ("keep_checkpoints", "must be >= 1", lambda v: v >= 1),
-    "precision": (
-        "--precision",
-        f"must be one of {', '.join(PRECISIONS)}",
-        PRECISIONS.__contains__,
-    ),
-}
-
-
-def check_options(preset: str | None = None, **values: Any) -> None:
-    """Rejects option values a run cannot use; each message names the option and the value.
-
-    Args:
-        preset: a preset name (``--preset``), if one was given.
-        values: by field (``epochs``, ``batch_size``, ``learning_rate``, ``hr_threshold``,
-            ``steps_per_loop``, ``checkpoint_every_steps``, ``keep_checkpoints``, ``precision``);
-            ``None`` means "the default" and is not checked.
-
-    Raises:
-        ValueError: naming every bad value, e.g. ``--learning-rate must be > 0, got -1.0``.
-    """
-    import difflib
-
-    from training_core.presets import PRESETS
-
-    problems = []
-    if preset is not None and preset not in PRESETS:
-        close = difflib.get_close_matches(str(preset), list(PRESETS), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        problems.append(f"--preset {preset!r} is unknown{hint}; choose one of {', '.join(PRESETS)}")
-    for field, value in values.items():
-        option, rule, ok = _OPTION_RULES[field]
-        if value is not None and not ok(value):
-            problems.append(f"{option} {rule}, got {value!r}")
-    if problems:
-        raise ValueError("; ".join(problems))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,102 +144,16 @@ def build_model(config: NeuMFConfig, meta: DatasetMetadata, seed: int) -> NeuMF:
     return NeuMF(config, meta.num_users, meta.num_items, seed=seed)
 
 
-def write_model_config(model_dir: str, config: NeuMFConfig, meta: DatasetMetadata) -> None:
-    """Records what ``evaluate``/``export`` need to rebuild the model."""
-    payload = {
-        "model": dataclasses.asdict(config),
-        "num_users": meta.num_users,
-        "num_items": meta.num_items,
-        "dataset_fingerprint": meta.fingerprint,
-    }
-    publish.write_text_atomic(
-        os.path.join(model_dir, MODEL_CONFIG_FILE), json.dumps(payload, indent=2)
-    )
-
-
-def check_model_folder(model_dir: str, config: NeuMFConfig, meta: DatasetMetadata) -> None:
-    """Refuses to train into a folder that holds a model of another shape or other data.
-
-    Checked before anything in the folder is touched, so a refused run leaves the earlier model
-    (its checkpoints and ``model_config.json``) as it was, still fit to evaluate and export.
-
-    Raises:
-        ValueError: naming the folder, what differs, and what to do.
-    """
-    path = os.path.join(model_dir, MODEL_CONFIG_FILE)
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        raw = json.load(f)
-    have = raw.get("model", {})
-    want = json.loads(json.dumps(dataclasses.asdict(config)))  # Tuples as JSON has them.
-    differs = [
-        f"{key} {have[key]} here, {want[key]} now"
-        for key in ("num_factors", "layers")
-        if key in have and have[key] != want[key]
-    ]
-    if raw.get("dataset_fingerprint") != meta.fingerprint:
-        differs.append("it was trained on other prepared data")
-    if differs:
-        raise ValueError(
-            f"{model_dir} already holds another model ({'; '.join(differs)}); train into a new "
-            "--model-dir, or delete this one first. Nothing in it was changed."
-        )
-
-
-def read_model_config(model_dir: str) -> tuple[NeuMFConfig, int, int]:
-    """``(config, num_users, num_items)`` of a trained model folder."""
-    path = os.path.join(model_dir, MODEL_CONFIG_FILE)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found; is {model_dir} a training output folder?")
-    with open(path) as f:
-        raw = json.load(f)
-    model = dict(raw["model"])
-    model["layers"] = tuple(model["layers"])
-    return NeuMFConfig(**model), raw["num_users"], raw["num_items"]
-
-
-def make_eval_fn(
-    model: NeuMF, strategy: tf.distribute.Strategy, items_per_user: int, dtype: tf.DType
-):
-    """A ``tf.function`` running ``n`` eval steps; returns summed (hits, ndcg, users)."""
-
-    def step_fn(features):
-        scores = model.score(features["user_id"], features["item_id"], dtype)
-        return metrics.ranking_sums(scores, features["duplicate_mask"], items_per_user)
-
-    @tf.function
-    def eval_loop(iterator, n):
-        hits = tf.constant(0, tf.int32)
-        ndcg = tf.constant(0.0, tf.float32)
-        users = tf.constant(0, tf.int32)
-        for _ in tf.range(n):
-            h, d, u = strategy.run(step_fn, args=(next(iterator),))
-            hits += strategy.reduce("SUM", h, axis=None)
-            ndcg += strategy.reduce("SUM", d, axis=None)
-            users += strategy.reduce("SUM", u, axis=None)
-        return hits, ndcg, users
-
-    return eval_loop
-
-
-def run_eval(
-    model: NeuMF,
-    strategy: tf.distribute.Strategy,
-    meta: DatasetMetadata,
-    data_dir: str,
-    dtype: tf.DType = tf.float32,
-    eval_fn=None,
-) -> metrics.RankingMetrics:
-    """HR@10/NDCG@10 of ``model`` over the whole eval set, summed exactly across replicas."""
-    k = input_pipeline.eval_items_per_user(meta)
-    eval_fn = eval_fn or make_eval_fn(model, strategy, k, dtype)
-    dist = input_pipeline.distribute(
-        strategy, input_pipeline.eval_dataset_fn(meta, data_dir, strategy.num_replicas_in_sync)
-    )
-    with input_pipeline.naming_damaged_files(meta.eval_file_paths(data_dir)):
-        hits, ndcg, users = eval_fn(iter(dist), tf.constant(meta.eval_steps))
-    return metrics.RankingMetrics(int(hits), float(ndcg), int(users))
+def _dense_gradients(
+    config: TrainConfig, meta: DatasetMetadata, strategy: tf.distribute.Strategy
+) -> bool:
+    """Whether to apply embedding gradients densely: ``config.dense_gradients``, else by size."""
+    if config.dense_gradients is not None:
+        return config.dense_gradients
+    # Dense (exact Adam, fused kernel) is fastest on accelerators and for small tables;
+    # on CPU, tables much larger than a batch are cheaper to update row by row.
+    table = (meta.num_users + meta.num_items) * config.model.embedding_dim
+    return _on_accelerator(strategy) or table <= DENSE_TABLE_LIMIT
 
 
 class _Trainer:
@@ -352,28 +169,50 @@ class _Trainer:
         input_pipeline.check_eval_layout(self.meta, strategy.num_replicas_in_sync)
         input_pipeline.check_files(self.meta, config.data_dir, config.model.epochs)
         self.dtype = compute_dtype(config.precision, strategy)
-        dense = config.dense_gradients
-        if dense is None:
-            # Dense (exact Adam, fused kernel) is fastest on accelerators and for small tables;
-            # on CPU, tables much larger than a batch are cheaper to update row by row.
-            table = (self.meta.num_users + self.meta.num_items) * config.model.embedding_dim
-            dense = _on_accelerator(strategy) or table <= DENSE_TABLE_LIMIT
-        self.dense = dense
-        self.jit = bool(
-            config.jit_compile and dense and not isinstance(strategy, tf.distribute.TPUStrategy)
-        )
+        self.dense = _dense_gradients(config, self.meta, strategy)
+        on_tpu = isinstance(strategy, tf.distribute.TPUStrategy)
+        self.jit = bool(config.jit_compile and self.dense and not on_tpu)
         self.is_chief = _is_chief(strategy)
         self.history: list[EpochResult] = []
+        self._partial = (0.0, 0, 0.0)  # The running epoch's (loss sum, steps, seconds) so far.
         os.makedirs(config.model_dir, exist_ok=True)
 
-        with strategy.scope():
-            self.model = build_model(config.model, self.meta, config.seed)
+        self._build_model_and_optimizer()
+        self._checkpointing()
+        self.preemption = self._preemption_handler()
+        self.train_loop = make_train_loop(
+            strategy,
+            self.model,
+            self.variables,
+            self.optimizer,
+            self.loss_scale,
+            self.step,
+            global_batch=self.layout.global_batch,
+            dtype=self.dtype,
+            dense=self.dense,
+            jit=self.jit,
+        )
+        self.eval_fn = make_eval_fn(
+            self.model, strategy, input_pipeline.eval_items_per_user(self.meta), self.dtype
+        )
+        self.writer = self._summary_writer()
+
+    # -- construction -------------------------------------------------------------------------
+
+    def _build_model_and_optimizer(self) -> None:
+        """Creates the model and the training state under the strategy.
+
+        Sets ``model``, ``variables`` (the trained ones, in the optimizer's order), ``optimizer``,
+        ``loss_scale`` (float16 only, else ``None``) and the global ``step``.
+        """
+        m = self.config.model
+        with self.strategy.scope():
+            self.model = build_model(m, self.meta, self.config.seed)
             self.variables = [
                 self.model.user_embedding,
                 self.model.item_embedding,
                 *self.model.dense_variables(),
             ]
-            m = config.model
             self.optimizer = Adam(self.variables, m.learning_rate, m.beta1, m.beta2, m.epsilon)
             self.loss_scale = DynamicLossScale() if self.dtype == tf.float16 else None
             self.step = tf.Variable(
@@ -383,116 +222,49 @@ class _Trainer:
                 name="global_step",
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
             )
+
+    def _checkpointing(self) -> None:
+        """Creates ``checkpoint``, its ``manager`` over ``ckpt_dir``, and ``write_manager``.
+
+        ``write_manager`` is what this worker saves through: the manager on the chief, a scratch
+        folder's on the other workers (they take part in saving but must not write the model's).
+        """
         parts = dict(model=self.model, optimizer=self.optimizer, step=self.step)
         if self.loss_scale is not None:
             parts["loss_scale"] = self.loss_scale
         self.checkpoint = tf.train.Checkpoint(**parts)
-        self.ckpt_dir = os.path.join(config.model_dir, CHECKPOINT_SUBDIR)
+        self.ckpt_dir = checkpoint_dir(self.config.model_dir)
         self.manager = tf.train.CheckpointManager(
-            self.checkpoint, self.ckpt_dir, max_to_keep=config.keep_checkpoints
+            self.checkpoint, self.ckpt_dir, max_to_keep=self.config.keep_checkpoints
         )
         if self.is_chief:
             self.write_manager = self.manager
         else:
-            # Non-chief workers take part in saving but write to a scratch folder.
-            scratch = os.path.join(config.model_dir, f".worker_tmp_{_worker_tag(strategy)}")
+            scratch = worker_scratch_dir(self.config.model_dir, _worker_tag(self.strategy))
             self.write_manager = tf.train.CheckpointManager(self.checkpoint, scratch, max_to_keep=1)
-        self.preemption = None
-        self._partial = (0.0, 0, 0.0)  # The running epoch's (loss sum, steps, seconds) so far.
-        if is_multi_worker_or_tpu(strategy):
-            # Saves a checkpoint and exits cleanly when the platform announces a preemption;
-            # it also restores the latest checkpoint on creation. It saves through _save, as every
-            # other checkpoint here: named by step, with the history and the running epoch's sums
-            # (its own save would name it by save count, without them).
-            self.preemption = tf.distribute.experimental.PreemptionCheckpointHandler(
-                strategy.cluster_resolver,
-                self.manager,
-                termination_config=tf.distribute.experimental.TerminationConfig(
-                    save_fn=lambda: self._save(self._partial)
-                ),
-            )
-        self.train_loop = self._make_train_loop()
-        self.eval_fn = make_eval_fn(
-            self.model, strategy, input_pipeline.eval_items_per_user(self.meta), self.dtype
-        )
-        summaries = config.summaries_dir or os.path.join(config.model_dir, "summaries")
-        self.writer = (
-            tf.summary.create_file_writer(summaries)
-            if self.is_chief
-            else tf.summary.create_noop_writer()
+
+    def _preemption_handler(self) -> tf.distribute.experimental.PreemptionCheckpointHandler | None:
+        """Multi-worker and TPU runs: the handler that checkpoints on a preemption notice."""
+        if not is_multi_worker_or_tpu(self.strategy):
+            return None
+        # Saves a checkpoint and exits cleanly when the platform announces a preemption;
+        # it also restores the latest checkpoint on creation. It saves through _save, as every
+        # other checkpoint here: named by step, with the history and the running epoch's sums
+        # (its own save would name it by save count, without them).
+        return tf.distribute.experimental.PreemptionCheckpointHandler(
+            self.strategy.cluster_resolver,
+            self.manager,
+            termination_config=tf.distribute.experimental.TerminationConfig(
+                save_fn=lambda: self._save(self._partial)
+            ),
         )
 
-    # -- the step -----------------------------------------------------------------------------
-
-    def _make_train_loop(self):
-        strategy, model, variables = self.strategy, self.model, self.variables
-        optimizer, loss_scale, dense = self.optimizer, self.loss_scale, self.dense
-        global_batch = float(self.layout.global_batch)
-        dtype = self.dtype
-
-        def apply(distribution, grads):
-            if loss_scale is None:
-                optimizer.apply(distribution, grads, variables)
-                return
-            inv = 1.0 / loss_scale.scale
-            grads = [
-                g * inv
-                if not isinstance(g, tf.IndexedSlices)
-                else tf.IndexedSlices(g.values * inv, g.indices, g.dense_shape)
-                for g in grads
-            ]
-            finite = tf.reduce_all(
-                [
-                    tf.reduce_all(
-                        tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g)
-                    )
-                    for g in grads
-                ]
-            )
-
-            def do_apply():
-                optimizer.apply(distribution, grads, variables)
-
-            tf.cond(finite, do_apply, lambda: None)
-            loss_scale.update(finite)
-
-        def loss_and_grads(features):
-            with tf.GradientTape() as tape:
-                logits = model.score(features["user_id"], features["item_id"], dtype)
-                labels = tf.cast(features["labels"], tf.float32)
-                weights = tf.cast(features["valid_point_mask"], tf.float32)
-                per_row = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
-                # Normalized by the global batch, so summing replicas gives the batch mean.
-                loss = tf.reduce_sum(per_row * weights) / global_batch
-                scaled = loss * loss_scale.scale if loss_scale is not None else loss
-            grads = tape.gradient(scaled, variables)
-            if dense:
-                grads = [tf.convert_to_tensor(g) for g in grads]
-            return loss, grads
-
-        if self.jit:
-            # XLA fuses the forward and backward pass (dense gradients only: XLA has no
-            # IndexedSlices). Replica-context collectives stay outside the compiled function.
-            loss_and_grads = tf.function(loss_and_grads, jit_compile=True)
-
-        def step_fn(features):
-            loss, grads = loss_and_grads(features)
-            ctx = tf.distribute.get_replica_context()
-            if strategy.num_replicas_in_sync > 1:
-                grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-            ctx.merge_call(apply, args=(grads,))
-            return loss
-
-        @tf.function
-        def train_loop(iterator, n):
-            total = tf.constant(0.0, tf.float32)
-            for _ in tf.range(n):
-                per_replica = strategy.run(step_fn, args=(next(iterator),))
-                total += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-                self.step.assign_add(1)
-            return total
-
-        return train_loop
+    def _summary_writer(self) -> tf.summary.SummaryWriter:
+        """TensorBoard's writer on the chief (``summaries_dir``, else the folder's); no-op else."""
+        if not self.is_chief:
+            return tf.summary.create_noop_writer()
+        cfg = self.config
+        return tf.summary.create_file_writer(cfg.summaries_dir or summaries_dir(cfg.model_dir))
 
     def _current_step(self) -> int:
         return int(self.step.numpy())
@@ -500,7 +272,7 @@ class _Trainer:
     # -- checkpoints and history --------------------------------------------------------------
 
     def _history_path(self, step: int) -> str:
-        return os.path.join(self.ckpt_dir, f"history-{step}.json")
+        return history_path(self.config.model_dir, step)
 
     def _save(self, partial: tuple[float, int, float] = (0.0, 0, 0.0)) -> None:
         """Checkpoints at the current step; ``partial`` is the running epoch's (loss, steps, s)."""
@@ -513,21 +285,16 @@ class _Trainer:
         step = self._current_step()
         if self.is_chief:
             os.makedirs(self.ckpt_dir, exist_ok=True)
-            with open(self._history_path(step), "w") as f:
-                json.dump(
-                    {
-                        "epochs": [dataclasses.asdict(e) for e in self.history],
-                        "partial": list(partial),
-                    },
-                    f,
-                )
+            history = {"epochs": [dataclasses.asdict(e) for e in self.history], "partial": partial}
+            # Published whole: a kill mid-write must not leave JSON the resume cannot read.
+            publish.write_text_atomic(self._history_path(step), json.dumps(history))
         self.write_manager.save(checkpoint_number=step)
         if not self.is_chief:
             shutil.rmtree(self.write_manager.directory, ignore_errors=True)
-        elif self.is_chief:
+        else:
             kept = {int(p.rsplit("-", 1)[1]) for p in self.manager.checkpoints}
-            for path in glob.glob(os.path.join(self.ckpt_dir, "history-*.json")):
-                if int(path.rsplit("-", 1)[1][:-5]) not in kept:
+            for saved, path in history_files(self.config.model_dir).items():
+                if saved not in kept:
                     os.remove(path)
 
     def _restore(self) -> tuple[float, int, float]:
@@ -559,8 +326,7 @@ class _Trainer:
         history = self.history
         spe = layout.steps_per_epoch
         stopped = bool(
-            cfg.early_stop
-            and cfg.model.hr_threshold is not None
+            cfg.model.hr_threshold is not None
             and history
             and history[-1].hr_at_10 >= cfg.model.hr_threshold
         )
@@ -593,7 +359,7 @@ class _Trainer:
                     result.eval_users,
                 )
                 threshold = cfg.model.hr_threshold
-                if cfg.early_stop and threshold is not None and result.hr_at_10 >= threshold:
+                if threshold is not None and result.hr_at_10 >= threshold:
                     log.info(
                         "HR@10 %.4f reached the target %.4f: stopping", result.hr_at_10, threshold
                     )
@@ -694,44 +460,6 @@ def summary_metrics(result: TrainResult) -> dict[str, float]:
         "best_hr_at_10": result.best.hr_at_10,
         "global_step": result.global_step,
     }
-
-
-def config_for(
-    data_dir: str,
-    model_dir: str,
-    preset: str,
-    epochs: int | None = None,
-    batch_size: int | None = None,
-    learning_rate: float | None = None,
-    hr_threshold: float | None = None,
-    **options: Any,
-) -> TrainConfig:
-    """A ``TrainConfig`` from a preset; the batch defaults to the data's pre-batch size.
-
-    ``None`` keeps the preset's value (for ``batch_size``: the data's pre-batch size); every
-    value given is checked first (``check_options``), before the data is read. ``hr_threshold``
-    replaces the preset's early-stop target (0 or less turns early stopping off).
-    """
-    from training_core.model import get_preset
-
-    check_options(
-        preset,
-        epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        hr_threshold=hr_threshold,
-        **{k: v for k, v in options.items() if k in _OPTION_RULES},
-    )
-    meta = read_metadata(data_dir)
-    model = get_preset(
-        preset,
-        epochs=epochs,
-        batch_size=meta.train_prebatch_size if batch_size is None else batch_size,
-        learning_rate=learning_rate,
-    )
-    if hr_threshold is not None:
-        model = dataclasses.replace(model, hr_threshold=hr_threshold if hr_threshold > 0 else None)
-    return TrainConfig(data_dir=data_dir, model_dir=model_dir, model=model, **options)
 
 
 def train(config: TrainConfig, strategy: tf.distribute.Strategy) -> TrainResult:

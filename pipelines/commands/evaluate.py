@@ -7,6 +7,7 @@ import json
 
 from pipelines.cli import example_epilog
 from pipelines.commands.train import add_strategy_args, strategy_from_args, write_json
+from training_core.model_dir import CHECKPOINT_SUBDIR
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,8 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model-dir", required=True, help="training output folder")
     p.add_argument(
         "--checkpoint",
-        help="a checkpoint path prefix (.../checkpoints/ckpt-100) or a folder of checkpoints "
-        "(its latest); default: the latest in --model-dir",
+        help=f"a checkpoint path prefix (.../{CHECKPOINT_SUBDIR}/ckpt-100) or a folder of "
+        "checkpoints (its latest); default: the latest in --model-dir",
     )
     p.add_argument("--metrics-out", help="write the metrics as JSON here")
     add_strategy_args(p)
@@ -40,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     """Evaluates and prints the metrics."""
     strategy = strategy_from_args(args)
 
-    from training_core.evaluate import evaluate, resolve_checkpoint
+    from training_core.evaluate import evaluate
+    from training_core.model_dir import resolve_checkpoint
 
     checkpoint = args.checkpoint
     if checkpoint:  # Checked here, so that the error names the option.

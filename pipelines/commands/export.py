@@ -6,6 +6,7 @@ import argparse
 import json
 
 from pipelines.cli import example_epilog
+from training_core.model_dir import CHECKPOINT_SUBDIR
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,8 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--checkpoint",
-        help="a checkpoint path prefix (.../checkpoints/ckpt-100) or a folder of checkpoints "
-        "(its latest); default: the latest in --model-dir",
+        help=f"a checkpoint path prefix (.../{CHECKPOINT_SUBDIR}/ckpt-100) or a folder of "
+        "checkpoints (its latest); default: the latest in --model-dir",
     )
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output")
     p.set_defaults(func=run)
@@ -48,8 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Exports and prints where, and a request to try."""
-    from training_core.evaluate import resolve_checkpoint
     from training_core.export import ExportConfig, export
+    from training_core.model_dir import resolve_checkpoint
 
     checkpoint = args.checkpoint
     if checkpoint:  # Checked here, so that the error names the option.

@@ -4,7 +4,23 @@ from __future__ import annotations
 
 import argparse
 
-from pipelines.cli import add_input_arguments, example_epilog, input_columns
+from pipelines.cli import (
+    add_beam_pipeline_args,
+    add_input_arguments,
+    beam_pipeline_args,
+    example_epilog,
+    input_columns,
+    options,
+)
+from training_core.data.config import (
+    DEFAULTS,
+    OPTIONS,
+    RUNNER_BEAM,
+    RUNNER_LOCAL,
+    RUNNERS,
+    prepare_config,
+)
+from training_core.data.sampling import EVAL_DISTINCT, EVAL_SAMPLINGS
 
 
 def _positive_or_auto(text: str) -> int | None:
@@ -36,44 +52,47 @@ def register(sub: argparse._SubParsersAction) -> None:
         p, required=False, help_text="ratings file or folder (default: the embedded sample)"
     )
     p.add_argument("--output", required=True, help="folder to write the dataset into")
+    # Each option's dest is its PrepareConfig field; None (not given) keeps the field's default.
     p.add_argument(
         "--min-ratings",
         type=int,
-        default=20,
-        help="drop users with fewer ratings (default 20 as the reference; 0 disables)",
+        help=f"drop users with fewer ratings (default {DEFAULTS['min_ratings']} as the "
+        "reference; 0 disables)",
     )
     p.add_argument(
         "--num-epochs",
         type=int,
-        default=1,
-        help="epochs of training data, each with a fresh negative draw (default 1)",
+        help="epochs of training data, each with a fresh negative draw "
+        f"(default {DEFAULTS['num_epochs']})",
     )
     p.add_argument(
-        "--num-neg", type=int, default=4, help="training negatives per positive (default 4)"
+        "--num-neg",
+        type=int,
+        help=f"training negatives per positive (default {DEFAULTS['num_neg']})",
     )
     p.add_argument(
-        "--eval-negatives", type=int, default=999, help="eval negatives per user (default 999)"
+        "--eval-negatives",
+        type=int,
+        help=f"eval negatives per user (default {DEFAULTS['eval_negatives']})",
     )
     p.add_argument(
         "--eval-sampling",
-        default="distinct",
-        choices=["distinct", "reference"],
-        help="distinct never-seen negatives (default), or the reference's sampling "
-        "with replacement, for side-by-side comparison",
+        choices=EVAL_SAMPLINGS,
+        help=f"{EVAL_DISTINCT}: never-seen negatives without repeats (default), or "
+        "the reference's sampling with replacement, for side-by-side comparison",
     )
     p.add_argument(
         "--train-batch-size",
         type=int,
-        default=1024,
-        help="rows per training record = global training batch (default 1024)",
+        help="rows per training record = global training batch "
+        f"(default {DEFAULTS['train_batch_size']})",
     )
     p.add_argument(
         "--eval-batch-size",
         type=_positive_or_auto,
-        default=None,
         help="rows per eval record; rounded to whole users (default auto)",
     )
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--seed", type=int, help=f"random seed (default {DEFAULTS['seed']})")
     p.add_argument("--num-shards", type=int, help="user shards (default: 1 per 1M rows, >= 2)")
     p.add_argument("--workers", type=int, help="worker processes (default: one per CPU core)")
     p.add_argument(
@@ -81,54 +100,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--runner",
-        default="local",
-        choices=["local", "beam"],
-        help="local: this machine (default); beam: an Apache Beam job, in-process unless "
-        "--beam-pipeline-args names a runner (same output either way; see docs/beam.md)",
+        default=RUNNER_LOCAL,
+        choices=RUNNERS,
+        help=f"{RUNNER_LOCAL}: this machine (default); {RUNNER_BEAM}: an Apache Beam job, "
+        "in-process unless --beam-pipeline-args names a runner (same output either way; see "
+        "docs/beam.md)",
     )
-    p.add_argument(
-        "--beam-pipeline-args",
-        default="",
-        help='Beam/Dataflow options for --runner beam, one string after "=": '
-        '--beam-pipeline-args="--runner=DataflowRunner '
-        "--project=P --region=R --temp_location=gs://... --machine_type=n1-highmem-8 "
-        '--max_num_workers=100 --sdk_container_image=IMAGE" (default: in-process runner)',
+    add_beam_pipeline_args(
+        p, f"--runner {RUNNER_BEAM} (Dataflow: add --machine_type, --max_num_workers)"
     )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Runs data preparation and prints a summary."""
-    import shlex
-
-    from training_core.data import prepare
+    from training_core.data import prepare_beam, report
     from training_core.data.sample_data import sample_path
 
-    config = prepare.PrepareConfig(
-        input_path=args.input or sample_path(),
-        output_dir=args.output,
-        format=args.format,
+    config = prepare_config(
+        args.input or sample_path(),
+        args.output,
         columns=input_columns(args),
-        min_ratings=args.min_ratings,
-        num_epochs=args.num_epochs,
-        num_neg=args.num_neg,
-        eval_negatives=args.eval_negatives,
-        eval_sampling=args.eval_sampling,
-        train_batch_size=args.train_batch_size,
-        eval_batch_size=args.eval_batch_size,
-        seed=args.seed,
-        num_shards=args.num_shards,
-        workers=args.workers,
-        overwrite=args.overwrite,
+        **options(args, OPTIONS),
     )
-    beam_args = shlex.split(args.beam_pipeline_args)
-    if args.runner == "beam":
-        from training_core.data import prepare_beam
-
-        result = prepare_beam.run(config, "beam", beam_args)
-    elif beam_args:
-        raise ValueError("--beam-pipeline-args needs --runner beam")
-    else:
-        result = prepare.prepare(config)
-    print(prepare.summary(result))
+    result = prepare_beam.run(config, args.runner, beam_pipeline_args(args))
+    print(report.summary(result))
     return 0

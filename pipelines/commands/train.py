@@ -6,16 +6,15 @@ import argparse
 import json
 import os
 
-from pipelines.cli import example_epilog
-
-STRATEGY_CHOICES = (
-    "auto",
-    "off",
-    "default",
-    "one_device",
-    "mirrored",
-    "multi_worker_mirrored",
-    "tpu",
+from pipelines.cli import example_epilog, options
+from training_core.presets import PRESETS
+from training_core.strategy import ALL_REDUCE_ALGS, STRATEGIES
+from training_core.train_config import (
+    DEFAULTS,
+    EMBEDDING_UPDATES,
+    OPTIONS,
+    PRECISIONS,
+    config_for,
 )
 
 
@@ -24,7 +23,7 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--strategy",
         default="auto",
-        choices=STRATEGY_CHOICES,
+        choices=STRATEGIES,
         help="distribution strategy (default auto: TPU, TF_CONFIG/CLUSTER_SPEC "
         "cluster, GPUs, else one CPU)",
     )
@@ -36,7 +35,7 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--all-reduce-alg",
-        choices=["nccl", "hierarchical_copy"],
+        choices=ALL_REDUCE_ALGS,
         help="cross-device all-reduce for mirrored (default: TensorFlow's choice)",
     )
     p.add_argument("--num-packs", type=int, default=1, help="gradient packs for that all-reduce")
@@ -44,10 +43,10 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
 
 def strategy_from_args(args: argparse.Namespace):
     """Builds the strategy first thing (multi-worker set-up must precede other TF ops)."""
-    from training_core.strategy import StrategyConfig, build_strategy
+    from training_core.strategy import build_strategy, strategy_config
 
     return build_strategy(
-        StrategyConfig(
+        strategy_config(
             name=args.strategy,
             num_gpus=args.num_gpus,
             tpu_address=args.tpu_address,
@@ -87,10 +86,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--data", required=True, help="prepared dataset folder (metadata.json)")
     p.add_argument("--model-dir", required=True, help="checkpoints and summaries folder")
+    # Each option's dest is its TrainOptions field; None (not given) keeps the field's default.
     p.add_argument(
         "--preset",
-        default="ml-1m",
-        help="hyperparameter preset: tiny, ml-100k, ml-1m (default), ml-20m",
+        help=f"hyperparameter preset: {', '.join(PRESETS)} (default {DEFAULTS['preset']})",
     )
     p.add_argument("--epochs", type=int, help="training epochs (default: the preset's)")
     p.add_argument(
@@ -101,38 +100,40 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--learning-rate", type=float, help="Adam learning rate, > 0 (default: the preset's)"
     )
-    p.add_argument("--seed", type=int, default=0, help="initialization seed (default 0)")
+    p.add_argument("--seed", type=int, help=f"initialization seed (default {DEFAULTS['seed']})")
     p.add_argument(
-        "--steps-per-loop", type=int, default=200, help="training steps per host call (default 200)"
+        "--steps-per-loop",
+        type=int,
+        help=f"training steps per host call (default {DEFAULTS['steps_per_loop']})",
     )
     p.add_argument(
         "--checkpoint-every",
+        dest="checkpoint_every_steps",
         type=int,
-        default=0,
         help="also checkpoint every N steps (default 0: each epoch only)",
     )
     p.add_argument(
         "--precision",
-        default="auto",
-        choices=["auto", "float32", "float16", "bfloat16"],
+        choices=PRECISIONS,
         help="compute dtype (default auto: bfloat16 on TPU, float16 on GPU)",
     )
     p.add_argument(
         "--embedding-updates",
-        default="auto",
-        choices=["auto", "dense", "sparse"],
+        choices=EMBEDDING_UPDATES,
         help="dense: exact Adam over whole tables (reference); sparse: touched rows "
         "only; auto (default): dense on GPU/TPU, sparse on CPU",
     )
     p.add_argument(
-        "--no-early-stop",
-        action="store_true",
-        help="train every epoch even after HR@10 reaches the preset's target",
-    )
-    p.add_argument(
         "--target-hr",
         type=float,
-        help="stop early once HR@10 reaches this (default: the preset's target)",
+        help="stop early once HR@10 reaches this (default: the preset's target; 0: never)",
+    )
+    p.add_argument(
+        "--no-early-stop",
+        dest="target_hr",
+        action="store_const",
+        const=0.0,
+        help="train every epoch even after HR@10 reaches the target (--target-hr 0)",
     )
     p.add_argument("--metrics-out", help="write per-epoch metrics as JSON here")
     p.add_argument("--plots-out", help="write an HTML page of loss/HR/NDCG per epoch here")
@@ -143,28 +144,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Checks the options and the data, builds the strategy, trains and writes the metrics."""
     from training_core import report
-    from training_core.train import config_for, train
+    from training_core.train import train
 
-    dense = {"auto": None, "dense": True, "sparse": False}[args.embedding_updates]
     # Every option (and the data folder) is checked first, each message naming its option; no
     # TensorFlow op runs before the strategy, whose building can take long (TPU start-up,
     # waiting for the other workers).
-    config = config_for(
-        args.data,
-        args.model_dir,
-        args.preset,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        learning_rate=args.learning_rate,
-        seed=args.seed,
-        steps_per_loop=args.steps_per_loop,
-        checkpoint_every_steps=args.checkpoint_every,
-        precision=args.precision,
-        dense_gradients=dense,
-        summaries_dir=os.environ.get("AIP_TENSORBOARD_LOG_DIR") or None,
-        early_stop=not args.no_early_stop,
-        hr_threshold=args.target_hr,
-    )
+    config = config_for(args.data, args.model_dir, **options(args, OPTIONS))
     strategy = strategy_from_args(args)  # Before any TensorFlow op.
     result = train(config, strategy)
     payload = result.to_dict()

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 
-from pipelines.cli import add_input_arguments, example_epilog, input_columns
+from pipelines.cli import (
+    add_beam_pipeline_args,
+    add_input_arguments,
+    beam_pipeline_args,
+    example_epilog,
+    input_columns,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -72,14 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="report anomalies as a warning and exit 0 instead of blocking",
     )
-    p.add_argument(
-        "--beam-pipeline-args",
-        action="append",
-        default=[],
-        metavar='"--runner=... ..."',
-        help="Apache Beam pipeline options, shell-quoted (repeatable); default: in process "
-        "(Beam's FnApiRunner)",
-    )
+    add_beam_pipeline_args(p, "the statistics (TFDV)")
     p.set_defaults(func=run)
 
 
@@ -103,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         min_timestamp=validate.parse_time(args.min_time),
         max_timestamp=validate.parse_time(args.max_time) if args.max_time else None,
         fail_on_anomalies=not args.warn_only,
-        beam_pipeline_args=tuple(a for s in args.beam_pipeline_args for a in shlex.split(s)),
+        beam_pipeline_args=beam_pipeline_args(args),
     )
     try:
         result = validate.validate(config)

@@ -106,7 +106,7 @@ def store(
         json.dump(
             {"task_root": task_root, "artifacts": artifacts, "parameters": parameters}, f, indent=1
         )
-    try:
+    try:  # A folder, and the first writer wins (publish's helpers replace what is there).
         os.rename(tmp, target)
     except OSError:  # Another verification stored the same execution first.
         shutil.rmtree(tmp, ignore_errors=True)

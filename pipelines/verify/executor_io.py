@@ -41,7 +41,12 @@ def task_inputs(task: template.Task, scope: Scope) -> tuple[dict[str, Any], dict
     params: dict[str, Any] = {}
     for name, binding in (inputs.get("parameters") or {}).items():
         if "componentInputParameter" in binding:
-            params[name] = scope.parameters.get(binding["componentInputParameter"])
+            value = scope.parameters.get(binding["componentInputParameter"])
+            if value is None:
+                # An optional parameter left unset: the KFP driver leaves it out of the executor
+                # input (its ErrResolvedParameterNull case), so the component's default applies.
+                continue
+            params[name] = value
         elif "runtimeValue" in binding:
             params[name] = binding["runtimeValue"].get("constant")
         elif "taskOutputParameter" in binding:

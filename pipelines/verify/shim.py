@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 import sys
 
+from training_core.publish import write_text_atomic
+
 GCS_DIR_ENV = "NCF_VERIFY_GCS_DIR"
 WRITE_LOG_ENV = "NCF_VERIFY_WRITE_LOG"
 OFFLINE_ENV = "NCF_VERIFY_OFFLINE"
@@ -233,11 +235,7 @@ if _spec is not None and _spec.loader is not None:
 def write_shim(directory: str) -> str:
     """Writes ``sitecustomize.py`` into ``directory`` (created) and returns the directory."""
     os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, "sitecustomize.py")
-    tmp = f"{path}.partial"
-    with open(tmp, "w") as f:
-        f.write(SITECUSTOMIZE)
-    os.replace(tmp, path)
+    write_text_atomic(os.path.join(directory, "sitecustomize.py"), SITECUSTOMIZE)
     return directory
 
 

@@ -3,6 +3,7 @@
 Readers of every input layout (``io``, and ``beam_source`` for Apache Beam), negative sampling
 (``sampling``), the TFRecord format (``records``), the dataset's ``metadata.json`` (``metadata``)
 and folder layout (``dataset_folder``), the preparation engines (``prepare`` on one machine,
-``prepare_beam`` as a Beam job over the same functions), and data that needs no download
-(``sample_data``, ``synthetic``). Nothing here imports the trainer.
+``prepare_beam`` as a Beam job) over the same global decisions (``plan``), shard writers
+(``shards``) and run result (``report``), and data that needs no download (``sample_data``,
+``synthetic``). Nothing here imports the trainer.
 """

@@ -16,14 +16,12 @@ that type, so that every batch of a column has the same type.
 from __future__ import annotations
 
 import dataclasses
-import gzip
-import io
 import os
+from collections.abc import Sequence
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pacsv
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
@@ -35,19 +33,24 @@ RATING_ALIASES = ("rating", "Rating", "score")
 DEFAULT_RANGE_BYTES = 64 << 20
 BATCH_ROWS = 1 << 16
 
-_HEADERLESS = ("user", "item", "rating", "timestamp")  # u.data and ratings.dat field order.
-
 
 @dataclasses.dataclass(frozen=True)
 class Source:
     """What to read and how its columns map to canonical names."""
 
     files: tuple[str, ...]
-    format: str
-    column_names: tuple[str, ...]  # Every column in file order (text) or in the schema (Parquet).
+    layout: rio.FileLayout  # The first file's (``io.describe_file``); every file is read with it.
     rename: tuple[tuple[str, str], ...]  # (column in the file, canonical name), found ones only.
-    delimiter: str = ","  # As written in the file ("::" for ratings.dat).
-    has_header: bool = True
+
+    @property
+    def format(self) -> str:
+        """The files' format (a canonical ``io`` name)."""
+        return self.layout.format
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        """Every column in file order (text) or in the schema (Parquet)."""
+        return self.layout.names
 
     @property
     def missing(self) -> tuple[str, ...]:
@@ -67,26 +70,10 @@ def describe_source(path: str, fmt: str = "auto", columns: rio.Columns | None = 
     for f in files:
         if os.path.getsize(f) == 0:
             raise rio.DataError(f"{f}: the file is empty (no interactions)")
-    if fmt == rio.PARQUET:
-        import pyarrow.parquet as pq
-
-        try:
-            names = tuple(pq.read_schema(files[0]).names)
-        except (pa.ArrowInvalid, OSError) as e:
-            raise rio.DataError(f"{files[0]}: not a readable Parquet file ({e})") from None
-        return Source(tuple(files), fmt, names, _mapping(names, columns, fmt))
-    if fmt in (rio.MOVIELENS_100K, rio.MOVIELENS_DAT):
-        delim = "\t" if fmt == rio.MOVIELENS_100K else "::"
-        return Source(
-            tuple(files), fmt, _HEADERLESS, _mapping(_HEADERLESS, columns, fmt), delim, False
-        )
-    opener = gzip.open if files[0].endswith(".gz") else open
-    with opener(files[0], "rt", errors="replace") as f:
-        first = f.readline()
-    if not first.strip():
+    layout = rio.describe_file(files[0], fmt)
+    if layout.has_header and not layout.names:  # A blank first line.
         raise rio.DataError(f"{files[0]}: the file is empty (no interactions)")
-    names = tuple(h.strip().strip('"') for h in first.rstrip("\r\n").split(","))
-    return Source(tuple(files), fmt, names, _mapping(names, columns, fmt))
+    return Source(tuple(files), layout, _mapping(layout.names, columns, fmt))
 
 
 def _mapping(names: tuple[str, ...], columns: rio.Columns, fmt: str) -> tuple[tuple[str, str], ...]:
@@ -144,7 +131,7 @@ class ReadInteractionBatches(beam.PTransform):
             )
         ranges = (
             pbegin
-            | "Ranges" >> beam.Create(_ranges(src.files, files, self._range_bytes))
+            | "Ranges" >> beam.Create(byte_ranges(src.files, files, self._range_bytes))
             | "Spread" >> beam.Reshuffle()
         )
         types = (
@@ -155,8 +142,13 @@ class ReadInteractionBatches(beam.PTransform):
         return ranges | "Parse" >> beam.FlatMap(_parse_range, src, beam.pvalue.AsSingleton(types))
 
 
-def _ranges(local: list[str], files: list[str], range_bytes: int) -> list[tuple[str, int, int]]:
-    """(file, start, end) byte ranges; a compressed file is one range (end -1)."""
+def byte_ranges(
+    local: Sequence[str], files: Sequence[str], range_bytes: int
+) -> list[tuple[str, int, int]]:
+    """(file, start, end) byte ranges of ``files``; a compressed file is one range (end -1).
+
+    Sizes come from ``local``: the same files as the launcher sees them.
+    """
     out = []
     for lf, f in zip(local, files, strict=True):
         if f.endswith(".gz"):
@@ -185,28 +177,38 @@ def read_range(path: str, start: int, end: int) -> bytes:
         return data
 
 
+def read_text_range(
+    path: str,
+    start: int,
+    end: int,
+    layout: rio.FileLayout,
+    include_columns: Sequence[str],
+    column_types: dict[str, pa.DataType],
+) -> pa.Table | None:
+    """The lines that begin in [start, end) of a text file, parsed; None when they are blank.
+
+    :func:`read_range` reads them from ``path`` (where workers open the file) and
+    ``io.parse_delimited`` parses them as ``layout`` (read by the launcher) says.
+
+    Raises:
+        pa.ArrowInvalid, pa.ArrowTypeError: text the parser rejects; the caller says where.
+    """
+    data = read_range(path, start, end)
+    if not data.strip():
+        return None
+    skip = 1 if layout.has_header and start == 0 else 0
+    return rio.parse_delimited(
+        data, layout.delimiter, layout.names, skip, include_columns, column_types
+    )
+
+
 def _parse(
     rng: tuple[str, int, int], src: Source, types: dict[str, pa.DataType] | None
 ) -> pa.Table | None:
     path, start, end = rng
-    data = read_range(path, start, end)
-    delim = src.delimiter
-    if delim == "::":
-        # pyarrow takes one-character delimiters; .dat fields are numeric, so a tab is safe.
-        data, delim = data.replace(b"::", b"\t"), "\t"
-    skip = 1 if src.has_header and start == 0 else 0
-    if not data.strip():
-        return None
     try:
-        table = pacsv.read_csv(
-            io.BytesIO(data),
-            read_options=pacsv.ReadOptions(
-                column_names=list(src.column_names), skip_rows=skip, block_size=1 << 24
-            ),
-            parse_options=pacsv.ParseOptions(delimiter=delim),
-            convert_options=pacsv.ConvertOptions(
-                include_columns=[c for c, _ in src.rename], column_types=types or {}
-            ),
+        table = read_text_range(
+            path, start, end, src.layout, [c for c, _ in src.rename], types or {}
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         where = path if end < 0 else f"{path} (bytes {start}-{end})"
@@ -214,7 +216,7 @@ def _parse(
             f"{where}: cannot be parsed as {src.format}: {e}. Fix or remove the bad line "
             "(or check --format)."
         ) from None
-    return table if table.num_rows else None
+    return table if table is not None and table.num_rows else None
 
 
 def _range_types(rng: tuple[str, int, int], src: Source) -> dict[str, tuple[str, ...]]:

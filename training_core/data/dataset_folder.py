@@ -16,6 +16,7 @@ byte: rebuilding a damaged dataset in place rewrites each file with its own cont
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -27,9 +28,16 @@ from training_core.data.metadata import (
     METADATA_FILE,
     SUCCESS_FILE,
     DatasetMetadata,
+    epoch_dir,
     read_metadata,
 )
-from training_core.publish import LOCK_FILE, PARTIAL_SUFFIX, write_text_atomic
+from training_core.publish import (
+    LOCK_FILE,
+    PARTIAL_SUFFIX,
+    hold,
+    terminate_as_exit,
+    write_text_atomic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +176,7 @@ def decide(
     return None
 
 
-def begin(out: str, build: str, num_epochs: int, epoch_dir) -> str:
+def begin(out: str, build: str, num_epochs: int) -> str:
     """Makes ``out/build`` and its folders, after removing what no published dataset names.
 
     Call while holding ``out`` (``publish.hold``). Returns the build folder's path.
@@ -210,6 +218,36 @@ def discard(out: str, build: str) -> None:
     """Removes a failed run's build folder, unless it is the published one (left as found)."""
     if build not in _kept(out):
         _remove(os.path.join(out, build))
+
+
+@contextlib.contextmanager
+def holding(out: str):
+    """``out`` held by this run (waiting for another writer), SIGTERM cleaning up on the way out.
+
+    A folder this run created is removed again if the run fails before publishing.
+    """
+    created = not os.path.exists(out)
+    try:
+        with terminate_as_exit(), hold(out, "prepare-data", wait=True):
+            yield
+    except BaseException:
+        if created and not is_published(out):
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def building(out: str, build: str, num_epochs: int):
+    """Makes the build folder (:func:`begin`); a run that fails leaves ``out`` as it found it.
+
+    Yields the build folder. Wrap the decision to reuse in :func:`holding` first.
+    """
+    root = begin(out, build, num_epochs)
+    try:
+        yield root
+    except BaseException:
+        discard(out, build)
+        raise
 
 
 def _kept(out: str) -> tuple[str, ...]:

@@ -14,11 +14,10 @@ import functools
 import glob
 import gzip
 import hashlib
-import io
 import logging
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -93,6 +92,21 @@ class Columns:
     user: str | None = None
     item: str | None = None
     timestamp: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FileLayout:
+    """How one input file is laid out, as its header or schema tells (no row read).
+
+    Every reader starts here: :func:`read_interactions`, the Beam engine (``prepare_beam``) and
+    the TFDV source (``beam_source``).
+    """
+
+    path: str
+    format: str
+    names: tuple[str, ...]  # Every column in file order (text) or in the schema (Parquet).
+    delimiter: str = ""  # As written in the file ("::" for ratings.dat); "" for Parquet.
+    has_header: bool = False  # Text whose first line names the columns.
 
 
 def normalize_format(name: str) -> str:
@@ -213,12 +227,11 @@ def read_interactions(path: str, fmt: str = "auto", columns: Columns | None = No
     columns = columns or Columns()
     parts = []
     for f in files:
-        if os.path.getsize(f) == 0:
-            raise DataError(f"{f}: the file is empty (no interactions)")
+        layout = describe_file(f, fmt)
         if fmt == PARQUET:
-            parts.append(_read_parquet(f, columns))
+            parts.append(_read_parquet(layout, columns))
         else:
-            parts.append(_read_delimited(f, fmt, columns))
+            parts.append(_read_delimited(layout, columns))
     users = np.concatenate([p[0] for p in parts])
     if len(users) == 0:
         raise DataError(f"{path}: no interactions (the table has a header but no rows)")
@@ -228,6 +241,83 @@ def read_interactions(path: str, fmt: str = "auto", columns: Columns | None = No
         timestamps=np.concatenate([p[2] for p in parts]),
         source_files=tuple(files),
         format=fmt,
+    )
+
+
+def describe_file(path: str, fmt: str) -> FileLayout:
+    """The layout of one file of a canonical format (``resolve_input``'s); reads no rows.
+
+    A header line that is blank gives no names.
+
+    Raises:
+        DataError: an empty file, or a Parquet file whose schema cannot be read.
+    """
+    if os.path.getsize(path) == 0:
+        raise DataError(f"{path}: the file is empty (no interactions)")
+    if fmt == PARQUET:
+        import pyarrow.parquet as pq
+
+        try:
+            names = tuple(pq.read_schema(path).names)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise DataError(f"{path}: not a readable Parquet file ({e})") from None
+        return FileLayout(path, fmt, names)
+    delim, fixed, _ = _layout(fmt)
+    if fixed is not None:
+        return FileLayout(path, fmt, tuple(fixed), delim, has_header=False)
+    with _open_text(path) as f:
+        first = f.readline()
+    names = (
+        tuple(h.strip().strip('"') for h in first.rstrip("\r\n").split(delim))
+        if first.strip()
+        else ()
+    )
+    return FileLayout(path, fmt, names, delim, has_header=True)
+
+
+def interaction_columns(layout: FileLayout, columns: Columns) -> tuple[str, str, str]:
+    """A file's user, item and timestamp columns: as ``columns`` names them, else by alias.
+
+    Headerless layouts (``u.data``, ``ratings.dat``) have fixed names and ignore ``columns``.
+
+    Raises:
+        DataError: a column that is not there, naming the file, the columns and the flag.
+    """
+    if layout.format != PARQUET and not layout.has_header:
+        return "user", "item", "timestamp"
+    return _select(list(layout.names), columns, layout.path)
+
+
+def parse_delimited(
+    data: bytes,
+    delimiter: str,
+    column_names: Sequence[str] | None,
+    skip_rows: int,
+    include_columns: Sequence[str],
+    column_types: dict[str, pa.DataType],
+) -> pa.Table:
+    """Delimited text (a whole file or a range of its lines) as an Arrow table, with pyarrow.
+
+    ``column_names`` None: the first line is the header, as pyarrow reads it. Callers pass a
+    temporary or a range for ``data``: a ``::`` file is rewritten with tabs, a copy.
+
+    Raises:
+        pa.ArrowInvalid, pa.ArrowTypeError: text the parser rejects; the caller names the line.
+    """
+    if delimiter == "::":
+        # pyarrow takes one-character delimiters; .dat fields are numeric, so a tab is safe.
+        data, delimiter = data.replace(b"::", b"\t"), "\t"
+    return pacsv.read_csv(
+        pa.py_buffer(data),
+        read_options=pacsv.ReadOptions(
+            column_names=None if column_names is None else list(column_names),
+            skip_rows=skip_rows,
+            block_size=_BLOCK_BYTES,
+        ),
+        parse_options=pacsv.ParseOptions(delimiter=delimiter),
+        convert_options=pacsv.ConvertOptions(
+            include_columns=list(include_columns), column_types=column_types
+        ),
     )
 
 
@@ -274,35 +364,23 @@ def _select(available: list[str], columns: Columns, where: str) -> tuple[str, st
     )
 
 
-def _read_delimited(path: str, fmt: str, columns: Columns) -> tuple[np.ndarray, ...]:
-    delim, names, nfields = _layout(fmt)
-    raw = _read_bytes(path)
-    if delim == "::":
-        # pyarrow takes one-character delimiters; .dat fields are numeric, so a tab is safe.
-        raw = raw.replace(b"::", b"\t")
-        delim = "\t"
-    if names is None:
-        header_line = raw.split(b"\n", 1)[0].decode("utf-8", "replace").strip("\r")
-        header = [h.strip().strip('"') for h in header_line.split(delim)]
-        user_col, item_col, time_col = _select(header, columns, path)
-        read_opts = pacsv.ReadOptions(block_size=_BLOCK_BYTES)
-    else:
-        user_col, item_col, time_col = "user", "item", "timestamp"
-        read_opts = pacsv.ReadOptions(column_names=names, block_size=_BLOCK_BYTES)
-        header = names
-    convert = pacsv.ConvertOptions(
-        include_columns=[user_col, item_col, time_col],
-        column_types={user_col: pa.int64(), item_col: pa.int64()},
-    )
+def _read_delimited(layout: FileLayout, columns: Columns) -> tuple[np.ndarray, ...]:
+    path = layout.path
+    wanted = interaction_columns(layout, columns)
+    user_col, item_col, time_col = wanted
     locate = functools.partial(
-        locate_error, path, fmt, header, (user_col, item_col, time_col), names is None
+        locate_error, path, layout.format, list(layout.names), wanted, layout.has_header
     )
     try:
-        table = pacsv.read_csv(
-            io.BytesIO(raw),
-            read_options=read_opts,
-            parse_options=pacsv.ParseOptions(delimiter=delim),
-            convert_options=convert,
+        table = parse_delimited(
+            _read_bytes(path),  # Not kept here: a "::" file is parsed from its rewritten copy.
+            layout.delimiter,
+            # The names as describe_file cleaned them (a header may pad its commas with spaces),
+            # as the Beam readers pass them; a blank header line is left to the parser.
+            layout.names or None,
+            1 if layout.has_header and layout.names else 0,
+            wanted,
+            {user_col: pa.int64(), item_col: pa.int64()},
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         raise locate(str(e)) from None
@@ -447,16 +525,12 @@ def locate_error(
     return DataError(f"{path}: could not be parsed as {fmt}: {arrow_message}")
 
 
-def _read_parquet(path: str, columns: Columns) -> tuple[np.ndarray, ...]:
+def _read_parquet(layout: FileLayout, columns: Columns) -> tuple[np.ndarray, ...]:
     import pyarrow.parquet as pq
 
-    try:
-        schema = pq.read_schema(path)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise DataError(f"{path}: not a readable Parquet file ({e})") from None
-    user_col, item_col, time_col = _select(schema.names, columns, path)
-    table = pq.read_table(path, columns=[user_col, item_col, time_col])
-    return _columns_to_arrays(table, user_col, item_col, time_col, path)
+    user_col, item_col, time_col = interaction_columns(layout, columns)
+    table = pq.read_table(layout.path, columns=[user_col, item_col, time_col])
+    return _columns_to_arrays(table, user_col, item_col, time_col, layout.path)
 
 
 def _columns_to_arrays(

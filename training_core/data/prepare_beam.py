@@ -2,17 +2,17 @@
 
 The files are byte for byte those :mod:`training_core.data.prepare` writes on one machine.
 
-The pipeline takes the same global decisions with the same functions:
+The pipeline takes the same global decisions with the same functions (``plan``):
 
-1. **Read** chunks, not rows: byte ranges of text files (``beam_source``'s range reader) and
-   Parquet row groups, parsed with pyarrow into int64 arrays, each row keyed by its place in the
-   input (chunk, row): the tie-breaker the single-machine path takes from file order.
+1. **Read** chunks, not rows: byte ranges of text files (``beam_source.read_text_range``, with
+   ``io``'s layouts and parser) and Parquet row groups, into int64 arrays, each row keyed by its
+   place in the input (chunk, row): the tie-breaker the single-machine path takes from file order.
 2. **Clean** per bucket of raw users (one shuffle): keep the latest of repeated (user, item) rows,
    drop users under ``--min-ratings``. A global combine of the buckets' per-user and per-item
    counts drops users who rated every item and yields the sorted vocabularies (contiguous ids in
-   ascending raw-id order) and the plan (shards, eval batch, fingerprint) as a side input.
+   ascending raw-id order) and the plan (``plan.make_plan``) as a side input.
 3. **Shard** by ``user_index % num_shards`` (second shuffle); per shard, sort by (time, input
-   order), then ``sampling``'s vectorized eval and training draws and ``prepare``'s writers, with
+   order), then ``sampling``'s vectorized eval and training draws and ``shards``' writers, with
    generators seeded by (seed, shard, purpose, epoch): same seed, same bytes, any worker count.
 4. The launcher assembles ``metadata.json`` from the shards' counts and publishes it last.
 
@@ -35,19 +35,25 @@ import traceback
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pacsv
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from training_core.data import beam_source, dataset_folder, prepare, records, sampling
+from training_core import publish
+from training_core.data import (
+    beam_source,
+    dataset_folder,
+    plan,
+    prepare,
+    records,
+    report,
+    sampling,
+    shards,
+)
 from training_core.data import io as rio
+from training_core.data.config import RUNNER_LOCAL, PrepareConfig, check_runner
 from training_core.data.metadata import ITEM_VOCAB, USER_VOCAB, ShardFile, epoch_dir
 
 log = logging.getLogger(__name__)
-
-RUNNER_LOCAL = "local"  # One machine: training_core.data.prepare.
-RUNNER_BEAM = "beam"  # Apache Beam: in-process here, Dataflow with --runner=DataflowRunner.
-RUNNERS = (RUNNER_LOCAL, RUNNER_BEAM)
 
 _SUMMARY = "summary.json"
 _ROW_BITS = 32  # Input order key: chunk id << 32 | row within the chunk.
@@ -64,18 +70,15 @@ class BeamConfig:
 
 
 def run(
-    config: prepare.PrepareConfig,
+    config: PrepareConfig,
     runner: str = RUNNER_LOCAL,
     beam_pipeline_args: tuple[str, ...] | list[str] = (),
-) -> prepare.PrepareResult:
+) -> report.PrepareResult:
     """Prepares data on one machine (``local``) or on Apache Beam (``beam``); same output."""
+    check_runner(runner, beam_pipeline_args)
     if runner == RUNNER_LOCAL:
-        if beam_pipeline_args:
-            raise ValueError("Beam pipeline options need --runner beam")
         return prepare.prepare(config)
-    if runner == RUNNER_BEAM:
-        return prepare_beam(config, BeamConfig(tuple(beam_pipeline_args)))
-    raise ValueError(f"unknown data prep runner {runner!r}; use one of {', '.join(RUNNERS)}")
+    return prepare_beam(config, BeamConfig(tuple(beam_pipeline_args)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,14 +128,11 @@ def _reporting(fn):
 
 @dataclasses.dataclass(frozen=True)
 class FileSpec:
-    """One input file: where the launcher and the workers find it, and its columns."""
+    """One input file: its layout as the launcher read it, where workers open it, its columns."""
 
-    local_path: str  # As the launcher sees it (named in messages, as the single path does).
+    layout: rio.FileLayout  # Its path as the launcher sees it (named in messages, as io does).
     path: str  # As workers open it (gs:// on Dataflow).
-    format: str
-    header: tuple[str, ...]  # Every column in file order (text) or the schema (Parquet).
     wanted: tuple[str, str, str]  # User, item and timestamp columns.
-    has_header: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,28 +155,9 @@ def describe_files(
     """Checks every file's header or schema with the single path's messages; reads no rows."""
     specs = []
     for f in files:
-        if os.path.getsize(f) == 0:
-            raise rio.DataError(f"{f}: the file is empty (no interactions)")
-        if fmt == rio.PARQUET:
-            import pyarrow.parquet as pq
-
-            try:
-                names = tuple(pq.read_schema(f).names)
-            except (pa.ArrowInvalid, OSError) as e:
-                raise rio.DataError(f"{f}: not a readable Parquet file ({e})") from None
-            wanted = rio._select(list(names), columns, f)
-            has_header = False
-        else:
-            delim, fixed, _ = rio._layout(fmt)
-            if fixed is None:
-                with rio._open_text(f) as fh:
-                    first = fh.readline().rstrip("\r\n")
-                names = tuple(h.strip().strip('"') for h in first.split(delim))
-                wanted = rio._select(list(names), columns, f)
-                has_header = True
-            else:
-                names, wanted, has_header = tuple(fixed), ("user", "item", "timestamp"), False
-        specs.append(FileSpec(f, beam_source.beam_path(f, remote), fmt, names, wanted, has_header))
+        layout = rio.describe_file(f, fmt)
+        wanted = rio.interaction_columns(layout, columns)
+        specs.append(FileSpec(layout, beam_source.beam_path(f, remote), wanted))
     return specs
 
 
@@ -184,16 +165,18 @@ def list_chunks(specs: list[FileSpec], range_bytes: int) -> list[Chunk]:
     """Chunks in input order: their ids order rows as the single path's file order does."""
     out: list[Chunk] = []
     for i, spec in enumerate(specs):
-        if spec.format == rio.PARQUET:
+        if spec.layout.format == rio.PARQUET:
             import pyarrow.parquet as pq
 
-            meta = pq.ParquetFile(spec.local_path).metadata
+            meta = pq.ParquetFile(spec.layout.path).metadata
             first = 0
             for g in range(meta.num_row_groups):
                 out.append(Chunk(len(out), i, g, first))
                 first += meta.row_group(g).num_rows
         else:
-            for _, start, end in beam_source._ranges([spec.local_path], [spec.path], range_bytes):
+            for _, start, end in beam_source.byte_ranges(
+                [spec.layout.path], [spec.path], range_bytes
+            ):
                 out.append(Chunk(len(out), i, start, end))
     return out
 
@@ -201,45 +184,37 @@ def list_chunks(specs: list[FileSpec], range_bytes: int) -> list[Chunk]:
 def read_chunk(chunk: Chunk, specs: list[FileSpec]):
     """One chunk as (users, items, timestamps, input order) int64 arrays; [] when empty."""
     spec = specs[chunk.file]
+    local_path = spec.layout.path
     user_col, item_col, time_col = spec.wanted
-    if spec.format == rio.PARQUET:
+    if spec.layout.format == rio.PARQUET:
         import pyarrow.parquet as pq
 
         with FileSystems.open(spec.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             table = pq.ParquetFile(f).read_row_group(chunk.start, columns=list(spec.wanted))
         try:
-            arrays = rio._columns_to_arrays(table, user_col, item_col, time_col, spec.local_path)
+            arrays = rio._columns_to_arrays(table, user_col, item_col, time_col, local_path)
         except rio.DataError as e:  # Row numbers count from the row group: make them global.
             message = re.sub(
                 r"data row (\d+)", lambda m: f"data row {int(m[1]) + chunk.end}", str(e)
             )
             raise _report("data", message) from None
     else:
-        data = beam_source.read_range(spec.path, chunk.start, chunk.end)
-        delim = rio._layout(spec.format)[0]
-        if delim == "::":
-            data, delim = data.replace(b"::", b"\t"), "\t"
-        if not data.strip():
-            return []
         try:
-            table = pacsv.read_csv(
-                pa.py_buffer(data),
-                read_options=pacsv.ReadOptions(
-                    column_names=list(spec.header),
-                    skip_rows=1 if spec.has_header and chunk.start == 0 else 0,
-                    block_size=1 << 24,
-                ),
-                parse_options=pacsv.ParseOptions(delimiter=delim),
-                convert_options=pacsv.ConvertOptions(
-                    include_columns=list(spec.wanted),
-                    column_types={user_col: pa.int64(), item_col: pa.int64()},
-                ),
+            table = beam_source.read_text_range(
+                spec.path,
+                chunk.start,
+                chunk.end,
+                spec.layout,
+                spec.wanted,
+                {user_col: pa.int64(), item_col: pa.int64()},
             )
         except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
             # The launcher finds the first bad line of the file, as the single path does.
             raise _report("parse", e, file=chunk.file) from None
+        if table is None:
+            return []
         try:
-            arrays = rio._columns_to_arrays(table, user_col, item_col, time_col, spec.local_path)
+            arrays = rio._columns_to_arrays(table, user_col, item_col, time_col, local_path)
         except rio.DataError as e:
             where = f" (row counted from byte {chunk.start})" if chunk.start > 0 else ""
             raise _report("data", f"{e}{where}") from None
@@ -338,12 +313,12 @@ class Summary:
     user_vocab: np.ndarray
     item_vocab: np.ndarray
     stats: dict[str, int]
-    plan: prepare.Plan
+    plan: plan.Plan
 
 
 def summarize(
     buckets: list[BucketSummary],
-    config: prepare.PrepareConfig,
+    config: PrepareConfig,
     fmt: str,
     source_sha: str,
     input_path: str,
@@ -384,13 +359,13 @@ def summarize(
         dropped += int(full.sum())
         stats["users_with_every_item"] = dropped
     if not alive.any():
-        raise prepare.nothing_left(stats, config.min_ratings)
+        raise plan.nothing_left(stats, config.min_ratings)
     stats["rows_kept"] = int(counts[alive].sum())
     user_vocab, item_vocab = users[alive], item_ids[present]
-    plan = prepare.make_plan(
+    decided = plan.make_plan(
         config, fmt, source_sha, stats["rows_kept"], len(user_vocab), len(item_vocab)
     )
-    return Summary(user_vocab, item_vocab, stats, plan)
+    return Summary(user_vocab, item_vocab, stats, decided)
 
 
 def to_shards(rows, summary: Summary):
@@ -409,30 +384,43 @@ def to_shards(rows, summary: Summary):
 # ---------------------------------------------------------------------------------------------
 
 
-def _writer(remote: bool) -> prepare.RecordWriter:
+class _BeamFiles:
+    """``publish.Files`` through Beam's FileSystems, so ``atomic_output`` writes ``gs://`` paths.
+
+    Unlike ``publish.LOCAL_FILES`` there is no fsync (an object store has none), and the target is
+    deleted before the rename (on Cloud Storage a rename is a copy and a delete).
+    """
+
+    def open(self, path: str, mode: str):
+        return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+    def publish(self, tmp: str, path: str) -> None:
+        if FileSystems.exists(path):
+            FileSystems.delete([path])
+        FileSystems.rename([tmp], [path])
+
+    def discard(self, tmp: str) -> None:
+        if FileSystems.exists(tmp):
+            FileSystems.delete([tmp])
+
+
+_BEAM_FILES = _BeamFiles()
+
+
+def _writer(remote: bool) -> shards.RecordWriter:
     if not remote:
         return records.write_tfrecord_file
 
     def write(path: str, recs) -> int:
-        tmp, size = f"{path}.partial", 0
-        with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            for rec in recs:
-                frame = records.frame_record(rec)
-                f.write(frame)
-                size += len(frame)
-        FileSystems.rename([tmp], [path])
-        return size
+        with publish.atomic_output(path, files=_BEAM_FILES) as f:
+            return records.write_frames(f, recs)
 
     return write
 
 
 def _write_text(path: str, text: str) -> None:
-    tmp = f"{path}.partial"
-    with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    with publish.atomic_output(path, files=_BEAM_FILES) as f:
         f.write(text.encode())
-    if FileSystems.exists(path):
-        FileSystems.delete([path])
-    FileSystems.rename([tmp], [path])
 
 
 def build_shard(index: int, parts, num_items: int) -> sampling.Shard:
@@ -444,7 +432,7 @@ def build_shard(index: int, parts, num_items: int) -> sampling.Shard:
     return sampling.Shard(index, users.astype(np.int64), offsets, iidx[idx], num_items)
 
 
-def write_shard(element, summary: Summary, config: prepare.PrepareConfig, out: str, remote: bool):
+def write_shard(element, summary: Summary, config: PrepareConfig, out: str, remote: bool):
     """Eval and every epoch's training file of one shard; its counts go to the staging folder."""
     t0 = time.perf_counter()
     index, parts = element
@@ -452,9 +440,9 @@ def write_shard(element, summary: Summary, config: prepare.PrepareConfig, out: s
     comp = sampling.complement(shard)
     opts = summary.plan.shard_options(config)
     write = _writer(remote)
-    eval_file, short = prepare.write_eval_shard(shard, comp, opts, out, write)
+    eval_file, short = shards.write_eval_shard(shard, comp, opts, out, write)
     train = [
-        dataclasses.asdict(prepare.write_train_shard(shard, comp, e, opts, out, write))
+        dataclasses.asdict(shards.write_train_shard(shard, comp, e, opts, out, write))
         for e in range(config.num_epochs)
     ]
     result = {
@@ -474,8 +462,8 @@ def write_shard(element, summary: Summary, config: prepare.PrepareConfig, out: s
 
 def write_summary(summary: Summary, out: str) -> None:
     """Vocabularies and the counts the launcher needs for metadata.json."""
-    _write_text(FileSystems.join(out, USER_VOCAB), prepare.vocab_text(summary.user_vocab))
-    _write_text(FileSystems.join(out, ITEM_VOCAB), prepare.vocab_text(summary.item_vocab))
+    _write_text(FileSystems.join(out, USER_VOCAB), plan.vocab_text(summary.user_vocab))
+    _write_text(FileSystems.join(out, ITEM_VOCAB), plan.vocab_text(summary.item_vocab))
     payload = {
         "stats": summary.stats,
         "num_users": len(summary.user_vocab),
@@ -492,7 +480,7 @@ def write_summary(summary: Summary, out: str) -> None:
 
 def build_pipeline(
     p: beam.Pipeline,
-    config: prepare.PrepareConfig,
+    config: PrepareConfig,
     specs: list[FileSpec],
     chunks: list[Chunk],
     num_buckets: int,
@@ -527,9 +515,7 @@ def build_pipeline(
     )
 
 
-def _predicted_fingerprint(
-    config: prepare.PrepareConfig, out: str, fmt: str, source_sha: str
-) -> str:
+def _predicted_fingerprint(config: PrepareConfig, out: str, fmt: str, source_sha: str) -> str:
     """The fingerprint this run will have, known before the job where it matters.
 
     When ``out`` holds a dataset of the same source and cleaning options, its counts fix the
@@ -550,12 +536,12 @@ def _predicted_fingerprint(
     if not same_cleaning:
         return "(different)"
     try:
-        plan = prepare.make_plan(
+        decided = plan.make_plan(
             config, fmt, source_sha, m.source["rows_kept"], m.num_users, m.num_items
         )
     except ValueError:
         return "(different)"
-    return plan.fingerprint
+    return decided.fingerprint
 
 
 def _raise_failure(error: BaseException, specs: list[FileSpec]) -> None:
@@ -564,13 +550,13 @@ def _raise_failure(error: BaseException, specs: list[FileSpec]) -> None:
     if payload is None:
         return
     if payload["kind"] == "parse":
-        spec = specs[payload["file"]]
+        layout = specs[payload["file"]].layout
         raise rio.locate_error(
-            spec.local_path,
-            spec.format,
-            list(spec.header),
-            spec.wanted,
-            spec.has_header,
+            layout.path,
+            layout.format,
+            list(layout.names),
+            specs[payload["file"]].wanted,
+            layout.has_header,
             payload["message"],
         ) from None
     if payload["kind"] == "data":
@@ -586,7 +572,7 @@ def _pipeline_options(args: tuple[str, ...]):
     return options, runner_name, "dataflow" in str(runner_name).lower()
 
 
-def prepare_beam(config: prepare.PrepareConfig, beam_config: BeamConfig) -> prepare.PrepareResult:
+def prepare_beam(config: PrepareConfig, beam_config: BeamConfig) -> report.PrepareResult:
     """Runs data preparation as a Beam job; the files equal ``prepare.prepare``'s byte for byte.
 
     Without ``--runner`` in the pipeline options the job runs on Beam's in-process FnApiRunner
@@ -600,20 +586,20 @@ def prepare_beam(config: prepare.PrepareConfig, beam_config: BeamConfig) -> prep
     specs = describe_files(files, fmt, config.columns, remote)
     source_sha = rio.file_sha256(files)
     out = config.output_dir
-    build = prepare.build_name(config, source_sha)
-    with prepare.holding(out):
+    build = plan.build_name(config, source_sha)
+    with dataset_folder.holding(out):
         fingerprint = _predicted_fingerprint(config, out, fmt, source_sha)
         existing = dataset_folder.decide(out, (fingerprint,), build, config.overwrite)
         if existing is not None:
             log.info(
                 "%s already holds this dataset (%s); reusing it", out, existing.fingerprint[:12]
             )
-            return prepare.PrepareResult(
-                existing, out, True, time.perf_counter() - t0, prepare.dataset_bytes(existing)
+            return report.PrepareResult(
+                existing, out, True, time.perf_counter() - t0, report.dataset_bytes(existing)
             )
         chunks = list_chunks(specs, beam_config.range_bytes)
         num_buckets = beam_config.num_buckets or max(4, min(4096, 2 * len(chunks)))
-        with prepare.building(out, build, config.num_epochs) as root:
+        with dataset_folder.building(out, build, config.num_epochs) as root:
             staging = os.path.join(root, dataset_folder.BEAM_STAGING)
             os.makedirs(staging, exist_ok=True)
             log.info(
@@ -646,13 +632,13 @@ def prepare_beam(config: prepare.PrepareConfig, beam_config: BeamConfig) -> prep
             meta = _assemble(config, root, files, fmt, source_sha, build)
             shutil.rmtree(staging, ignore_errors=True)
             dataset_folder.publish(out, meta)
-    return prepare.PrepareResult(
-        meta, out, False, time.perf_counter() - t0, prepare.dataset_bytes(meta), timings
+    return report.PrepareResult(
+        meta, out, False, time.perf_counter() - t0, report.dataset_bytes(meta), timings
     )
 
 
 def _assemble(
-    config: prepare.PrepareConfig,
+    config: PrepareConfig,
     root: str,
     files: list[str],
     fmt: str,
@@ -663,7 +649,7 @@ def _assemble(
     staging = os.path.join(root, dataset_folder.BEAM_STAGING)
     with open(os.path.join(staging, _SUMMARY)) as f:
         summary = json.load(f)
-    plan = prepare.Plan(**summary["plan"])
+    decided = plan.Plan(**summary["plan"])
     stats = summary["stats"]
     for key, what in (
         ("duplicate_pairs_dropped", "repeated (user, item) rows dropped; the latest kept"),
@@ -674,7 +660,7 @@ def _assemble(
         if stats.get(key):
             log.warning("%d %s", stats[key], what)
     results = []
-    for s in range(plan.num_shards):
+    for s in range(decided.num_shards):
         path = os.path.join(staging, f"shard-{s:05d}.json")
         if not os.path.exists(path):
             raise RuntimeError(f"the Beam job finished without shard {s} ({path} is missing)")
@@ -685,9 +671,9 @@ def _assemble(
         for e in range(config.num_epochs)
     }
     eval_files = [ShardFile(**r["eval"]) for r in results]
-    return prepare.build_metadata(
+    return plan.build_metadata(
         config,
-        plan,
+        decided,
         files,
         fmt,
         source_sha,

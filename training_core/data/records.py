@@ -15,9 +15,12 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Iterable, Mapping, Sequence
+from typing import BinaryIO
 
 import google_crc32c
 import numpy as np
+
+from training_core import publish
 
 USER_ID = "user_id"
 ITEM_ID = "item_id"
@@ -180,22 +183,22 @@ def frame_record(data: bytes) -> bytes:
 
 
 def write_tfrecord_file(path: str | os.PathLike, records: Iterable[bytes]) -> int:
-    """Writes records to ``path`` through a temporary name, published by rename.
+    """Writes records to ``path`` through a temporary name, published by rename (``atomic_output``).
 
     Returns:
         The number of bytes written.
     """
-    path = os.fspath(path)
-    tmp = f"{path}.partial"
+    with publish.atomic_output(path) as f:
+        return write_frames(f, records)
+
+
+def write_frames(f: BinaryIO, records: Iterable[bytes]) -> int:
+    """Writes records as TFRecord frames to the open file ``f``; returns the bytes written."""
     size = 0
-    with open(tmp, "wb") as f:
-        for rec in records:
-            frame = frame_record(rec)
-            f.write(frame)
-            size += len(frame)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    for rec in records:
+        frame = frame_record(rec)
+        f.write(frame)
+        size += len(frame)
     return size
 
 

@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 
+from training_core import publish
 from training_core.data import io as rio
 
 
@@ -145,12 +146,10 @@ def write(interactions: rio.Interactions, output: str, layout: str, seed: int = 
         lines = _format_rows(u, i, ratings, t, ",")
     else:
         raise ValueError(f"unknown layout {layout!r}; use one of {', '.join(LAYOUTS)}")
-    opener = gzip.open if path.endswith(".gz") else open
-    tmp = path + ".partial"
-    with opener(tmp, "wb") as f:
+    files = publish.LocalFiles(gzip.open) if path.endswith(".gz") else publish.LOCAL_FILES
+    with publish.atomic_output(path, files=files) as f:
         f.write(header.encode())
         f.write(lines)
-    os.replace(tmp, path)
     return path
 
 

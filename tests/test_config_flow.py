@@ -1,0 +1,323 @@
+"""One options -> config path per step: defaults cannot drift, every flag and parameter arrives.
+
+The step configs (``training_core.data.config.PrepareConfig``, ``training_core.train_config.
+TrainOptions``) own the defaults. These tests hold to them what the other entry points offer, read
+as they run: each KFP component's parameters from its compiled component spec, the pipeline's
+parameters from the compiled pipeline (following each one to the task input it feeds), and each
+CLI flag by running the subcommand with the flag set and catching the config it builds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import yaml
+
+from components.prepare_data import prepare_data
+from components.train_model import train_model
+from pipelines import cli
+from training_core import options, train_config
+from training_core.data import config as prep_config
+from training_core.presets import get_preset
+
+# Component parameters that are not step options, and why; any other must be an option.
+NOT_OPTIONS = {
+    "prepare_data": {
+        "raw_data": "input artifact",
+        "examples": "output artifact",
+        "data_fingerprint": "keys the cache only",
+        "runner": "which engine (training_core.data.config.RUNNERS)",
+        "beam_pipeline_args": "how the Beam engine runs",
+    },
+    "train_model": {
+        "examples": "input artifact",
+        "model": "output artifact",
+        "metrics": "output artifact",
+        "plots": "output artifact",
+        "distribution_strategy": "strategy_config(name=...)",
+        "tpu_address": "strategy_config",
+        "expect_accelerator": "strategy_config",
+        "expect_accelerator_count": "strategy_config",
+    },
+}
+STEPS = {
+    "prepare_data": (prepare_data, prep_config.DEFAULTS, prep_config.COMPONENT_NAMES),
+    "train_model": (train_model, train_config.DEFAULTS, {}),
+}
+_KFP_TYPES = {"Integer": int, "Float": float, "String": str, "Boolean": bool}
+
+
+def _option(step: str, parameter: str) -> str | None:
+    _, defaults, renames = STEPS[step]
+    by_parameter = {renames.get(o, o): o for o in defaults}
+    return by_parameter.get(parameter)
+
+
+@pytest.mark.parametrize("step", sorted(STEPS))
+def test_every_component_parameter_is_an_option_with_its_default(step):
+    component, defaults, _ = STEPS[step]
+    inputs = component.component_spec.inputs
+    outputs = component.component_spec.outputs or {}
+    seen = set()
+    for name in [*inputs, *outputs]:
+        option = _option(step, name)
+        if option is None:
+            assert name in NOT_OPTIONS[step], f"{step}.{name} is neither an option nor listed"
+            continue
+        seen.add(option)
+        spec = inputs[name]
+        expected = options.kfp_default(defaults[option], _KFP_TYPES[spec.type])
+        assert spec.default == expected, f"{step}.{name}: {spec.default!r} != {expected!r}"
+        assert type(spec.default) is type(expected), f"{step}.{name}"
+    assert not set(NOT_OPTIONS[step]) - set(inputs) - set(outputs), "stale NOT_OPTIONS entries"
+    # Options a component does not offer are the ones only a command line has.
+    only_cli = {
+        "prepare_data": {"columns", "num_shards", "workers", "overwrite"},
+        "train_model": {"learning_rate", "steps_per_loop", "precision", "embedding_updates"},
+    }[step]
+    assert set(defaults) - seen == only_cli
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    from pipelines import pipeline, profiles
+
+    path = tmp_path_factory.mktemp("compiled") / "ncf.yaml"
+    pipeline.compile_pipeline(profiles.BUILTIN["cpu"], str(path))
+    return yaml.safe_load(open(path))
+
+
+def test_pipeline_parameters_default_to_what_the_steps_they_feed_default_to(compiled):
+    """Each pipeline parameter followed, as compiled, to the task inputs it is bound to."""
+    declared = compiled["root"]["inputDefinitions"]["parameters"]
+    tasks = compiled["root"]["dag"]["tasks"]
+    checked = {}
+    for task_name, task in tasks.items():
+        step = task["componentRef"]["name"].removeprefix("comp-")
+        step = step.replace("-", "_")
+        if step not in STEPS:
+            continue
+        _, defaults, _ = STEPS[step]
+        for name, binding in task["inputs"].get("parameters", {}).items():
+            pipeline_param = binding.get("componentInputParameter")
+            option = _option(step, name)
+            if pipeline_param is None or option is None:
+                continue
+            kfp_type = {"NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "STRING": str}[
+                declared[pipeline_param]["parameterType"]
+            ]
+            expected = options.kfp_default(defaults[option], kfp_type)
+            got = declared[pipeline_param].get("defaultValue")
+            assert got == expected, f"{pipeline_param} -> {task_name}.{name}"
+            checked[pipeline_param] = option
+    assert checked == {
+        "data_format": "format",
+        "min_ratings": "min_ratings",
+        "data_epochs": "num_epochs",
+        "num_neg": "num_neg",
+        "eval_negatives": "eval_negatives",
+        "train_batch_size": "train_batch_size",
+        "eval_batch_size": "eval_batch_size",
+        "seed": "seed",
+        "preset": "preset",
+        "epochs": "epochs",
+        "target_hr": "target_hr",
+    }
+
+
+# --- every parameter of a component reaches its config -------------------------------------
+
+
+PREP_VALUES = {
+    "data_format": ("format", "ml-1m"),
+    "min_ratings": ("min_ratings", 3),
+    "num_epochs": ("num_epochs", 2),
+    "num_neg": ("num_neg", 7),
+    "eval_negatives": ("eval_negatives", 50),
+    "eval_sampling": ("eval_sampling", "reference"),
+    "train_batch_size": ("train_batch_size", 512),
+    "eval_batch_size": ("eval_batch_size", 1000),
+    "seed": ("seed", 5),
+    "eval_users_multiple": ("eval_users_multiple", 4),
+}
+
+
+def test_each_prepare_data_parameter_reaches_the_config():
+    names = set(prepare_data.component_spec.inputs) - set(NOT_OPTIONS["prepare_data"])
+    assert names == set(PREP_VALUES)
+    default = prep_config.from_parameters("in", "out", {})
+    for name, (field, value) in PREP_VALUES.items():
+        config = prep_config.from_parameters("in", "out", {name: value})
+        assert getattr(config, field) == value != getattr(default, field), name
+    # "Not set" in KFP: the zero value of an option whose default is None.
+    assert prep_config.from_parameters("in", "out", {"eval_batch_size": 0}).eval_batch_size is None
+
+
+@pytest.fixture(scope="module")
+def data_dir(tiny_data):
+    return tiny_data
+
+
+def test_each_train_model_parameter_reaches_the_config(data_dir):
+    def build(**parameters):
+        return train_config.from_parameters(data_dir, "m", parameters)
+
+    default = build()
+    tiny = get_preset("tiny")
+    cases = {
+        "preset": ({"preset": "tiny"}, lambda c: c.model.num_factors == tiny.num_factors),
+        "epochs": ({"epochs": 7}, lambda c: c.model.epochs == 7),
+        "batch_size": ({"batch_size": 64}, lambda c: c.model.batch_size == 64),
+        "seed": ({"seed": 3}, lambda c: c.seed == 3),
+        "checkpoint_every_steps": (
+            {"checkpoint_every_steps": 9},
+            lambda c: c.checkpoint_every_steps == 9,
+        ),
+        "target_hr": ({"target_hr": 0.4}, lambda c: c.model.hr_threshold == 0.4),
+    }
+    names = set(train_model.component_spec.inputs) - set(NOT_OPTIONS["train_model"])
+    assert names == set(cases)
+    for name, (parameters, holds) in cases.items():
+        assert holds(build(**parameters)) and not holds(default), name
+    # Zero is "not set": the preset's epochs and target, the data's batch; negative: never stop.
+    assert build(epochs=0, target_hr=0.0, batch_size=0) == default
+    assert default.model.hr_threshold == get_preset(default_preset()).hr_threshold is not None
+    assert build(target_hr=-1.0).model.hr_threshold is None
+
+
+def default_preset() -> str:
+    return train_config.DEFAULTS["preset"]
+
+
+# --- every CLI flag reaches the config --------------------------------------------------------
+
+
+def _parser_flags(command: str) -> dict[str, str]:
+    """Option string -> dest of every flag of a subcommand."""
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    return {
+        action.option_strings[-1]: action.dest
+        for action in sub.choices[command]._actions
+        if action.option_strings and action.dest != "help"
+    }
+
+
+def test_each_prepare_data_flag_reaches_the_config(monkeypatch, tmp_path):
+    from training_core.data import prepare_beam, report
+
+    seen = []
+
+    def capture(config, runner, beam_args):
+        seen.append((config, runner, beam_args))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(prepare_beam, "run", capture)
+    monkeypatch.setattr(report, "summary", lambda result: "")
+    flags = {
+        "--format": (["ml-1m"], lambda c: c.format == "ml-1m"),
+        "--user-col": (["u"], lambda c: c.columns.user == "u"),
+        "--item-col": (["i"], lambda c: c.columns.item == "i"),
+        "--time-col": (["t"], lambda c: c.columns.timestamp == "t"),
+        "--min-ratings": (["3"], lambda c: c.min_ratings == 3),
+        "--num-epochs": (["2"], lambda c: c.num_epochs == 2),
+        "--num-neg": (["7"], lambda c: c.num_neg == 7),
+        "--eval-negatives": (["50"], lambda c: c.eval_negatives == 50),
+        "--eval-sampling": (["reference"], lambda c: c.eval_sampling == "reference"),
+        "--train-batch-size": (["512"], lambda c: c.train_batch_size == 512),
+        "--eval-batch-size": (["1000"], lambda c: c.eval_batch_size == 1000),
+        "--seed": (["5"], lambda c: c.seed == 5),
+        "--num-shards": (["3"], lambda c: c.num_shards == 3),
+        "--workers": (["1"], lambda c: c.workers == 1),
+        "--overwrite": ([], lambda c: c.overwrite),
+        "--input": (["x.csv"], lambda c: c.input_path == "x.csv"),
+    }
+    not_config = {"--output", "--runner", "--beam-pipeline-args"}  # Checked below.
+    assert set(_parser_flags("prepare-data")) == set(flags) | not_config
+
+    def run(*extra):
+        seen.clear()
+        with pytest.raises(SystemExit):
+            cli.main(["prepare-data", "--output", str(tmp_path / "o"), *extra])
+        return seen[-1]
+
+    default, runner, beam_args = run()
+    assert (runner, beam_args) == ("local", ())
+    assert dataclasses.replace(default, input_path="", output_dir="") == prep_config.PrepareConfig(
+        "", ""
+    )
+    for flag, (values, holds) in flags.items():
+        config, _, _ = run(flag, *values)
+        assert holds(config) and not holds(default), flag
+    _, runner, beam_args = run(
+        "--runner", "beam", "--beam-pipeline-args=--runner=X --a=1", "--beam-pipeline-args=--b=2"
+    )
+    assert (runner, beam_args) == ("beam", ("--runner=X", "--a=1", "--b=2"))
+
+
+def test_each_train_flag_reaches_the_config(monkeypatch, data_dir, tmp_path):
+    from pipelines.commands import train as train_command
+    from training_core import train
+
+    seen = []
+
+    def capture(config, strategy):
+        seen.append(config)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(train_command, "strategy_from_args", lambda args: None)
+    monkeypatch.setattr(train, "train", capture)
+    tiny = get_preset("tiny")
+    flags = {
+        "--preset": (["tiny"], lambda c: c.model.num_factors == tiny.num_factors),
+        "--epochs": (["7"], lambda c: c.model.epochs == 7),
+        "--batch-size": (["64"], lambda c: c.model.batch_size == 64),
+        "--learning-rate": (["0.5"], lambda c: c.model.learning_rate == 0.5),
+        "--seed": (["3"], lambda c: c.seed == 3),
+        "--steps-per-loop": (["9"], lambda c: c.steps_per_loop == 9),
+        "--checkpoint-every": (["11"], lambda c: c.checkpoint_every_steps == 11),
+        "--precision": (["float16"], lambda c: c.precision == "float16"),
+        "--embedding-updates": (["dense"], lambda c: c.dense_gradients is True),
+        "--target-hr": (["0.4"], lambda c: c.model.hr_threshold == 0.4),
+        "--no-early-stop": ([], lambda c: c.model.hr_threshold is None),
+    }
+    not_config = {  # Paths, outputs, and the strategy's flags (strategy_config).
+        "--data",
+        "--model-dir",
+        "--metrics-out",
+        "--plots-out",
+        "--strategy",
+        "--num-gpus",
+        "--tpu",
+        "--all-reduce-alg",
+        "--num-packs",
+    }
+    assert set(_parser_flags("train")) == set(flags) | not_config
+
+    def run(*extra):
+        seen.clear()
+        with pytest.raises(SystemExit):
+            cli.main(["train", "--data", data_dir, "--model-dir", str(tmp_path / "m"), *extra])
+        return seen[-1]
+
+    default = run()
+    assert default == train_config.config_for(data_dir, str(tmp_path / "m"))
+    for flag, (values, holds) in flags.items():
+        config = run(flag, *values)
+        assert holds(config) and not holds(default), flag
+
+
+def test_summaries_go_where_vertex_ai_asks_whichever_way_the_run_starts(monkeypatch, data_dir):
+    monkeypatch.setenv(train_config.SUMMARIES_ENV, "gs://b/logs")
+    assert train_config.config_for(data_dir, "m").summaries_dir == "gs://b/logs"
+    assert train_config.from_parameters(data_dir, "m", {}).summaries_dir == "gs://b/logs"
+    monkeypatch.delenv(train_config.SUMMARIES_ENV)
+    assert train_config.config_for(data_dir, "m").summaries_dir is None
+
+
+def test_options_that_are_not_options_are_refused():
+    with pytest.raises(TypeError, match="not data prep options: min_rating"):
+        prep_config.prepare_config("in", "out", min_rating=3)
+    with pytest.raises(TypeError, match="not training options: epoch"):
+        train_config.config_for("/nonexistent", "m", epoch=3)

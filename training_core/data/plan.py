@@ -1,0 +1,252 @@
+"""The decisions taken once for the whole dataset, by either engine with this code.
+
+Once the source is hashed and cleaned, both engines (``prepare`` on one machine, ``prepare_beam``
+as a Beam job) take the same global decisions here: the error for data that cleaning emptied, the
+build folder's name, the :class:`Plan` (shards, eval batch, options, fingerprint) and, at the end,
+what records them: the vocabulary files' content and ``metadata.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+from importlib import metadata as importlib_metadata
+
+import numpy as np
+
+from training_core.data import dataset_folder
+from training_core.data import io as rio
+from training_core.data.config import EVAL_USERS_MULTIPLE, PrepareConfig
+from training_core.data.metadata import (
+    FORMAT_VERSION,
+    ITEM_VOCAB,
+    USER_VOCAB,
+    DatasetMetadata,
+    ShardFile,
+    epoch_dir,
+)
+from training_core.data.shards import ShardOptions
+
+log = logging.getLogger(__name__)
+
+DEFAULT_EVAL_USERS_PER_BATCH = 160  # As the reference (160 users x 1000 candidates).
+ROWS_PER_AUTO_SHARD = 1_000_000
+
+
+def nothing_left(stats: dict[str, int], min_ratings: int) -> rio.DataError:
+    """The error for data that cleaning left empty, naming the rule that emptied it."""
+    if stats.get("users_with_every_item"):
+        return rio.DataError(
+            f"every user left interacted with every item ({stats['users_with_every_item']} "
+            "users): no negatives can be drawn, and NCF learns from items a user did not "
+            "interact with. Check the input (is the item column right?) or add items."
+        )
+    return rio.DataError(
+        f"no user has at least {max(min_ratings, 2)} interactions; lower --min-ratings (now "
+        f"{min_ratings}) or check the input"
+    )
+
+
+def resolve_eval_users_per_batch(
+    requested_rows: int | None,
+    eval_negatives: int,
+    max_shard_users: int,
+    multiple: int = EVAL_USERS_MULTIPLE,
+) -> int:
+    """Users per eval record: whole users only; a size that does not fit is rounded, and said.
+
+    Automatic sizes are a multiple of ``multiple`` (the replica count training will split eval
+    records over, or 8), at most the reference's 160 users unless ``multiple`` needs more.
+    """
+    per_user = 1 + eval_negatives
+    if requested_rows is None:
+        cap = max(DEFAULT_EVAL_USERS_PER_BATCH // multiple, 1) * multiple
+        return min(cap, -(-max_shard_users // multiple) * multiple)
+    upb = max(1, round(requested_rows / per_user))
+    if upb * per_user != requested_rows:
+        log.warning(
+            "eval batch size %d does not hold whole users (%d rows each: the positive and %d "
+            "negatives); using %d (%d users) instead",
+            requested_rows,
+            per_user,
+            eval_negatives,
+            upb * per_user,
+            upb,
+        )
+    return upb
+
+
+def auto_num_shards(num_rows: int) -> int:
+    """One shard per million interactions, at least 2 and at most 256."""
+    return int(min(256, max(2, math.ceil(num_rows / ROWS_PER_AUTO_SHARD))))
+
+
+def package_version() -> str:
+    """This package's version (``unknown`` when it is not installed), part of the build name."""
+    try:
+        return importlib_metadata.version("ncf-pipelines")
+    except importlib_metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What is decided once the clean data's size is known: shards, eval batch, fingerprint."""
+
+    num_shards: int
+    eval_users_per_batch: int
+    options: dict
+    fingerprint: str
+
+    def shard_options(self, config: PrepareConfig) -> ShardOptions:
+        """The per-shard options of this plan."""
+        return ShardOptions(
+            num_shards=self.num_shards,
+            num_neg=config.num_neg,
+            seed=config.seed,
+            train_batch_size=config.train_batch_size,
+            eval_negatives=config.eval_negatives,
+            eval_sampling=config.eval_sampling,
+            eval_users_per_batch=self.eval_users_per_batch,
+        )
+
+
+def make_plan(
+    config: PrepareConfig, fmt: str, source_sha: str, rows_kept: int, num_users: int, num_items: int
+) -> Plan:
+    """Shards, eval batch, options and fingerprint: a pure function of the clean data's counts.
+
+    Raises:
+        ValueError: more eval negatives asked for than the items allow.
+    """
+    if config.eval_negatives >= num_items:
+        raise ValueError(
+            f"--eval-negatives {config.eval_negatives} asks for more negatives than the "
+            f"{num_items} items allow; use at most {num_items - 1} (the reference uses 999 on "
+            "MovieLens)"
+        )
+    num_shards = config.num_shards or auto_num_shards(rows_kept)
+    num_shards = min(num_shards, num_users)
+    max_shard_users = -(-num_users // num_shards)
+    upb = resolve_eval_users_per_batch(
+        config.eval_batch_size, config.eval_negatives, max_shard_users, config.eval_users_multiple
+    )
+    options = {
+        "format": fmt,
+        "columns": dataclasses.asdict(config.columns),
+        "min_ratings": config.min_ratings,
+        "num_epochs": config.num_epochs,
+        "num_neg": config.num_neg,
+        "eval_negatives": config.eval_negatives,
+        "eval_sampling": config.eval_sampling,
+        "train_batch_size": config.train_batch_size,
+        "eval_users_per_batch": upb,
+        "seed": config.seed,
+        "num_shards": num_shards,
+    }
+    fingerprint = hashlib.sha256(
+        json.dumps(
+            {"v": FORMAT_VERSION, "source": source_sha, "options": options}, sort_keys=True
+        ).encode()
+    ).hexdigest()
+    return Plan(num_shards, upb, options, fingerprint)
+
+
+def build_options(config: PrepareConfig) -> dict:
+    """The options that decide a run's bytes (not where it reads or writes, nor how fast)."""
+    skip = {"input_path", "output_dir", "workers", "overwrite"}
+    return {k: v for k, v in dataclasses.asdict(config).items() if k not in skip}
+
+
+def build_name(config: PrepareConfig, source_sha: str) -> str:
+    """The build folder this run writes (``dataset_folder.build_name``)."""
+    return dataset_folder.build_name(source_sha, build_options(config), package_version())
+
+
+def vocab_text(vocab: np.ndarray) -> str:
+    """A vocabulary file's content: the raw id of index 0, 1, ... one per line."""
+    return "\n".join(map(str, vocab.tolist())) + "\n"
+
+
+def build_metadata(
+    config: PrepareConfig,
+    plan: Plan,
+    files: list[str],
+    fmt: str,
+    source_sha: str,
+    stats: dict[str, int],
+    num_users: int,
+    num_items: int,
+    train_files: dict[str, list[ShardFile]],
+    eval_files: list[ShardFile],
+    short_users: tuple[int, int],
+    build: str,
+) -> DatasetMetadata:
+    """``metadata.json`` from the shards' counts; both engines assemble it here.
+
+    Shard paths are relative to ``build`` (the build folder); metadata names them from the
+    dataset folder.
+    """
+    short_eval, short_train = short_users
+    if short_eval:
+        log.warning(
+            "%d users have fewer than %d never-seen items; their eval rows are filled with "
+            "repeats marked in duplicate_mask",
+            short_eval,
+            config.eval_negatives,
+        )
+    if short_train:
+        log.warning(
+            "%d users have fewer than %d never-seen items (--num-neg); each of their training "
+            "positives gets repeated negatives. Lower --num-neg to avoid it.",
+            short_train,
+            config.num_neg,
+        )
+    train_files = {epoch: [_under(build, f) for f in files] for epoch, files in train_files.items()}
+    eval_files = [_under(build, f) for f in eval_files]
+    first_epoch = train_files[epoch_dir(0)]
+    upb = plan.eval_users_per_batch
+    return DatasetMetadata(
+        format_version=FORMAT_VERSION,
+        num_users=num_users,
+        num_items=num_items,
+        train_prebatch_size=config.train_batch_size,
+        eval_prebatch_size=upb * (1 + config.eval_negatives),
+        eval_users_per_batch=upb,
+        num_epochs=config.num_epochs,
+        num_neg=config.num_neg,
+        eval_negatives=config.eval_negatives,
+        eval_sampling=config.eval_sampling,
+        seed=config.seed,
+        num_train_positives=stats["rows_kept"] - num_users,
+        num_train_elements=sum(f.elements for f in first_epoch),
+        train_steps_per_epoch=sum(f.batches for f in first_epoch),
+        num_eval_users=num_users,
+        num_eval_elements=sum(f.elements for f in eval_files),
+        eval_steps=sum(f.batches for f in eval_files),
+        num_shards=plan.num_shards,
+        train_files=train_files,
+        eval_files=eval_files,
+        source={
+            "path": config.input_path,
+            "files": [os.path.basename(f) for f in files],
+            "format": fmt,
+            "sha256": source_sha,
+            **stats,
+            "eval_users_with_duplicates": short_eval,
+            "train_users_with_repeated_negatives": short_train,
+        },
+        options=plan.options,
+        fingerprint=plan.fingerprint,
+        user_vocab=f"{build}/{USER_VOCAB}",
+        item_vocab=f"{build}/{ITEM_VOCAB}",
+        created_by=f"ncf-pipelines {package_version()}",
+    )
+
+
+def _under(build: str, f: ShardFile) -> ShardFile:
+    return dataclasses.replace(f, path=f"{build}/{f.path}")

@@ -1,0 +1,68 @@
+"""What a data prep run returns, whichever engine ran it, and how it is shown.
+
+:class:`PrepareResult` (the dataset's metadata, where it is, whether it was reused, how long it
+took), the lines a person reads at the end of a run (:func:`summary`) and the counts put on a KFP
+artifact (:func:`artifact_metadata`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from training_core.data.metadata import DatasetMetadata
+
+
+@dataclasses.dataclass(frozen=True)
+class PrepareResult:
+    """What a run produced (or found already in place)."""
+
+    metadata: DatasetMetadata
+    output_dir: str
+    reused: bool
+    seconds: float
+    total_bytes: int
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def dataset_bytes(meta: DatasetMetadata) -> int:
+    """Bytes of a dataset's TFRecord files."""
+    return sum(f.bytes for fs in meta.train_files.values() for f in fs) + sum(
+        f.bytes for f in meta.eval_files
+    )
+
+
+def summary(result: PrepareResult) -> str:
+    """A few lines a person reads at the end of a run."""
+    m = result.metadata
+    files = sum(len(v) for v in m.train_files.values()) + len(m.eval_files)
+    train_rows = m.num_train_elements * m.num_epochs
+    return "\n".join(
+        [
+            f"{'Reused' if result.reused else 'Prepared'} {result.output_dir}",
+            f"  users {m.num_users:,}  items {m.num_items:,}  "
+            f"source rows {m.source['rows_read']:,} (kept {m.source['rows_kept']:,})",
+            f"  train: {train_rows:,} rows over {m.num_epochs} epoch(s), "
+            f"{m.train_steps_per_epoch:,} batches of {m.train_prebatch_size} per epoch",
+            f"  eval:  {m.num_eval_elements:,} rows, {m.eval_steps:,} batches of "
+            f"{m.eval_prebatch_size} ({m.eval_users_per_batch} users x {1 + m.eval_negatives})",
+            f"  files {files}  bytes {result.total_bytes / 1e6:,.1f} MB  "
+            f"time {result.seconds:.1f}s",
+        ]
+    )
+
+
+def artifact_metadata(result: PrepareResult) -> dict:
+    """Counts worth showing on a KFP artifact (flat, JSON-friendly)."""
+    m = result.metadata
+    return {
+        "num_users": m.num_users,
+        "num_items": m.num_items,
+        "num_train_elements": m.num_train_elements,
+        "train_steps_per_epoch": m.train_steps_per_epoch,
+        "num_epochs": m.num_epochs,
+        "num_eval_users": m.num_eval_users,
+        "eval_prebatch_size": m.eval_prebatch_size,
+        "fingerprint": m.fingerprint,
+        "source_sha256": m.source["sha256"],
+        "reused": result.reused,
+    }

@@ -1,0 +1,93 @@
+"""One shard's files: its training rows per epoch and its eval candidates, pre-batched.
+
+Both engines write every shard through these functions (``prepare`` in worker processes,
+``prepare_beam`` in Beam workers), so a shard's bytes depend only on its users and
+:class:`ShardOptions`, never on the engine or the number of workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from training_core.data import records, sampling
+from training_core.data.metadata import ShardFile, epoch_dir
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardOptions:
+    """What one shard's files depend on besides its users; both engines pass the same values."""
+
+    num_shards: int
+    num_neg: int
+    seed: int
+    train_batch_size: int
+    eval_negatives: int
+    eval_sampling: str
+    eval_users_per_batch: int
+
+
+# Writes framed records to a path (through a temporary name) and returns the bytes written.
+RecordWriter = Callable[[str, Iterable[bytes]], int]
+
+
+def _pad(arr: np.ndarray, total: int, value: int = 0) -> np.ndarray:
+    out = np.full(total, value, dtype=np.int64)
+    out[: len(arr)] = arr
+    return out
+
+
+def write_train_shard(
+    shard: sampling.Shard,
+    comp: sampling.Complement,
+    epoch: int,
+    opts: ShardOptions,
+    output_dir: str,
+    write: RecordWriter = records.write_tfrecord_file,
+) -> ShardFile:
+    """One epoch of one shard's training rows, pre-batched and padded, as one TFRecord file."""
+    rows = sampling.train_rows(shard, comp, opts.num_neg, opts.seed, epoch)
+    n = len(rows.users)
+    batch = opts.train_batch_size
+    total = max(1, -(-n // batch)) * batch
+    columns = records.as_columns(
+        [
+            _pad(rows.users, total),
+            _pad(rows.items, total),
+            _pad(np.ones(n, np.int64), total),
+            _pad(rows.labels, total),
+        ],
+        training=True,
+    )
+    rel = os.path.join("train", epoch_dir(epoch), records.shard_name(shard.index, opts.num_shards))
+    size = write(os.path.join(output_dir, rel), records.encode_examples(columns, batch))
+    return ShardFile(rel, total // batch, n, size)
+
+
+def write_eval_shard(
+    shard: sampling.Shard,
+    comp: sampling.Complement,
+    opts: ShardOptions,
+    output_dir: str,
+    write: RecordWriter = records.write_tfrecord_file,
+) -> tuple[ShardFile, int]:
+    """One shard's eval candidates as one TFRecord file; also returns its short users."""
+    ev = sampling.eval_rows(shard, comp, opts.eval_negatives, opts.seed, opts.eval_sampling)
+    upb = opts.eval_users_per_batch
+    n_users, width = ev.items.shape
+    padded_users = max(1, -(-n_users // upb)) * upb
+    users = np.zeros((padded_users, width), np.int64)
+    items = np.zeros((padded_users, width), np.int64)
+    mask = np.ones((padded_users, width), np.int64)  # Padding users are masked entirely.
+    users[:n_users] = ev.users[:, None]
+    items[:n_users] = ev.items
+    mask[:n_users] = ev.duplicate_mask
+    columns = records.as_columns(
+        [users.reshape(-1), items.reshape(-1), mask.reshape(-1)], training=False
+    )
+    rel = os.path.join("eval", records.shard_name(shard.index, opts.num_shards))
+    size = write(os.path.join(output_dir, rel), records.encode_examples(columns, upb * width))
+    return ShardFile(rel, padded_users // upb, n_users * width, size), ev.short_users

@@ -1,0 +1,232 @@
+"""The options of training: their one home (no TensorFlow import).
+
+``TrainOptions`` owns every option's default (what ``ncf-pipelines train``, the ``train_model``
+KFP component and the pipeline's parameters offer), ``_OPTION_RULES`` their rules, and
+``config_for`` is the one way options become a ``TrainConfig``: a preset resolved against the
+prepared data, every value checked first with a message naming the option. "Not set" is
+``None``: the option's default (for ``epochs``, ``learning_rate`` and ``target_hr`` the preset's,
+for ``batch_size`` the data's pre-batch size). One switch stops training early: ``target_hr``
+(``None``: the preset's target; 0 or less: never).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from training_core import options
+from training_core.presets import NeuMFConfig
+
+PRECISIONS = ("auto", "float32", "float16", "bfloat16")
+# --embedding-updates: how embedding gradients are applied (TrainConfig.dense_gradients).
+EMBEDDING_UPDATES = {"auto": None, "dense": True, "sparse": False}
+# Where Vertex AI asks a custom job to write TensorBoard summaries (a run's default there).
+SUMMARIES_ENV = "AIP_TENSORBOARD_LOG_DIR"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainOptions:
+    """What a user sets for a training run; each field's default is the option's default."""
+
+    preset: str = "ml-1m"
+    epochs: int | None = None  # None: the preset's.
+    batch_size: int | None = None  # Global over all replicas; None: the data's pre-batch size.
+    learning_rate: float | None = None  # None: the preset's.
+    target_hr: float | None = None  # Stop at this HR@10; None: the preset's; <= 0: never.
+    seed: int = 0
+    steps_per_loop: int = 200
+    checkpoint_every_steps: int = 0  # Also checkpoint every N steps; 0: each epoch only.
+    precision: str = "auto"  # bfloat16 on TPU, float16 on GPU, else float32.
+    embedding_updates: str = "auto"  # A key of EMBEDDING_UPDATES.
+
+
+OPTIONS = tuple(f.name for f in dataclasses.fields(TrainOptions))
+DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(TrainOptions)}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything one training run needs besides the strategy (``config_for`` builds it).
+
+    Attributes:
+        data_dir: a prepared dataset (``metadata.json``).
+        model_dir: checkpoints, ``model_config.json`` and summaries go here.
+        model: hyperparameters (a preset, see ``training_core.presets``); training stops early
+            once HR@10 reaches ``model.hr_threshold`` (``None``: never).
+        seed: initialization seed.
+        steps_per_loop: training steps per host call.
+        checkpoint_every_steps: also checkpoint every this many steps (0: only per epoch).
+        keep_checkpoints: checkpoints kept.
+        precision: ``auto`` (bfloat16 on TPU, float16 on GPU, else float32) or a dtype name.
+        dense_gradients: apply embedding gradients densely (exact Adam, the reference's trick);
+            ``None``: dense on GPU/TPU and for small tables, else touched rows only (lazy Adam).
+        jit_compile: XLA-compile the forward/backward pass (with dense gradients, not on TPU,
+            which compiles everything anyway).
+        summaries_dir: TensorBoard folder; ``None``: ``model_dir/summaries``.
+    """
+
+    data_dir: str
+    model_dir: str
+    model: NeuMFConfig
+    seed: int = TrainOptions.seed
+    steps_per_loop: int = TrainOptions.steps_per_loop
+    checkpoint_every_steps: int = TrainOptions.checkpoint_every_steps
+    keep_checkpoints: int = 3
+    precision: str = TrainOptions.precision
+    dense_gradients: bool | None = EMBEDDING_UPDATES[TrainOptions.embedding_updates]
+    summaries_dir: str | None = None
+    jit_compile: bool = False
+
+    def __post_init__(self) -> None:
+        m = self.model
+        check_options(
+            epochs=m.epochs,
+            batch_size=m.batch_size,
+            learning_rate=m.learning_rate,
+            target_hr=m.hr_threshold,
+            steps_per_loop=self.steps_per_loop,
+            checkpoint_every_steps=self.checkpoint_every_steps,
+            keep_checkpoints=self.keep_checkpoints,
+            precision=self.precision,
+        )
+
+
+# What each option of a run accepts, by field: (the option that sets it, the rule, its check).
+# TrainConfig and config_for check with it, so a message names the option and the value given,
+# whichever way the value came in (the CLI, the component, a test).
+_OPTION_RULES: dict[str, tuple[str, str, Any]] = {
+    "epochs": ("--epochs", "must be >= 1", lambda v: v >= 1),
+    "batch_size": (
+        "--batch-size",
+        "must be >= 1 (leave it out for the data's pre-batch size)",
+        lambda v: v >= 1,
+    ),
+    "learning_rate": ("--learning-rate", "must be > 0", lambda v: math.isfinite(v) and v > 0),
+    "target_hr": (
+        "--target-hr",
+        "must be at most 1, an HR@10 (0 or less: never stop early)",
+        lambda v: not math.isnan(v) and v <= 1,
+    ),
+    "seed": ("--seed", "must be an integer", lambda v: isinstance(v, int)),
+    "steps_per_loop": ("--steps-per-loop", "must be >= 1", lambda v: v >= 1),
+    "checkpoint_every_steps": (
+        "--checkpoint-every",
+        "must be >= 0 (0: each epoch only)",
+        lambda v: v >= 0,
+    ),
+    "keep_checkpoints": ("keep_checkpoints", "must be >= 1", lambda v: v >= 1),
+    "precision": (
+        "--precision",
+        f"must be one of {', '.join(PRECISIONS)}",
+        PRECISIONS.__contains__,
+    ),
+    "embedding_updates": (
+        "--embedding-updates",
+        f"must be one of {', '.join(EMBEDDING_UPDATES)}",
+        EMBEDDING_UPDATES.__contains__,
+    ),
+}
+
+
+def check_options(preset: str | None = None, **values: Any) -> None:
+    """Rejects option values a run cannot use; each message names the option and the value.
+
+    Args:
+        preset: a preset name (``--preset``), if one was given.
+        values: by field (a ``TrainOptions`` field, or ``keep_checkpoints``); ``None`` means
+            "the default" and is not checked.
+
+    Raises:
+        ValueError: naming every bad value, e.g. ``--learning-rate must be > 0, got -1.0``.
+    """
+    import difflib
+
+    from training_core.presets import PRESETS
+
+    problems = []
+    if preset is not None and preset not in PRESETS:
+        close = difflib.get_close_matches(str(preset), list(PRESETS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        problems.append(f"--preset {preset!r} is unknown{hint}; choose one of {', '.join(PRESETS)}")
+    for field, value in values.items():
+        option, rule, ok = _OPTION_RULES[field]
+        if value is not None and not ok(value):
+            problems.append(f"{option} {rule}, got {value!r}")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def config_for(
+    data_dir: str,
+    model_dir: str,
+    preset: str | None = None,
+    *,
+    keep_checkpoints: int = TrainConfig.keep_checkpoints,
+    jit_compile: bool = TrainConfig.jit_compile,
+    summaries_dir: str | None = None,
+    **options: Any,
+) -> TrainConfig:
+    """The ``TrainConfig`` for these options (``TrainOptions`` fields; ``None``: the default).
+
+    Every value is checked first (``check_options``), before the data is read; then the preset
+    is resolved, ``batch_size`` defaulting to the data's pre-batch size. ``summaries_dir``
+    defaults to ``$AIP_TENSORBOARD_LOG_DIR`` when Vertex AI sets it, else ``model_dir/summaries``.
+
+    Raises:
+        TypeError: a name that is not an option (a caller out of step with ``TrainOptions``).
+        ValueError: a value a run cannot use, naming the option and the value.
+        FileNotFoundError: ``data_dir`` holds no prepared dataset.
+    """
+    from training_core.data.metadata import read_metadata
+    from training_core.presets import get_preset
+
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(f"not training options: {', '.join(unknown)}; the options are {OPTIONS}")
+    given = {k: v for k, v in options.items() if v is not None}
+    if preset is not None:
+        given["preset"] = preset
+    check_options(
+        given.pop("preset", None),
+        keep_checkpoints=keep_checkpoints,
+        **{k: v for k, v in given.items()},
+    )
+    opts = TrainOptions(**{"preset": preset or TrainOptions.preset, **given})
+    meta = read_metadata(data_dir)
+    model = get_preset(
+        opts.preset,
+        epochs=opts.epochs,
+        batch_size=meta.train_prebatch_size if opts.batch_size is None else opts.batch_size,
+        learning_rate=opts.learning_rate,
+    )
+    if opts.target_hr is not None:
+        model = dataclasses.replace(
+            model, hr_threshold=opts.target_hr if opts.target_hr > 0 else None
+        )
+    return TrainConfig(
+        data_dir=data_dir,
+        model_dir=model_dir,
+        model=model,
+        seed=opts.seed,
+        steps_per_loop=opts.steps_per_loop,
+        checkpoint_every_steps=opts.checkpoint_every_steps,
+        keep_checkpoints=keep_checkpoints,
+        precision=opts.precision,
+        dense_gradients=EMBEDDING_UPDATES[opts.embedding_updates],
+        summaries_dir=summaries_dir or os.environ.get(SUMMARIES_ENV) or None,
+        jit_compile=jit_compile,
+    )
+
+
+def from_parameters(data_dir: str, model_dir: str, parameters: Mapping[str, Any]) -> TrainConfig:
+    """``config_for`` for a component's parameters (its ``locals()``); others are skipped.
+
+    In KFP parameters "not set" is the zero value (``training_core.options``): ``epochs`` 0 is
+    the preset's, ``target_hr`` 0 the preset's target (a negative one never stops early).
+    ``tests/test_config_flow.py`` holds every parameter of the component to an option (same
+    default) or to the list of those that are not options.
+    """
+    return config_for(data_dir, model_dir, **options.from_kfp(parameters, DEFAULTS))

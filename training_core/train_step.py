@@ -1,0 +1,130 @@
+"""The training step, compiled: forward and backward pass, cross-replica gradient sum, Adam.
+
+``make_train_loop`` builds the ``tf.function`` the trainer calls once per host call: it runs ``n``
+steps on a distributed iterator and returns the summed loss. Each step computes the
+sigmoid cross-entropy of the batch (normalized by the global batch, so the replicas' losses sum to
+the batch mean), sums the gradients across replicas, and applies them in cross-replica context.
+Under float16 the loss is scaled by a ``DynamicLossScale``: a step whose gradients overflow is
+skipped (no weight, moment or Adam step count moves) and the scale adjusts.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from training_core.model import NeuMF
+from training_core.optim import Adam, DynamicLossScale
+
+
+def make_train_loop(
+    strategy: tf.distribute.Strategy,
+    model: NeuMF,
+    variables: list[tf.Variable],
+    optimizer: Adam,
+    loss_scale: DynamicLossScale | None,
+    step: tf.Variable,
+    *,
+    global_batch: int,
+    dtype: tf.DType,
+    dense: bool,
+    jit: bool,
+):
+    """A ``tf.function`` ``train_loop(iterator, n)``: ``n`` steps; returns their summed loss.
+
+    Args:
+        strategy: the ``tf.distribute`` strategy the variables were created under.
+        model: the model to train.
+        variables: the trained variables, in the optimizer's order.
+        optimizer: applies the summed gradients.
+        loss_scale: the float16 loss scale; ``None`` for no loss scaling.
+        step: the global step, incremented once per step.
+        global_batch: examples per step across all replicas (the loss's denominator).
+        dtype: the compute dtype.
+        dense: convert the embedding gradients to dense tensors (exact Adam) rather than keep
+            them as ``tf.IndexedSlices`` (touched rows only).
+        jit: XLA-compile the forward and backward pass (dense gradients only).
+    """
+    loss_and_grads = _loss_and_grads_fn(
+        model, variables, loss_scale, float(global_batch), dtype, dense
+    )
+    if jit:
+        # XLA fuses the forward and backward pass (dense gradients only: XLA has no
+        # IndexedSlices). Replica-context collectives stay outside the compiled function.
+        loss_and_grads = tf.function(loss_and_grads, jit_compile=True)
+    apply = _apply_fn(optimizer, loss_scale, variables)
+
+    def step_fn(features):
+        loss, grads = loss_and_grads(features)
+        ctx = tf.distribute.get_replica_context()
+        if strategy.num_replicas_in_sync > 1:
+            grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        ctx.merge_call(apply, args=(grads,))
+        return loss
+
+    @tf.function
+    def train_loop(iterator, n):
+        total = tf.constant(0.0, tf.float32)
+        for _ in tf.range(n):
+            per_replica = strategy.run(step_fn, args=(next(iterator),))
+            total += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            step.assign_add(1)
+        return total
+
+    return train_loop
+
+
+def _loss_and_grads_fn(
+    model: NeuMF,
+    variables: list[tf.Variable],
+    loss_scale: DynamicLossScale | None,
+    global_batch: float,
+    dtype: tf.DType,
+    dense: bool,
+):
+    """One replica's ``loss_and_grads(features) -> (loss, grads)``; grads of the scaled loss."""
+
+    def loss_and_grads(features):
+        with tf.GradientTape() as tape:
+            logits = model.score(features["user_id"], features["item_id"], dtype)
+            labels = tf.cast(features["labels"], tf.float32)
+            weights = tf.cast(features["valid_point_mask"], tf.float32)
+            per_row = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+            # Normalized by the global batch, so summing replicas gives the batch mean.
+            loss = tf.reduce_sum(per_row * weights) / global_batch
+            scaled = loss * loss_scale.scale if loss_scale is not None else loss
+        grads = tape.gradient(scaled, variables)
+        if dense:
+            grads = [tf.convert_to_tensor(g) for g in grads]
+        return loss, grads
+
+    return loss_and_grads
+
+
+def _apply_fn(optimizer: Adam, loss_scale: DynamicLossScale | None, variables: list[tf.Variable]):
+    """The cross-replica ``apply(distribution, grads)``: unscales, skips a non-finite step."""
+
+    def apply(distribution, grads):
+        if loss_scale is None:
+            optimizer.apply(distribution, grads, variables)
+            return
+        inv = 1.0 / loss_scale.scale
+        grads = [
+            g * inv
+            if not isinstance(g, tf.IndexedSlices)
+            else tf.IndexedSlices(g.values * inv, g.indices, g.dense_shape)
+            for g in grads
+        ]
+        finite = tf.reduce_all(
+            [
+                tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
+                for g in grads
+            ]
+        )
+
+        def do_apply():
+            optimizer.apply(distribution, grads, variables)
+
+        tf.cond(finite, do_apply, lambda: None)
+        loss_scale.update(finite)
+
+    return apply

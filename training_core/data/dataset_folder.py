@@ -24,11 +24,14 @@ import os
 import shutil
 
 from training_core.data.metadata import (
+    EVAL_DIR,
     FORMAT_VERSION,
     METADATA_FILE,
     SUCCESS_FILE,
+    TRAIN_DIR,
+    VOCAB_DIR,
     DatasetMetadata,
-    epoch_dir,
+    build_folders,
     read_metadata,
 )
 from training_core.publish import (
@@ -43,7 +46,7 @@ log = logging.getLogger(__name__)
 
 BUILD_PREFIX = "data-"
 # Names older versions of this package wrote at the top of the folder (one build, no prefix).
-LEGACY_NAMES = ("train", "eval", "vocab", ".in-progress", ".beam-staging")
+LEGACY_NAMES = (TRAIN_DIR, EVAL_DIR, VOCAB_DIR, ".in-progress", ".beam-staging")
 # The Beam path stages per-shard results here until metadata.json is written.
 BEAM_STAGING = ".beam-staging"
 # Bookkeeping that never counts as content.
@@ -194,7 +197,7 @@ def begin(out: str, build: str, num_epochs: int) -> str:
         for name in names:
             if name.endswith(PARTIAL_SUFFIX):
                 os.remove(os.path.join(dirpath, name))
-    for sub in [os.path.join("train", epoch_dir(e)) for e in range(num_epochs)] + ["eval", "vocab"]:
+    for sub in build_folders(num_epochs):
         os.makedirs(os.path.join(root, sub), exist_ok=True)
     return root
 

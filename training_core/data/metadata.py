@@ -10,8 +10,13 @@ from typing import Any
 FORMAT_VERSION = 1
 METADATA_FILE = "metadata.json"
 SUCCESS_FILE = "_SUCCESS"
-USER_VOCAB = "vocab/users.txt"
-ITEM_VOCAB = "vocab/items.txt"
+# The folders of a dataset build, and the files whose place is fixed (metadata.json names every
+# other file by its path under the build).
+TRAIN_DIR = "train"  # train/epoch_NNN/<shard files>
+EVAL_DIR = "eval"  # eval/<shard files>
+VOCAB_DIR = "vocab"
+USER_VOCAB = f"{VOCAB_DIR}/users.txt"
+ITEM_VOCAB = f"{VOCAB_DIR}/items.txt"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +109,22 @@ class DatasetMetadata:
 def epoch_dir(epoch: int) -> str:
     """Folder name of one epoch's training files."""
     return f"epoch_{epoch:03d}"
+
+
+def train_file(epoch: int, name: str) -> str:
+    """Where a training shard file of an epoch goes, relative to the build."""
+    return os.path.join(TRAIN_DIR, epoch_dir(epoch), name)
+
+
+def eval_file(name: str) -> str:
+    """Where an eval shard file goes, relative to the build."""
+    return os.path.join(EVAL_DIR, name)
+
+
+def build_folders(num_epochs: int) -> list[str]:
+    """Every folder a build of ``num_epochs`` epochs has, relative to the build."""
+    epochs = [os.path.join(TRAIN_DIR, epoch_dir(e)) for e in range(num_epochs)]
+    return [*epochs, EVAL_DIR, VOCAB_DIR]
 
 
 def read_metadata(root: str | os.PathLike) -> DatasetMetadata:

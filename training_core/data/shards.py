@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from training_core.data import records, sampling
-from training_core.data.metadata import ShardFile, epoch_dir
+from training_core.data.metadata import ShardFile, eval_file, train_file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +62,7 @@ def write_train_shard(
         ],
         training=True,
     )
-    rel = os.path.join("train", epoch_dir(epoch), records.shard_name(shard.index, opts.num_shards))
+    rel = train_file(epoch, records.shard_name(shard.index, opts.num_shards))
     size = write(os.path.join(output_dir, rel), records.encode_examples(columns, batch))
     return ShardFile(rel, total // batch, n, size)
 
@@ -88,6 +88,6 @@ def write_eval_shard(
     columns = records.as_columns(
         [users.reshape(-1), items.reshape(-1), mask.reshape(-1)], training=False
     )
-    rel = os.path.join("eval", records.shard_name(shard.index, opts.num_shards))
+    rel = eval_file(records.shard_name(shard.index, opts.num_shards))
     size = write(os.path.join(output_dir, rel), records.encode_examples(columns, upb * width))
     return ShardFile(rel, padded_users // upb, n_users * width, size), ev.short_users

@@ -275,3 +275,39 @@ def test_batch_size_none_is_the_data_s_pre_batch_size_and_zero_is_an_error(tiny_
     assert train_config.config_for(tiny_data, "m", "ml-1m", batch_size=512).model.batch_size == 512
     with pytest.raises(ValueError, match="--batch-size must be >= 1 .*, got 0"):
         train_config.config_for(tiny_data, "m", "ml-1m", batch_size=0)
+
+
+def _fake_strategy(*devices):
+    """What compute_dtype reads of a strategy: the devices of this machine's replicas."""
+    import types
+
+    return types.SimpleNamespace(extended=types.SimpleNamespace(worker_devices=devices))
+
+
+def test_several_gpus_on_one_machine_train_where_loss_scaling_and_row_updates_work():
+    """float16's loss scaling and sparse row updates run in merge_call, which spans a machine's
+    devices: with several there, ``auto`` picks float32 and dense updates, and asking for either
+    by name is refused with the way out (they fail with per-replica values otherwise)."""
+    one, eight = _fake_strategy("/gpu:0"), _fake_strategy(*(f"/gpu:{i}" for i in range(8)))
+    assert train.compute_dtype("auto", one) == tf.float16
+    assert train.compute_dtype("auto", eight) == tf.float32
+    assert train.compute_dtype("bfloat16", eight) == tf.bfloat16
+    with pytest.raises(ValueError, match="--precision float16 is not supported with 8 replicas"):
+        train.compute_dtype("float16", eight)
+    assert train.compute_dtype("float16", one) == tf.float16
+
+
+def test_sparse_updates_are_refused_with_several_replicas_on_one_machine(tiny_data):
+    meta = read_metadata(tiny_data)
+    config = train_config.config_for(tiny_data, "m", "tiny", embedding_updates="sparse")
+    two = _fake_strategy("/cpu:0", "/cpu:1")
+    with pytest.raises(ValueError, match="--embedding-updates sparse is not supported with 2"):
+        train._dense_gradients(config, meta, two)
+    auto = dataclasses.replace(config, dense_gradients=None)
+    limit = train.DENSE_TABLE_LIMIT
+    try:
+        train.DENSE_TABLE_LIMIT = 0  # Tables "large": one replica would update rows.
+        assert train._dense_gradients(auto, meta, _fake_strategy("/cpu:0")) is False
+        assert train._dense_gradients(auto, meta, two) is True
+    finally:
+        train.DENSE_TABLE_LIMIT = limit

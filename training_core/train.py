@@ -100,13 +100,50 @@ class TrainResult:
         }
 
 
+def local_replicas(strategy: tf.distribute.Strategy) -> int:
+    """Replicas of ``strategy`` on this machine (the devices one ``merge_call`` spans)."""
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return 1  # One TPU program per host: updates are compiled, not merged per device.
+    try:
+        return max(1, len(strategy.extended.worker_devices))
+    except RuntimeError:  # The default strategy.
+        return 1
+
+
+# Not yet supported with more than one replica on one machine (MirroredStrategy over several
+# devices): the loss-scale and the row-wise updates run in merge_call, where each device's
+# values are still per-replica. ``auto`` avoids them there; asked for by name, they are refused.
+_ONE_LOCAL_REPLICA_ONLY = {
+    "precision float16": "use --precision auto (float32 there) or bfloat16",
+    "embedding updates sparse": "use --embedding-updates auto or dense",
+}
+
+
+def _refuse_on_local_replicas(what: str, strategy: tf.distribute.Strategy) -> None:
+    n = local_replicas(strategy)
+    if n > 1:
+        option, value = what.rsplit(" ", 1)
+        raise ValueError(
+            f"--{option.replace(' ', '-')} {value} is not supported with {n} replicas on one "
+            f"machine yet; {_ONE_LOCAL_REPLICA_ONLY[what]}"
+        )
+
+
 def compute_dtype(precision: str, strategy: tf.distribute.Strategy) -> tf.DType:
-    """The compute dtype: float16 on GPU, bfloat16 on TPU under ``auto``."""
+    """The compute dtype: bfloat16 on TPU, float16 on one GPU per machine under ``auto``.
+
+    Several GPUs on one machine train in float32 under ``auto`` (TF32 on Ampere and later):
+    float16's dynamic loss scaling is not supported across local replicas yet.
+    """
+    if precision == "float16":
+        _refuse_on_local_replicas("precision float16", strategy)
     if precision != "auto":
         return tf.as_dtype(precision)
     if isinstance(strategy, tf.distribute.TPUStrategy):
         return tf.bfloat16
-    return tf.float16 if _uses_gpu(strategy) else tf.float32
+    if _uses_gpu(strategy) and local_replicas(strategy) == 1:
+        return tf.float16
+    return tf.float32
 
 
 def _uses_gpu(strategy: tf.distribute.Strategy) -> bool:
@@ -148,12 +185,15 @@ def _dense_gradients(
     config: TrainConfig, meta: DatasetMetadata, strategy: tf.distribute.Strategy
 ) -> bool:
     """Whether to apply embedding gradients densely: ``config.dense_gradients``, else by size."""
+    if config.dense_gradients is False:
+        _refuse_on_local_replicas("embedding updates sparse", strategy)
     if config.dense_gradients is not None:
         return config.dense_gradients
     # Dense (exact Adam, fused kernel) is fastest on accelerators and for small tables;
-    # on CPU, tables much larger than a batch are cheaper to update row by row.
+    # on CPU, tables much larger than a batch are cheaper to update row by row (one replica
+    # per machine only, see _ONE_LOCAL_REPLICA_ONLY).
     table = (meta.num_users + meta.num_items) * config.model.embedding_dim
-    return _on_accelerator(strategy) or table <= DENSE_TABLE_LIMIT
+    return _on_accelerator(strategy) or table <= DENSE_TABLE_LIMIT or local_replicas(strategy) > 1
 
 
 class _Trainer:

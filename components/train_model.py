@@ -13,6 +13,7 @@ def train_model(
     metrics: Output[Metrics],
     plots: Output[HTML],
     preset: str = "ml-1m",
+    architecture: str = "",
     epochs: int = 0,
     batch_size: int = 0,
     seed: int = 0,
@@ -27,7 +28,8 @@ def train_model(
 
     The training options are ``training_core.train_config.TrainOptions``'s, with its defaults (a
     test holds them equal); 0 is "not set" (training_core.options): the preset's epochs and
-    target, the data's pre-batch size. A negative ``target_hr`` never stops early. Metrics get
+    target and model architecture (``architecture``: neumf, mf, gmf or mlp, the CLI's ``--model``),
+    the data's pre-batch size. A negative ``target_hr`` never stops early. Metrics get
     the last epoch's HR@10, NDCG@10, loss and examples/s; ``plots`` charts them per epoch.
     ``distribution_strategy`` is the tf.distribute strategy (not named ``strategy``: the Vertex
     AI custom-job wrapper owns that input, the job's scheduling strategy).

@@ -121,6 +121,7 @@ def test_pipeline_parameters_default_to_what_the_steps_they_feed_default_to(comp
         "eval_batch_size": "eval_batch_size",
         "seed": "seed",
         "preset": "preset",
+        "architecture": "architecture",
         "epochs": "epochs",
         "target_hr": "target_hr",
     }
@@ -167,6 +168,7 @@ def test_each_train_model_parameter_reaches_the_config(data_dir):
     tiny = get_preset("tiny")
     cases = {
         "preset": ({"preset": "tiny"}, lambda c: c.model.num_factors == tiny.num_factors),
+        "architecture": ({"architecture": "mf"}, lambda c: c.model.architecture == "mf"),
         "epochs": ({"epochs": 7}, lambda c: c.model.epochs == 7),
         "batch_size": ({"batch_size": 64}, lambda c: c.model.batch_size == 64),
         "seed": ({"seed": 3}, lambda c: c.seed == 3),
@@ -271,6 +273,7 @@ def test_each_train_flag_reaches_the_config(monkeypatch, data_dir, tmp_path):
     tiny = get_preset("tiny")
     flags = {
         "--preset": (["tiny"], lambda c: c.model.num_factors == tiny.num_factors),
+        "--model": (["gmf"], lambda c: c.model.architecture == "gmf"),
         "--epochs": (["7"], lambda c: c.model.epochs == 7),
         "--batch-size": (["64"], lambda c: c.model.batch_size == 64),
         "--learning-rate": (["0.5"], lambda c: c.model.learning_rate == 0.5),

@@ -1,13 +1,18 @@
-"""NeuMF (GMF + MLP) as a plain ``tf.Module``, with config presets.
+"""The NCF scorers as one plain ``tf.Module``: NeuMF, and its baselines MF, GMF and MLP.
 
-One user and one item embedding table, each ``num_factors + layers[0] // 2`` wide, sliced in two:
-the first ``num_factors`` columns feed the GMF tower (element-wise product), the rest the MLP tower
-(concatenated, then ``layers[1:]`` ReLU layers). Both towers are concatenated into one logit.
-Storing both parts in one table is what the reference found fastest.
+One user and one item embedding table per model, sliced by column. NeuMF (the default, what the
+reference trains) holds ``num_factors + layers[0] // 2`` columns: the first ``num_factors`` feed
+the GMF tower (element-wise product), the rest the MLP tower (concatenated, then ``layers[1:]``
+ReLU layers); both towers are concatenated into one logit. Storing both parts in one table is
+what the reference found fastest. ``gmf`` and ``mlp`` are either tower alone with its own logit
+layer; ``mf`` is a dot product of ``num_factors`` columns plus a user and an item bias (one more
+column in each table) and a global bias. ``training_core.presets.ARCHITECTURES`` names them.
 
 A ``tf.Module`` with ``tf.Variable`` s (not Keras) keeps checkpoints strategy-independent (a
 checkpoint written under ``MirroredStrategy`` restores on one device), lets the training loop own
-mixed precision and gradient handling, and exports with ``tf.saved_model.save`` as is.
+mixed precision and gradient handling, and exports with ``tf.saved_model.save`` as is. Every
+architecture has the same two tables, ``dense_variables`` and ``score``, so the training loop,
+evaluation and export treat them alike.
 """
 
 from __future__ import annotations
@@ -16,7 +21,12 @@ import math
 
 import tensorflow as tf
 
-from training_core.presets import PRESETS, NeuMFConfig, get_preset  # noqa: F401 (re-exported)
+from training_core.presets import (  # noqa: F401 (re-exported)
+    ARCHITECTURES,
+    PRESETS,
+    NeuMFConfig,
+    get_preset,
+)
 
 
 def _glorot(shape: tuple[int, int], seed: tf.Tensor | tuple[int, int]) -> tf.Tensor:
@@ -24,47 +34,55 @@ def _glorot(shape: tuple[int, int], seed: tf.Tensor | tuple[int, int]) -> tf.Ten
     return tf.random.stateless_uniform(shape, seed, -limit, limit)
 
 
-class NeuMF(tf.Module):
-    """The NeuMF scorer: ``(user_id, item_id) -> logit``.
+class NCFModel(tf.Module):
+    """An NCF scorer: ``(user_id, item_id) -> logit``, of the architecture ``config`` names.
 
     Args:
-        config: hyperparameters.
+        config: hyperparameters (``config.architecture`` picks the scorer).
         num_users: rows of the user table.
         num_items: rows of the item table.
         seed: initialization seed (stateless, so the same seed gives the same weights anywhere).
     """
 
     def __init__(self, config: NeuMFConfig, num_users: int, num_items: int, seed: int = 0):
-        super().__init__(name="neumf")
+        super().__init__(name=config.architecture)
         self.config = config
         self.num_users = num_users
         self.num_items = num_items
-        dim = config.embedding_dim
+        layers = config.layers if config.uses_mlp else ()
         seeds = [(seed, i) for i in range(2 + 2 * len(config.layers))]
         # Reference: glorot_uniform for embeddings and hidden layers, lecun_uniform for the logit.
-        self.user_embedding = tf.Variable(
-            _glorot((num_users, dim), seeds[0]), name="user_embedding"
-        )
-        self.item_embedding = tf.Variable(
-            _glorot((num_items, dim), seeds[1]), name="item_embedding"
-        )
+        self.user_embedding = tf.Variable(self._table(num_users, seeds[0]), name="user_embedding")
+        self.item_embedding = tf.Variable(self._table(num_items, seeds[1]), name="item_embedding")
         self.mlp_kernels = []
         self.mlp_biases = []
-        for i, (n_in, n_out) in enumerate(zip(config.layers[:-1], config.layers[1:], strict=True)):
+        for i, (n_in, n_out) in enumerate(zip(layers[:-1], layers[1:], strict=True)):
             self.mlp_kernels.append(
                 tf.Variable(_glorot((n_in, n_out), seeds[2 + i]), name=f"mlp_kernel_{i}")
             )
             self.mlp_biases.append(tf.Variable(tf.zeros([n_out]), name=f"mlp_bias_{i}"))
-        n_in = config.num_factors + config.layers[-1]
-        limit = math.sqrt(3.0 / n_in)
-        self.logit_kernel = tf.Variable(
-            tf.random.stateless_uniform((n_in, 1), seeds[-1], -limit, limit), name="logit_kernel"
-        )
+        self.logit_kernel = None
+        if config.architecture != "mf":
+            n_in = config.num_factors * config.uses_gmf + (layers[-1] if layers else 0)
+            limit = math.sqrt(3.0 / n_in)
+            self.logit_kernel = tf.Variable(
+                tf.random.stateless_uniform((n_in, 1), seeds[-1], -limit, limit),
+                name="logit_kernel",
+            )
         self.logit_bias = tf.Variable(tf.zeros([1]), name="logit_bias")
+
+    def _table(self, rows: int, seed: tuple[int, int]) -> tf.Tensor:
+        dim = self.config.embedding_dim
+        if self.config.architecture != "mf":
+            return _glorot((rows, dim), seed)
+        # MF: the factors, then the bias column, which starts at 0.
+        factors = _glorot((rows, dim - 1), seed)
+        return tf.concat([factors, tf.zeros([rows, 1])], axis=1)
 
     def dense_variables(self) -> list[tf.Variable]:
         """Every variable but the two embedding tables."""
-        return [*self.mlp_kernels, *self.mlp_biases, self.logit_kernel, self.logit_bias]
+        head = [self.logit_kernel] if self.logit_kernel is not None else []
+        return [*self.mlp_kernels, *self.mlp_biases, *head, self.logit_bias]
 
     def score(
         self,
@@ -85,19 +103,40 @@ class NeuMF(tf.Module):
         items = tf.reshape(item_ids, [-1])
         u = tf.cast(tf.gather(self.user_embedding, users), compute_dtype)
         v = tf.cast(tf.gather(self.item_embedding, items), compute_dtype)
-        # tf.split rather than two slices per table: its gradient is one concat, where each
-        # slice's gradient is a zero-padded full-width copy summed afterwards (about a fifth of
-        # the CPU step at batch 1024). Same values either way.
-        k = self.config.num_factors
-        u_gmf, u_mlp = tf.split(u, [k, self.config.layers[0] // 2], axis=1)
-        v_gmf, v_mlp = tf.split(v, [k, self.config.layers[0] // 2], axis=1)
-        gmf = u_gmf * v_gmf
-        h = tf.concat([u_mlp, v_mlp], axis=1)
-        for kernel, bias in zip(self.mlp_kernels, self.mlp_biases, strict=True):
-            h = tf.nn.relu(
-                tf.matmul(h, tf.cast(kernel, compute_dtype)) + tf.cast(bias, compute_dtype)
-            )
-        features = tf.concat([gmf, h], axis=1)
+        config = self.config
+        if config.architecture == "mf":
+            k = config.num_factors
+            u_factors, u_bias = tf.split(u, [k, 1], axis=1)
+            v_factors, v_bias = tf.split(v, [k, 1], axis=1)
+            logits = tf.reduce_sum(u_factors * v_factors, axis=1, keepdims=True) + u_bias + v_bias
+            logits = tf.cast(logits, tf.float32) + self.logit_bias
+            return tf.reshape(logits, shape)
+        towers = []
+        if config.architecture == "neumf":
+            # tf.split rather than two slices per table: its gradient is one concat, where each
+            # slice's gradient is a zero-padded full-width copy summed afterwards (about a fifth
+            # of the CPU step at batch 1024). Same values either way.
+            k = config.num_factors
+            u_gmf, u_mlp = tf.split(u, [k, config.layers[0] // 2], axis=1)
+            v_gmf, v_mlp = tf.split(v, [k, config.layers[0] // 2], axis=1)
+        elif config.architecture == "gmf":
+            u_gmf, v_gmf = u, v
+        else:
+            u_mlp, v_mlp = u, v
+        if config.uses_gmf:
+            towers.append(u_gmf * v_gmf)
+        if config.uses_mlp:
+            h = tf.concat([u_mlp, v_mlp], axis=1)
+            for kernel, bias in zip(self.mlp_kernels, self.mlp_biases, strict=True):
+                h = tf.nn.relu(
+                    tf.matmul(h, tf.cast(kernel, compute_dtype)) + tf.cast(bias, compute_dtype)
+                )
+            towers.append(h)
+        features = towers[0] if len(towers) == 1 else tf.concat(towers, axis=1)
         logits = tf.matmul(features, tf.cast(self.logit_kernel, compute_dtype))
         logits = tf.cast(logits, tf.float32) + self.logit_bias
         return tf.reshape(logits, shape)
+
+
+# The name the trainer, evaluation and export have always used.
+NeuMF = NCFModel

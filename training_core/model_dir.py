@@ -74,11 +74,12 @@ def check_model_folder(model_dir: str, config: NeuMFConfig, meta: DatasetMetadat
         return
     with open(path) as f:
         raw = json.load(f)
-    have = raw.get("model", {})
+    # A folder written before --model existed holds NeuMF.
+    have = {"architecture": NeuMFConfig.architecture, **raw.get("model", {})}
     want = json.loads(json.dumps(dataclasses.asdict(config)))  # Tuples as JSON has them.
     differs = [
         f"{key} {have[key]} here, {want[key]} now"
-        for key in ("num_factors", "layers")
+        for key in ("architecture", "num_factors", "layers")
         if key in have and have[key] != want[key]
     ]
     if raw.get("dataset_fingerprint") != meta.fingerprint:

@@ -8,21 +8,36 @@ from __future__ import annotations
 
 import dataclasses
 
+# The scorers ``--model`` chooses (``training_core.model.NCFModel``): NeuMF (He et al. 2017, GMF
+# and MLP towers into one logit, what the reference trains), a dot product with user and item
+# biases (Rendle et al. 2020 show a tuned one matches or beats NeuMF), and NeuMF's two towers
+# alone. Every one is trained by the same loop and strategies and exports the same signatures.
+ARCHITECTURES: dict[str, str] = {
+    "neumf": "NeuMF: GMF and MLP towers joined in one logit",
+    "mf": "matrix factorisation: dot product of the embeddings plus user and item biases",
+    "gmf": "the GMF tower alone: a weighted element-wise product of the embeddings",
+    "mlp": "the MLP tower alone: ReLU layers over the concatenated embeddings",
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class NeuMFConfig:
     """Model and optimizer hyperparameters.
 
     Attributes:
-        num_factors: GMF embedding width (the reference's ``num_factors``/``mf_dim``).
+        architecture: the scorer, a key of ``ARCHITECTURES``.
+        num_factors: GMF embedding width (the reference's ``num_factors``/``mf_dim``); the
+            factors of ``mf``.
         layers: MLP widths; ``layers[0]`` is the concatenated user+item MLP embedding, so each
-            table holds ``layers[0] // 2`` MLP columns. Must be even.
+            table holds ``layers[0] // 2`` MLP columns. Must be even. ``gmf`` and ``mf`` have
+            no MLP.
         batch_size: global training batch (rows per optimizer step over all replicas).
         learning_rate, beta1, beta2, epsilon: Adam.
         hr_threshold: stop once HR@10 reaches this (``None``: never stop early).
         epochs: training epochs.
     """
 
+    architecture: str = "neumf"
     num_factors: int = 8
     layers: tuple[int, ...] = (64, 32, 16, 8)
     batch_size: int = 1024
@@ -34,15 +49,31 @@ class NeuMFConfig:
     epochs: int = 2
 
     def __post_init__(self) -> None:
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(
+                f"unknown model {self.architecture!r}; choose one of {', '.join(ARCHITECTURES)}"
+            )
         if not self.layers or self.layers[0] % 2:
             raise ValueError(f"layers[0] must be even (split between user and item): {self.layers}")
         if self.num_factors < 1 or self.batch_size < 1 or self.epochs < 1:
             raise ValueError("num_factors, batch_size and epochs must be positive")
 
     @property
+    def uses_gmf(self) -> bool:
+        """Whether the tables hold GMF columns (``num_factors`` of them)."""
+        return self.architecture in ("neumf", "gmf")
+
+    @property
+    def uses_mlp(self) -> bool:
+        """Whether the tables hold MLP columns (``layers[0] // 2``) and the model an MLP."""
+        return self.architecture in ("neumf", "mlp")
+
+    @property
     def embedding_dim(self) -> int:
-        """Width of each embedding table."""
-        return self.num_factors + self.layers[0] // 2
+        """Width of each embedding table (``mf``: the factors and one bias column)."""
+        if self.architecture == "mf":
+            return self.num_factors + 1
+        return self.num_factors * self.uses_gmf + (self.layers[0] // 2) * self.uses_mlp
 
 
 # The ml-20m settings are the reference's MLPerf v0.5 run (tensorflow/models

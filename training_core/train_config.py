@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from training_core import options
-from training_core.presets import NeuMFConfig
+from training_core.presets import ARCHITECTURES, NeuMFConfig
 
 PRECISIONS = ("auto", "float32", "float16", "bfloat16")
 # --embedding-updates: how embedding gradients are applied (TrainConfig.dense_gradients).
@@ -32,6 +32,7 @@ class TrainOptions:
     """What a user sets for a training run; each field's default is the option's default."""
 
     preset: str = "ml-1m"
+    architecture: str | None = None  # --model: a key of presets.ARCHITECTURES; None: the preset's.
     epochs: int | None = None  # None: the preset's.
     batch_size: int | None = None  # Global over all replicas; None: the data's pre-batch size.
     learning_rate: float | None = None  # None: the preset's.
@@ -83,6 +84,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         m = self.model
         check_options(
+            architecture=m.architecture,
             epochs=m.epochs,
             batch_size=m.batch_size,
             learning_rate=m.learning_rate,
@@ -98,6 +100,11 @@ class TrainConfig:
 # TrainConfig and config_for check with it, so a message names the option and the value given,
 # whichever way the value came in (the CLI, the component, a test).
 _OPTION_RULES: dict[str, tuple[str, str, Any]] = {
+    "architecture": (
+        "--model",
+        f"must be one of {', '.join(ARCHITECTURES)}",
+        ARCHITECTURES.__contains__,
+    ),
     "epochs": ("--epochs", "must be >= 1", lambda v: v >= 1),
     "batch_size": (
         "--batch-size",
@@ -198,6 +205,7 @@ def config_for(
     meta = read_metadata(data_dir)
     model = get_preset(
         opts.preset,
+        architecture=opts.architecture,
         epochs=opts.epochs,
         batch_size=meta.train_prebatch_size if opts.batch_size is None else opts.batch_size,
         learning_rate=opts.learning_rate,

@@ -7,7 +7,7 @@ import json
 import os
 
 from pipelines.cli import example_epilog, options
-from training_core.presets import PRESETS
+from training_core.presets import ARCHITECTURES, PRESETS
 from training_core.strategy import ALL_REDUCE_ALGS, STRATEGIES
 from training_core.train_config import (
     DEFAULTS,
@@ -90,6 +90,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--preset",
         help=f"hyperparameter preset: {', '.join(PRESETS)} (default {DEFAULTS['preset']})",
+    )
+    p.add_argument(
+        "--model",
+        dest="architecture",
+        choices=ARCHITECTURES,
+        help="the scorer: neumf (default: the preset's), or a baseline to compare with it: "
+        "mf (dot product with biases), gmf or mlp (either NeuMF tower alone)",
     )
     p.add_argument("--epochs", type=int, help="training epochs (default: the preset's)")
     p.add_argument(

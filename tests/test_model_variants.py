@@ -1,0 +1,180 @@
+"""The scorers ``--model`` chooses (neumf, mf, gmf, mlp): their formulas, training and export.
+
+Each architecture's logits are recomputed here in NumPy from its own weights (the formula written
+out, not the model's code); each trains under the same loop, resumes only as itself, and exports
+a SavedModel whose ``score`` signature gives the model's own probabilities for raw ids.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from training_core import export, model, train, train_config
+from training_core.data.metadata import read_metadata
+from training_core.evaluate import evaluate, load_model
+from training_core.model_dir import read_model_config
+
+ARCHITECTURES = ("neumf", "mf", "gmf", "mlp")
+
+
+def _numpy_logits(net: model.NCFModel, users: np.ndarray, items: np.ndarray) -> np.ndarray:
+    c = net.config
+    u = net.user_embedding.numpy()[users]
+    v = net.item_embedding.numpy()[items]
+    k, half = c.num_factors, c.layers[0] // 2
+    if c.architecture == "mf":
+        dot = np.sum(u[:, :k] * v[:, :k], axis=1)
+        return dot + u[:, k] + v[:, k] + net.logit_bias.numpy()[0]
+    parts = []
+    if c.architecture in ("neumf", "gmf"):
+        parts.append(u[:, :k] * v[:, :k])
+    if c.architecture in ("neumf", "mlp"):
+        start = k if c.architecture == "neumf" else 0
+        h = np.concatenate([u[:, start : start + half], v[:, start : start + half]], axis=1)
+        for w, b in zip(net.mlp_kernels, net.mlp_biases, strict=True):
+            h = np.maximum(h @ w.numpy() + b.numpy(), 0.0)
+        parts.append(h)
+    x = np.concatenate(parts, axis=1)
+    return (x @ net.logit_kernel.numpy())[:, 0] + net.logit_bias.numpy()[0]
+
+
+@pytest.mark.parametrize(
+    "architecture, width, n_dense",
+    [
+        # tiny preset: 8 factors, layers (16, 16, 8).
+        ("neumf", 8 + 8, 2 + 2 + 2),  # 2 MLP kernels and biases, logit kernel and bias.
+        ("mf", 8 + 1, 1),  # Factors and a bias column; the global bias only.
+        ("gmf", 8, 2),
+        ("mlp", 8, 2 + 2 + 2),
+    ],
+)
+def test_each_architecture_scores_by_its_formula(tiny_data, architecture, width, n_dense):
+    meta = read_metadata(tiny_data)
+    config = model.get_preset("tiny", architecture=architecture)
+    net = train.build_model(config, meta, seed=1)
+    assert net.user_embedding.shape == (meta.num_users, width)
+    assert net.item_embedding.shape == (meta.num_items, width)
+    assert len(net.dense_variables()) == n_dense
+    rng = np.random.default_rng(0)
+    # Move the biases and the MF bias column off their zero start so they count in the check.
+    for var in net.dense_variables():
+        var.assign(var + rng.normal(0, 0.1, var.shape).astype(np.float32))
+    for table in (net.user_embedding, net.item_embedding):
+        table.assign(table + rng.normal(0, 0.1, table.shape).astype(np.float32))
+    users = rng.integers(0, meta.num_users, 64)
+    items = rng.integers(0, meta.num_items, 64)
+    got = net.score(tf.constant(users), tf.constant(items)).numpy()
+    np.testing.assert_allclose(got, _numpy_logits(net, users, items), rtol=1e-5, atol=1e-5)
+
+
+def test_mf_bias_columns_start_at_zero_and_the_neumf_weights_are_unchanged(tiny_data):
+    """MF's bias column starts at 0; NeuMF's initial weights are what they were before --model."""
+    meta = read_metadata(tiny_data)
+    mf = train.build_model(model.get_preset("tiny", architecture="mf"), meta, seed=0)
+    assert not np.any(mf.user_embedding.numpy()[:, -1]) and not np.any(mf.item_embedding[:, -1])
+    assert np.std(mf.user_embedding.numpy()[:, :-1]) > 0
+    neumf = train.build_model(model.get_preset("tiny"), meta, seed=0)
+    # The NeuMF tables come from stateless draws with seeds (0, 0) and (0, 1): fixed forever,
+    # so checkpoints and quality curves from before --model stay reproducible.
+    dim = neumf.config.embedding_dim
+    limit = np.sqrt(6.0 / (meta.num_users + dim))
+    want = tf.random.stateless_uniform((meta.num_users, dim), (0, 0), -limit, limit).numpy()
+    np.testing.assert_array_equal(neumf.user_embedding.numpy(), want)
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_data, tmp_path_factory):
+    """Each architecture trained 2 epochs on the tiny data, with its evaluation."""
+    out = {}
+    for arch in ARCHITECTURES:
+        model_dir = str(tmp_path_factory.mktemp(f"variant-{arch}") / "model")
+        config = train_config.config_for(
+            tiny_data, model_dir, "tiny", architecture=arch, epochs=2, steps_per_loop=50
+        )
+        result = train.train(config, tf.distribute.get_strategy())
+        out[arch] = (model_dir, result)
+    return out
+
+
+def test_every_architecture_trains_and_beats_chance(trained, tiny_data):
+    meta = read_metadata(tiny_data)
+    chance = 10 / (1 + meta.eval_negatives)  # HR@10 of a random scorer.
+    for arch, (model_dir, result) in trained.items():
+        epochs = result.to_dict()["epochs"]
+        assert epochs[-1]["loss"] < epochs[0]["loss"], arch
+        config, _, _ = read_model_config(model_dir)
+        assert config.architecture == arch
+        evaluated = evaluate(tiny_data, model_dir)
+        assert evaluated.hr_at_10 > 2 * chance, (arch, evaluated.hr_at_10)
+
+
+def test_a_model_folder_resumes_only_as_its_own_architecture(trained, tiny_data):
+    model_dir, _ = trained["mf"]
+    other = train_config.config_for(tiny_data, model_dir, "tiny", architecture="gmf", epochs=3)
+    with pytest.raises(ValueError, match="architecture mf here, gmf now"):
+        train.train(other, tf.distribute.get_strategy())
+
+
+@pytest.mark.parametrize("arch", ["mf", "mlp"])
+def test_other_architectures_export_the_same_signatures(trained, tiny_data, tmp_path, arch):
+    model_dir, _ = trained[arch]
+    out = str(tmp_path / "saved")
+    export.export(export.ExportConfig(model_dir, tiny_data, out, top_k=5))
+    neumf_dir, _ = trained["neumf"]
+    neumf_out = str(tmp_path / "saved-neumf")
+    export.export(export.ExportConfig(neumf_dir, tiny_data, neumf_out, top_k=5))
+    loaded = tf.saved_model.load(out)
+    assert set(loaded.signatures) == set(tf.saved_model.load(neumf_out).signatures)
+    # The score signature takes raw ids and gives the model's own probabilities.
+    meta = read_metadata(tiny_data)
+    users_raw = export.read_vocab(os.path.join(tiny_data, meta.user_vocab))
+    items_raw = export.read_vocab(os.path.join(tiny_data, meta.item_vocab))
+    net, _, _ = load_model(model_dir, tf.distribute.get_strategy())
+    assert net.config.architecture == arch
+    u_idx, i_idx = np.arange(5), np.arange(5, 10)
+    want = tf.sigmoid(net.score(tf.constant(u_idx), tf.constant(i_idx))).numpy()
+    response = loaded.signatures["score"](
+        user_id=tf.constant(users_raw[u_idx]), item_id=tf.constant(items_raw[i_idx])
+    )
+    assert response["known"].numpy().all()
+    np.testing.assert_allclose(response["score"].numpy(), want, rtol=1e-5, atol=1e-6)
+    with open(os.path.join(model_dir, "model_config.json")) as f:
+        assert json.load(f)["model"]["architecture"] == arch
+
+
+def test_an_unknown_architecture_is_named_with_the_choices(tiny_data, tmp_path):
+    with pytest.raises(ValueError, match=r"--model must be one of neumf, mf, gmf, mlp, got 'nmf'"):
+        train_config.config_for(tiny_data, str(tmp_path / "m"), "tiny", architecture="nmf")
+
+
+def test_popularity_baseline_ranks_by_training_count(tiny_data):
+    """run_eval over the popularity scorer equals a NumPy ranking by epoch-0 positive counts."""
+    from conftest import read_split
+
+    from training_core import baselines, evaluate
+
+    meta = read_metadata(tiny_data)
+    train_rows = read_split(tiny_data, meta, training=True)
+    positive = (train_rows["labels"] == 1) & (train_rows["valid_point_mask"] == 1)
+    counts = np.bincount(train_rows["item_id"][positive], minlength=meta.num_items)
+    ev = read_split(tiny_data, meta, training=False)
+    n = 1 + meta.eval_negatives
+    scores = counts[ev["item_id"]].reshape(-1, n)
+    masked = ev["duplicate_mask"].reshape(-1, n).astype(bool)
+    rank = ((~masked[:, :-1]) & (scores[:, :-1] >= scores[:, -1:])).sum(axis=1)
+    evaluated = ~masked[:, -1]
+    hit = evaluated & (rank < 10)
+    want_hr = hit.sum() / evaluated.sum()
+    want_ndcg = (hit / np.log2(rank + 2.0)).sum() / evaluated.sum()
+
+    scorer = baselines.popularity(meta, tiny_data)
+    np.testing.assert_array_equal(scorer.item_counts.numpy(), counts)
+    got = evaluate.run_eval(scorer, tf.distribute.get_strategy(), meta, tiny_data)
+    assert got.users == evaluated.sum() > 0
+    assert got.hr == pytest.approx(want_hr) and got.ndcg == pytest.approx(want_ndcg, rel=1e-5)
+    assert 0 < got.hr < 1

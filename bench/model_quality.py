@@ -1,0 +1,249 @@
+"""Which model wins: NeuMF, MF, GMF, MLP and popularity, per epoch, over several seeds.
+
+One synthetic raw set of a MovieLens shape (``--shape``, default ml-100k: 943 users, 1682
+items, 100,000 ratings, Zipf-like item popularity and log-normal user activity) is prepared once
+with this product's defaults for evaluation (999 distinct never-seen negatives per user) and a
+training pre-batch of ``--batch-size`` with ``--epochs`` epochs of fresh negatives. Then each
+``--models`` architecture trains with the ``--preset`` hyperparameters (the product's default
+preset unless given) for every ``--seeds`` seed, each run its own ``ncf-pipelines train``
+process (``--model ARCH --seed S --no-early-stop``), and the popularity baseline is ranked by
+the same evaluation code (``training_core.baselines``). HR@10 and NDCG@10 per epoch come from
+the training history; the table reports, per model, the mean and spread (sample standard
+deviation) over seeds of the best and the last epoch.
+
+Results go to ``<work>/model_quality.json``; ``--docs`` also writes ``docs/model-quality.md``.
+
+    uv run python bench/model_quality.py --epochs 20 --seeds 0 1 2 --docs
+    uv run python bench/model_quality.py --docs-only          # re-render from the JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+CLI = os.path.join(os.path.dirname(sys.executable), "ncf-pipelines")
+DOC = os.path.join(ROOT, "docs", "model-quality.md")
+
+
+def prepare_data(work: str, shape: str, epochs: int, batch_size: int, data_seed: int) -> str:
+    """The raw set and its prepared dataset, reused when already there with enough epochs."""
+    from training_core.data import prepare, synthetic
+    from training_core.data.config import PrepareConfig
+    from training_core.data.metadata import read_metadata
+
+    data = os.path.join(work, f"data-{shape}-b{batch_size}-s{data_seed}")
+    try:
+        if read_metadata(data).num_epochs >= epochs:
+            return data
+    except FileNotFoundError:
+        pass
+    shutil.rmtree(data, ignore_errors=True)
+    raw = os.path.join(work, f"{shape}-s{data_seed}.csv")
+    config = dataclasses.replace(synthetic.SHAPES[shape], seed=data_seed)
+    synthetic.write(synthetic.generate(config), raw, "csv")
+    prepare.prepare(
+        PrepareConfig(
+            input_path=raw,
+            output_dir=data,
+            num_epochs=epochs,
+            eval_negatives=min(999, config.num_items - config.min_per_user),  # 999 at ml-100k+.
+            train_batch_size=batch_size,
+        )
+    )
+    return data
+
+
+def train_run(data: str, work: str, arch: str, seed: int, preset: str, epochs: int) -> dict:
+    """One training run in its own process; its per-epoch history."""
+    name = f"{arch}-seed{seed}"
+    model_dir = os.path.join(work, "models", name)
+    shutil.rmtree(model_dir, ignore_errors=True)
+    metrics_out = os.path.join(work, "metrics", f"{name}.json")
+    cmd = [CLI, "train", "--data", data, "--model-dir", model_dir, "--preset", preset,
+           "--model", arch, "--epochs", str(epochs), "--seed", str(seed), "--no-early-stop",
+           "--metrics-out", metrics_out]  # fmt: skip
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
+    with open(metrics_out) as f:
+        epochs_out = json.load(f)["epochs"]
+    keep = ("epoch", "loss", "hr_at_10", "ndcg_at_10", "examples_per_sec")
+    return {
+        "arch": arch,
+        "seed": seed,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "epochs": [{k: e[k] for k in keep if k in e} | _extra(e) for e in epochs_out],
+    }
+
+
+def _extra(epoch: dict) -> dict:
+    """Full-catalog metrics, when the training history has them."""
+    return {k: v for k, v in epoch.items() if k.startswith("full_catalog")}
+
+
+def popularity(data: str) -> dict:
+    """The popularity baseline's HR@10/NDCG@10 by the evaluation code that ranks the models."""
+    import tensorflow as tf
+
+    from training_core import baselines, evaluate
+    from training_core.data.metadata import read_metadata
+
+    meta = read_metadata(data)
+    scorer = baselines.popularity(meta, data)
+    got = evaluate.run_eval(scorer, tf.distribute.get_strategy(), meta, data)
+    return {"hr_at_10": got.hr, "ndcg_at_10": got.ndcg, "eval_users": got.users}
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Per architecture: mean and spread over seeds of the best and last epoch's metrics."""
+    out = {}
+    for arch in dict.fromkeys(r["arch"] for r in runs):
+        mine = [r for r in runs if r["arch"] == arch]
+        row = {"seeds": [r["seed"] for r in mine]}
+        for metric in ("hr_at_10", "ndcg_at_10"):
+            best = [max(e[metric] for e in r["epochs"]) for r in mine]
+            last = [r["epochs"][-1][metric] for r in mine]
+            row[f"best_{metric}"] = _spread(best)
+            row[f"last_{metric}"] = _spread(last)
+        row["best_epoch"] = [max(r["epochs"], key=lambda e: e["hr_at_10"])["epoch"] for r in mine]
+        row["examples_per_sec"] = _spread(
+            [statistics.mean(e["examples_per_sec"] for e in r["epochs"]) for r in mine]
+        )
+        out[arch] = row
+    return out
+
+
+def _spread(values: list[float]) -> dict:
+    return {
+        "mean": statistics.mean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "values": values,
+    }
+
+
+def write_docs(res: dict) -> None:
+    s = res["summary"]
+    pop = res["popularity"]
+    winner = max(s, key=lambda a: s[a]["best_hr_at_10"]["mean"])
+    args = res["args"]
+    lines = [
+        "# Which model wins: NeuMF against its baselines",
+        "",
+        f"Written by `bench/model_quality.py` (`{res['command']}`; {res['minutes']:.0f} min on a "
+        f"shared 2-core CPU host, {res['date']}). One synthetic {args['shape']}-shaped raw set "
+        "(Zipf-like item popularity, log-normal user activity, a planted latent-factor "
+        "structure; `training_core/data/synthetic.py`), prepared once: 4 training negatives per "
+        f"positive drawn afresh each epoch, 999 distinct never-seen eval negatives, batch "
+        f"{args['batch_size']}, {args['epochs']} epochs. Every model trains with the "
+        f"`{args['preset']}` preset's hyperparameters (only `--model` and `--seed` change), "
+        f"seeds {', '.join(map(str, args['seeds']))}. This is synthetic data: it ranks the "
+        "models on data of this shape; run the script on your own prepared data "
+        "(`ncf-pipelines train --model ...` on each) to rank them on yours.",
+        "",
+        "| model | best HR@10 (mean ± sd) | best NDCG@10 | last-epoch HR@10 | best epoch "
+        "per seed | examples/s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arch, row in sorted(s.items(), key=lambda kv: -kv[1]["best_hr_at_10"]["mean"]):
+        b, n, last = row["best_hr_at_10"], row["best_ndcg_at_10"], row["last_hr_at_10"]
+        lines.append(
+            f"| {arch} | {b['mean']:.4f} ± {b['std']:.4f} | {n['mean']:.4f} ± {n['std']:.4f} "
+            f"| {last['mean']:.4f} ± {last['std']:.4f} "
+            f"| {', '.join(map(str, row['best_epoch']))} "
+            f"| {row['examples_per_sec']['mean']:,.0f} |"
+        )
+    lines.append(
+        f"| popularity | {pop['hr_at_10']:.4f} | {pop['ndcg_at_10']:.4f} | (not trained) | | |"
+    )
+    lines += [
+        "",
+        f"**Winner on this data: {winner}** (highest mean best-epoch HR@10).",
+        "",
+        "## HR@10 per epoch (mean over seeds)",
+        "",
+        "| epoch | " + " | ".join(s) + " |",
+        "|---|" + "---|" * len(s),
+    ]
+    by_arch = {a: [r for r in res["runs"] if r["arch"] == a] for a in s}
+    for i in range(args["epochs"]):
+        cells = [
+            f"{statistics.mean(r['epochs'][i]['hr_at_10'] for r in runs):.4f}"
+            for runs in by_arch.values()
+        ]
+        lines.append(f"| {i + 1} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Reproduce: `make setup`, then the command above (`--docs-only` re-renders this page "
+        "from `<work>/model_quality.json`).",
+        "",
+    ]
+    with open(DOC, "w") as f:
+        f.write("\n".join(lines))
+
+
+def main() -> int:
+    from training_core.presets import ARCHITECTURES
+    from training_core.train_config import DEFAULTS
+
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--shape", default="ml-100k", help="synthetic shape (default ml-100k)")
+    p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--data-seed", type=int, default=0, help="the raw data's seed")
+    p.add_argument("--models", nargs="+", default=list(ARCHITECTURES), choices=ARCHITECTURES)
+    p.add_argument("--preset", default=DEFAULTS["preset"])
+    p.add_argument("--work", default="/tmp/ncf-model-quality")
+    p.add_argument("--docs", action="store_true", help="also write docs/model-quality.md")
+    p.add_argument("--docs-only", action="store_true", help="only render docs from the JSON")
+    args = p.parse_args()
+    out_json = os.path.join(args.work, "model_quality.json")
+    if args.docs_only:
+        with open(out_json) as f:
+            write_docs(json.load(f))
+        return 0
+    os.makedirs(args.work, exist_ok=True)
+    t0 = time.perf_counter()
+    data = prepare_data(args.work, args.shape, args.epochs, args.batch_size, args.data_seed)
+    runs = []
+    for seed in args.seeds:  # Seeds outermost: a stopped run still has every model once.
+        for arch in args.models:
+            run = train_run(data, args.work, arch, seed, args.preset, args.epochs)
+            best = max(e["hr_at_10"] for e in run["epochs"])
+            print(f"{arch} seed {seed}: best HR@10 {best:.4f} ({run['wall_s']} s)", flush=True)
+            runs.append(run)
+    res = {
+        "command": "uv run python bench/model_quality.py " + " ".join(sys.argv[1:]),
+        "date": datetime.date.today().isoformat(),
+        "minutes": (time.perf_counter() - t0) / 60,
+        "args": vars(args),
+        "runs": runs,
+        "summary": summarize(runs),
+        "popularity": popularity(data),
+    }
+    with open(out_json, "w") as f:
+        json.dump(res, f, indent=2)
+    print(json.dumps({a: r["best_hr_at_10"] for a, r in res["summary"].items()}, indent=1))
+    print("popularity", res["popularity"])
+    if args.docs:
+        write_docs(res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,7 +6,7 @@ imports stay inside the bodies.
 """
 
 from kfp import dsl
-from kfp.dsl import Artifact, Dataset, Input, Model, Output
+from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
 from components._image import DEFAULT_IMAGE
 
@@ -54,10 +54,25 @@ def register_model(
     display_name: str,
     serving_image: str = "",
     gpu: bool = False,
+    parent_model: str = "",
+    decision: Input[Metrics] = None,
 ):
-    """Uploads the SavedModel to the Vertex AI Model Registry with a TF Serving image."""
+    """Uploads the SavedModel to the Vertex AI Model Registry with a TF Serving image.
+
+    With ``parent_model`` (``compare_models``' ``champion_model``) the upload is a new version
+    of that model, else a new model; either way it becomes the default version (the pipeline
+    registers only a blessed model). ``decision`` (``compare_models``' metrics), when given,
+    puts the challenger's metrics on the version as labels.
+    """
     from training_core import registry
 
+    measured = {}
+    if decision is not None:
+        measured = {
+            k.removeprefix("challenger_"): v
+            for k, v in decision.metadata.items()
+            if k.startswith("challenger_") and isinstance(v, (int, float))
+        }
     registered = registry.register(
         export_dir=exported_model.path,
         artifact_uri=exported_model.uri,
@@ -66,8 +81,14 @@ def register_model(
         display_name=display_name,
         serving_image=serving_image,
         gpu=gpu,
+        parent_model=parent_model,
+        labels=registry.version_labels(measured),
     )
     vertex_model.uri = registered.uri
     vertex_model.metadata.update(
-        {"resourceName": registered.resource_name, "serving_image": registered.serving_image}
+        {
+            "resourceName": registered.resource_name,
+            "versionId": registered.version_id,
+            "serving_image": registered.serving_image,
+        }
     )

@@ -20,6 +20,7 @@ from kfp.dsl import Dataset, Metrics, Model
 
 from components import custom_job_launcher
 from components._image import DEFAULT_IMAGE, IMAGE_REPOSITORY, image_for, variant_for_accelerator
+from components.compare_models import compare_models
 from components.evaluate_model import evaluate_model
 from components.export_model import export_model, register_model
 from components.prepare_data import prepare_data
@@ -32,6 +33,7 @@ from pipelines.profiles import (
     preflight,
     raise_problems,
 )
+from training_core import compare as gate
 from training_core import train_config as train_options
 from training_core.data import config as prepare_options
 from training_core.options import kfp_default
@@ -53,6 +55,7 @@ class Outputs(NamedTuple):
     exported_model: Model
     metrics: Metrics
     examples: Dataset
+    decision: Metrics  # The champion/challenger gate's verdict and both models' metrics.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +123,7 @@ STEP_MACHINES = {
     "train": "train",
     "evaluate": "evaluate",
     "export": "evaluate",
+    "compare": "evaluate",
 }
 
 
@@ -236,6 +240,9 @@ def build_pipeline(profile: Profile, local: bool = False, images: Images | None 
         top_k: int = 10,
         register: bool = False,
         model_display_name: str = "ncf-neumf",
+        champion_uri: str = "",
+        gate_metric: str = gate.DEFAULT_METRIC,
+        gate_tolerance: float = gate.DEFAULT_TOLERANCE,
     ) -> Outputs:
         raw = dsl.importer(artifact_uri=data_uri, artifact_class=Dataset, reimport=False)
         raw.set_display_name("Import raw interactions")
@@ -294,20 +301,40 @@ def build_pipeline(profile: Profile, local: bool = False, images: Images | None 
         export.set_display_name("Export serving SavedModel").after(evaluate)
         place.apply(export, "export").set_retry(RETRIES, BACKOFF)
 
+        # The champion: champion_uri when given, else (on Vertex AI, when registering) the
+        # registry's default version of model_display_name; locally only champion_uri.
+        compare = compare_models(
+            challenger=export.outputs["exported_model"],
+            examples=prep.outputs["examples"],
+            champion_uri=champion_uri,
+            use_registry=False if local else register,
+            project="" if local else _placeholders.PROJECT_ID_PLACEHOLDER,
+            location="" if local else _placeholders.LOCATION_PLACEHOLDER,
+            model_display_name=model_display_name,
+            metric=gate_metric,
+            tolerance=gate_tolerance,
+        )
+        compare.set_display_name("Compare with the champion")
+        place.apply(compare, "compare").set_retry(RETRIES, BACKOFF)
+
         if not local:  # kfp.local runs no conditions, and registering needs Vertex AI anyway.
             with dsl.If(register == True, name="register-requested"):  # noqa: E712 (KFP condition)
-                reg = register_model(
-                    exported_model=export.outputs["exported_model"],
-                    project=_placeholders.PROJECT_ID_PLACEHOLDER,
-                    location=_placeholders.LOCATION_PLACEHOLDER,
-                    display_name=model_display_name,
-                )
-                reg.set_display_name("Register in Vertex AI Model Registry")
+                with dsl.If(compare.outputs["blessed"] == True, name="challenger-blessed"):  # noqa: E712
+                    reg = register_model(
+                        exported_model=export.outputs["exported_model"],
+                        project=_placeholders.PROJECT_ID_PLACEHOLDER,
+                        location=_placeholders.LOCATION_PLACEHOLDER,
+                        display_name=model_display_name,
+                        parent_model=compare.outputs["champion_model"],
+                        decision=compare.outputs["decision"],
+                    )
+                    reg.set_display_name("Register in Vertex AI Model Registry")
 
         return Outputs(
             exported_model=export.outputs["exported_model"],
             metrics=evaluate.outputs["metrics"],
             examples=prep.outputs["examples"],
+            decision=compare.outputs["decision"],
         )
 
     return ncf_pipeline

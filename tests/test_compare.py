@@ -113,3 +113,29 @@ def test_bad_choices_and_folders_are_named(models, tiny_data, tmp_path):
     model_dir = models["good"][0]  # A training folder, not an export.
     with pytest.raises(ValueError, match="holds no SavedModel"):
         compare.compare(models["good"][1], tiny_data, champion_dir=model_dir)
+
+
+def test_the_compare_models_component_blesses_and_refuses(models, tiny_data, tmp_path):
+    """The component's own function with real artifacts: a champion given by URI, and none."""
+    from kfp import dsl
+
+    from components.compare_models import compare_models
+
+    def run(challenger, champion_uri):
+        decision = dsl.Metrics(uri=str(tmp_path / "decision"))
+        report = dsl.HTML(uri=str(tmp_path / "report.html"))
+        out = compare_models.python_func(
+            challenger=dsl.Model(uri=challenger),
+            examples=dsl.Dataset(uri=tiny_data),
+            decision=decision,
+            report=report,
+            champion_uri=champion_uri,
+        )
+        return out, decision, open(report.path).read()
+
+    (blessed, champion), decision, page = run(models["weak"][1], models["good"][1])
+    assert (blessed, champion) == (False, "")  # No registry model: a URI champion.
+    assert decision.metadata["blessed"] == 0.0 and "worse than" in decision.metadata["reason"]
+    assert "not blessed" in page
+    (blessed, _), decision, _ = run(models["good"][1], "")
+    assert blessed and "first model" in decision.metadata["reason"]

@@ -405,9 +405,13 @@ def test_upload_args():
             "europe-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
         ),
         "labels": {},
+        "parent_model": None,  # A new model.
+        "is_default_version": True,
         "sync": True,
     }
     assert upload_args("gs://b/m", "n", "2.16", serving_image="img")["serving_container_image_uri"]
+    version = upload_args("gs://b/m", "n", "2.16", parent_model="projects/p/locations/l/models/7")
+    assert version["parent_model"] == "projects/p/locations/l/models/7"
     with pytest.raises(ValueError, match="Cloud Storage"):
         upload_args("/tmp/m", "n", "2.16")
 

@@ -277,38 +277,59 @@ def test_pipeline_parameters_and_artifact_wiring(compiled):
     assert art == {"outputArtifactKey": "examples", "producerTask": "prepare-data"}
     ev = tasks["evaluate-model"]["inputs"]["artifacts"]["model"]["taskOutputArtifact"]
     assert ev["producerTask"] == "train-model"
-    # Registration only when asked: register-model sits only inside one conditional task, whose
-    # condition is `== true` on the channel that carries the `register` pipeline parameter.
+    # Registration only when asked and only for a blessed challenger: register-model sits only
+    # inside a condition on the `register` pipeline parameter, inside a condition on the
+    # compare-models task's `blessed` output; both `== true`.
     assert params["register"]["parameterType"] == "BOOLEAN"
     assert params["register"]["defaultValue"] is False
     conditional = {n: t for n, t in tasks.items() if "triggerPolicy" in t}
     assert list(conditional) == ["condition-1"] and "register-model" not in tasks
-    cond = conditional["condition-1"]
-    assert cond["taskInfo"]["name"] == "register-requested"
-    assert cond["dependentTasks"] == ["export-model"]
-    m = re.fullmatch(
-        r"inputs\.parameter_values\['([^']+)'\] == (true|false)",
-        cond["triggerPolicy"]["condition"],
-    )
-    assert m, cond["triggerPolicy"]["condition"]
-    channel, value = m.groups()
-    assert value == "true"
-    assert cond["inputs"]["parameters"][channel] == {"componentInputParameter": "register"}
-    body = spec["components"][cond["componentRef"]["name"]]
-    assert body["inputDefinitions"]["parameters"][channel]["parameterType"] == "BOOLEAN"
-    assert list(body["dag"]["tasks"]) == ["register-model"]
-    # It registers the exported model, handed in through the condition task.
-    reg_task = body["dag"]["tasks"]["register-model"]
-    [(model_channel, source)] = cond["inputs"]["artifacts"].items()
-    assert source == {
-        "taskOutputArtifact": {
-            "outputArtifactKey": "exported_model",
-            "producerTask": "export-model",
-        }
+    outer = conditional["condition-1"]
+    assert outer["taskInfo"]["name"] == "register-requested"
+    assert sorted(outer["dependentTasks"]) == ["compare-models", "export-model"]
+    outer_body = spec["components"][outer["componentRef"]["name"]]["dag"]["tasks"]
+    assert list(outer_body) == ["condition-2"]
+    inner = outer_body["condition-2"]
+    assert inner["taskInfo"]["name"] == "challenger-blessed"
+    inner_body = spec["components"][inner["componentRef"]["name"]]["dag"]["tasks"]
+    assert list(inner_body) == ["register-model"]
+
+    def source(binding, *enclosing):
+        """Where a task input comes from, followed out through the enclosing condition tasks."""
+        for task in enclosing:  # Innermost first.
+            name = binding.get("componentInputParameter") or binding.get("componentInputArtifact")
+            if name is None:
+                break
+            kind = "parameters" if "componentInputParameter" in binding else "artifacts"
+            binding = task["inputs"][kind][name]
+        return binding
+
+    def condition_source(task, *enclosing):
+        m = re.fullmatch(
+            r"inputs\.parameter_values\['([^']+)'\] == (true|false)",
+            task["triggerPolicy"]["condition"],
+        )
+        assert m and m.group(2) == "true", task["triggerPolicy"]["condition"]
+        return source(task["inputs"]["parameters"][m.group(1)], *enclosing)
+
+    assert condition_source(outer) == {"componentInputParameter": "register"}
+    assert condition_source(inner, outer) == {
+        "taskOutputParameter": {"outputParameterKey": "blessed", "producerTask": "compare-models"}
     }
-    assert reg_task["inputs"]["artifacts"]["exported_model"] == {
-        "componentInputArtifact": model_channel
+    reg_task = inner_body["register-model"]
+    wiring = {
+        ("artifacts", "exported_model"): ("taskOutputArtifact", "export-model", "exported_model"),
+        ("artifacts", "decision"): ("taskOutputArtifact", "compare-models", "decision"),
+        ("parameters", "parent_model"): (
+            "taskOutputParameter",
+            "compare-models",
+            "champion_model",
+        ),
     }
+    for (kind, name), (how, producer, key) in wiring.items():
+        got = source(reg_task["inputs"][kind][name], inner, outer)
+        key_name = "outputArtifactKey" if how == "taskOutputArtifact" else "outputParameterKey"
+        assert got == {how: {key_name: key, "producerTask": producer}}, name
     # In the pipeline's own project and region.
     reg = reg_task["inputs"]
     assert reg["parameters"]["project"]["runtimeValue"]["constant"] == (

@@ -994,8 +994,75 @@ def test_register_model_uploads_to_the_model_registry(standin, adc, tmp_path, mo
     assert vertex_model.uri == f"https://europe-west4-aiplatform.googleapis.com/v1/{name}"
     assert vertex_model.metadata == {
         "resourceName": name,
+        "versionId": "1",
         "serving_image": model.container_spec.image_uri,
     }
     # Authenticated as the ADC service account (the GAPIC client signs its own JWT).
     jwt = upload.headers["authorization"].removeprefix("Bearer ")
     assert json.loads(base64.urlsafe_b64decode(jwt.split(".")[1] + "=="))["iss"] == SA
+
+
+def test_a_blessed_challenger_becomes_the_new_default_version(standin, adc, tmp_path, monkeypatch):
+    """The champion is found by display name through the SDK's own list call; the challenger
+    goes up as a new version of that model (parent_model), with its metrics as labels, and is
+    then the default version the next lookup finds."""
+    from google.cloud import aiplatform
+    from google.cloud.aiplatform_v1 import types
+    from kfp.dsl.types import artifact_types
+
+    from components.export_model import register_model
+    from training_core import registry
+    from training_core.registry import SERVING_METADATA_FILE
+
+    monkeypatch.setattr(artifact_types, "_GCS_LOCAL_MOUNT_PREFIX", f"{tmp_path}/gcs/")
+    aiplatform.init(api_endpoint=standin.url, api_transport="rest")
+    location = "europe-west4"
+
+    def exported(run):
+        uri = f"gs://{BUCKET}/pipeline-root/{run}/export-model/exported_model"
+        folder = tmp_path / "gcs" / uri.removeprefix("gs://")
+        folder.mkdir(parents=True)
+        (folder / SERVING_METADATA_FILE).write_text(json.dumps({"tensorflow_version": "2.16.2"}))
+        return dsl.Model(uri=uri)
+
+    assert registry.find_champion(PROJECT, location, "ncf-neumf") is None  # First run: none.
+    first = exported("run-1")
+    register_model.python_func(
+        exported_model=first,
+        vertex_model=dsl.Artifact(uri=f"gs://{BUCKET}/r1/vertex_model"),
+        project=PROJECT,
+        location=location,
+        display_name="ncf-neumf",
+    )
+    champion = registry.find_champion(PROJECT, location, "ncf-neumf")
+    (name,) = standin.models
+    assert (champion.resource_name, champion.version_id) == (name, "1")
+    assert champion.artifact_uri == first.uri
+    listed = standin.find("GET", rf"^/v1/projects/{PROJECT}/locations/{location}/models$")[-1]
+    assert listed.query["filter"] == ['display_name="ncf-neumf"']
+
+    decision = dsl.Metrics(uri=f"gs://{BUCKET}/r2/decision")
+    decision.metadata.update(
+        {"blessed": 1.0, "challenger_hr_at_10": 0.31, "challenger_ndcg_at_10": 0.1725}
+    )
+    second = exported("run-2")
+    vertex_model = dsl.Artifact(uri=f"gs://{BUCKET}/r2/vertex_model")
+    register_model.python_func(
+        exported_model=second,
+        vertex_model=vertex_model,
+        project=PROJECT,
+        location=location,
+        display_name="ncf-neumf",
+        parent_model=champion.resource_name,
+        decision=decision,
+    )
+    upload = standin.find("POST", r"/models:upload$")[-1]
+    request = types.UploadModelRequest.from_json(upload.raw, ignore_unknown_fields=False)
+    assert request.parent_model == name
+    assert "default" in request.model.version_aliases
+    assert dict(request.model.labels) == {"hr_at_10": "0_3100", "ndcg_at_10": "0_1725"}
+    assert [v["versionId"] for v in standin.model_versions[name]] == ["1", "2"]
+    assert vertex_model.metadata["versionId"] == "2"
+    now = registry.find_champion(PROJECT, location, "ncf-neumf")
+    assert (now.resource_name, now.version_id, now.artifact_uri) == (name, "2", second.uri)
+    assert "default" not in standin.model_versions[name][0]["versionAliases"]

@@ -10,6 +10,10 @@ the client library really sent.
 Endpoints:
     POST/GET  /v1/projects/P/locations/L/pipelineJobs[/ID]
     POST/GET  /v1/projects/P/locations/L/schedules[/ID]
+    POST      /v1/projects/P/locations/L/models:upload (a new model, or a new version of
+              ``parent_model``; the "default" alias moves to a version uploaded with it)
+    GET       /v1/projects/P/locations/L/models[/ID[@VERSION]] (list: each model's default
+              version; ``filter`` display_name="..." only, else 400)
     GET       /v1/projects/P/locations/L/metadataStores/default
     POST/GET  /v1/projects/P/locations/L/metadataStores/default/contexts[/ID]
     POST      /v1/.../contexts/ID:addContextChildren
@@ -95,7 +99,8 @@ class VertexStandIn:
         self.requests: list[Request] = []
         self.pipeline_jobs: dict[str, dict] = {}
         self.schedules: dict[str, dict] = {}
-        self.models: dict[str, dict] = {}
+        self.models: dict[str, dict] = {}  # Model name -> its default version.
+        self.model_versions: dict[str, list[dict]] = {}  # Model name -> versions, oldest first.
         self.operations: dict[str, dict] = {}
         # Requests answered 400 by the checks, with the reason.
         self.rejected: list[tuple[Request, str]] = []
@@ -212,6 +217,7 @@ class VertexStandIn:
             ("POST", _LOC + r"/schedules", self._create_schedule),
             ("GET", _LOC + r"/schedules/(?P<id>[^/:]+)", self._get_schedule),
             ("POST", _LOC + r"/models:upload", self._upload_model),
+            ("GET", _LOC + r"/models", self._list_models),
             ("GET", _LOC + r"/models/(?P<id>[^/:@]+)(?:@(?P<version>[^/:]+))?", self._get_model),
             # The REST client polls an operation at the first of its HTTP rules, /ui/{name}.
             ("GET", r"/(?:v1|ui)/(?P<name>" + _MODEL_OPERATION + ")", self._get_operation),
@@ -320,21 +326,41 @@ class VertexStandIn:
         request = _parse(req.raw, _v1().UploadModelRequest, "")
         request.parent = loc
         _check_upload_model(request)
-        model_id = request.model_id or str(next(self._ids))
-        name = f"{loc}/models/{model_id}"
-        if name in self.models:
-            return _error(409, f"Model {name} already exists.")
         now = _now()
-        self.models[name] = {
-            **_message_to_dict(request.model),
+        fields = _message_to_dict(request.model)
+        if request.parent_model:
+            # A new version of an existing model ("parent_model: ... the resource name of the
+            # model into which to upload the version", UploadModelRequest).
+            name = request.parent_model
+            if name not in self.model_versions:
+                return _error(404, f"Model {name} not found.")
+            versions = self.model_versions[name]
+            version_id = str(len(versions) + 1)
+        else:
+            model_id = request.model_id or str(next(self._ids))
+            name = f"{loc}/models/{model_id}"
+            if name in self.models:
+                return _error(409, f"Model {name} already exists.")
+            versions = self.model_versions.setdefault(name, [])
+            version_id = "1"
+        aliases = list(fields.pop("versionAliases", []))
+        if not versions and "default" not in aliases:
+            aliases.append("default")  # A model's first version is its default.
+        if "default" in aliases:
+            for earlier in versions:
+                earlier["versionAliases"] = [a for a in earlier["versionAliases"] if a != "default"]
+        version = {
+            **fields,
             "name": name,
-            "versionId": "1",
-            "versionAliases": ["default"],
-            "createTime": now,
+            "versionId": version_id,
+            "versionAliases": aliases,
+            "createTime": versions[0]["createTime"] if versions else now,
             "updateTime": now,
             "versionCreateTime": now,
             "versionUpdateTime": now,
         }
+        versions.append(version)
+        self.models[name] = next(v for v in versions if "default" in v["versionAliases"])
         op = f"{name}/operations/{next(self._ids)}"
         meta = {
             "@type": "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelOperationMetadata",
@@ -349,10 +375,33 @@ class VertexStandIn:
             "response": {
                 "@type": "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelResponse",
                 "model": name,
-                "modelVersionId": "1",
+                "modelVersionId": version_id,
             },
         }
         return 200, {"name": op, "metadata": meta, "done": False}
+
+    def _list_models(self, req: Request, loc: str) -> tuple[int, dict]:
+        # HTTP rule: GET /v1/{parent}/models; each model once, as its default version.
+        wanted = None
+        for expression in req.query.get("filter", []):
+            m = re.fullmatch(r'\s*display_name\s*=\s*"([^"]*)"\s*', expression)
+            if not m:
+                raise Invalid(
+                    f'The stand-in understands only display_name="..." filters: {expression!r}',
+                    "filter",
+                )
+            wanted = m.group(1)
+        models = [
+            m
+            for name, m in self.models.items()
+            if name.startswith(f"{loc}/models/") and wanted in (None, m.get("displayName"))
+        ]
+        order = req.query.get("orderBy", [""])[0].replace(" ", "")
+        if order in ("update_timedesc", "updateTimedesc"):
+            models.sort(key=lambda m: m["updateTime"], reverse=True)
+        elif order:
+            raise Invalid(f"The stand-in orders only by update_time desc: {order!r}", "order_by")
+        return 200, {"models": models}
 
     def _get_operation(self, req: Request, name: str) -> tuple[int, dict]:
         if name not in self.operations:
@@ -363,10 +412,16 @@ class VertexStandIn:
         self, req: Request, loc: str, id: str, version: str | None = None
     ) -> tuple[int, dict]:
         name = f"{loc}/models/{id}"
-        model = self.models.get(name)
-        if model is None or version not in (None, model["versionId"], *model["versionAliases"]):
+        versions = self.model_versions.get(name, [])
+        if version is None:
+            found = self.models.get(name)
+        else:
+            found = next(
+                (v for v in versions if version in (v["versionId"], *v["versionAliases"])), None
+            )
+        if found is None:
             return _error(404, f"Model {name}{'@' + version if version else ''} not found.")
-        return 200, model
+        return 200, found
 
     def _get_bucket(self, req: Request, bucket: str) -> tuple[int, dict]:
         if bucket not in self.buckets:

@@ -11,7 +11,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
+import re
+
+log = logging.getLogger(__name__)
+
+# Where Vertex AI mounts Cloud Storage in a task's container (gs://B/X is /gcs/B/X there).
+GCS_MOUNT = "/gcs/"
+
+
+def gs_uri(path: str) -> str:
+    """``/gcs/B/X`` as ``gs://B/X``; other paths and URIs as given."""
+    return "gs://" + path[len(GCS_MOUNT) :] if path.startswith(GCS_MOUNT) else path
+
+
+def mounted_path(uri: str) -> str:
+    """``gs://B/X`` as the task's ``/gcs/B/X``; other paths as given."""
+    return GCS_MOUNT + uri[len("gs://") :] if uri.startswith("gs://") else uri
+
 
 # The metadata file inside an exported SavedModel folder (what export.serving_metadata returns).
 SERVING_METADATA_FILE = "serving_metadata.json"
@@ -29,6 +47,17 @@ class RegisteredModel:
     resource_name: str  # projects/P/locations/L/models/ID
     uri: str  # The model's REST URL.
     serving_image: str
+    version_id: str = "1"
+
+
+@dataclasses.dataclass(frozen=True)
+class Champion:
+    """The default version of a registry model: what serves today."""
+
+    resource_name: str  # projects/P/locations/L/models/ID (the model; versions share it).
+    version_id: str
+    artifact_uri: str  # gs:// folder of its SavedModel.
+    display_name: str
 
 
 def serving_container_for(tf_version: str, gpu: bool = False, location: str = "us-central1") -> str:
@@ -65,6 +94,8 @@ def upload_args(
     gpu: bool = False,
     location: str = "us-central1",
     labels: dict | None = None,
+    parent_model: str = "",
+    is_default_version: bool = True,
 ) -> dict:
     """Keyword arguments for ``google.cloud.aiplatform.Model.upload``.
 
@@ -76,10 +107,12 @@ def upload_args(
         serving_image: an image to use instead of the prebuilt one.
         gpu: pick the GPU image.
         location: the Vertex AI region (picks the nearest registry).
-        labels: resource labels.
+        labels: resource labels (``version_labels`` makes valid ones).
+        parent_model: upload as a new version of this registry model (its resource name);
+            empty: a new model.
+        is_default_version: make the upload the model's default version.
     """
-    if artifact_uri.startswith("/gcs/"):
-        artifact_uri = "gs://" + artifact_uri[len("/gcs/") :]
+    artifact_uri = gs_uri(artifact_uri)
     if not artifact_uri.startswith("gs://"):
         raise ValueError(
             f"Vertex AI needs the model in Cloud Storage (gs://...), got {artifact_uri}"
@@ -90,8 +123,62 @@ def upload_args(
         "serving_container_image_uri": serving_image
         or serving_container_for(tf_version, gpu, location),
         "labels": labels or {},
+        "parent_model": parent_model or None,
+        "is_default_version": is_default_version,
         "sync": True,
     }
+
+
+def label_value(value: object) -> str:
+    """A Vertex AI label value: lower case, ``[a-z0-9_-]``, at most 63 characters."""
+    text = re.sub(r"[^a-z0-9_-]", "_", str(value).lower())
+    return text[:63]
+
+
+def version_labels(metrics: dict[str, float], **facts: object) -> dict[str, str]:
+    """Labels for a model version: its metrics (4 decimals, ``0_3512``) and ``facts``.
+
+    Keys become label keys (``hr_at_10``, ``data_fingerprint``, ``preset``...); empty facts are
+    left out.
+    """
+    out = {label_value(k): label_value(f"{v:.4f}") for k, v in metrics.items()}
+    out.update({label_value(k): label_value(v) for k, v in facts.items() if v not in ("", None)})
+    return out
+
+
+def find_champion(project: str, location: str, display_name: str) -> Champion | None:
+    """The default version of the registry model named ``display_name``; ``None`` if none.
+
+    When several models carry the name (uploads made without ``parent_model``), the most
+    recently updated one is the champion, and the others are named in the log.
+    """
+    from google.cloud import aiplatform
+
+    found = aiplatform.Model.list(
+        filter=f'display_name="{display_name}"',
+        order_by="update_time desc",
+        project=project,
+        location=location,
+    )
+    if not found:
+        log.info("no model named %r in the registry of %s/%s", display_name, project, location)
+        return None
+    if len(found) > 1:
+        log.warning(
+            "%d models are named %r; the most recently updated one, %s, is the champion (the "
+            "others: %s)",
+            len(found),
+            display_name,
+            found[0].resource_name,
+            ", ".join(m.resource_name for m in found[1:]),
+        )
+    model = found[0]
+    return Champion(
+        resource_name=model.resource_name,
+        version_id=str(model.version_id),
+        artifact_uri=model.uri,
+        display_name=display_name,
+    )
 
 
 def saved_tensorflow_version(export_dir: str) -> str:
@@ -108,6 +195,9 @@ def register(
     display_name: str,
     serving_image: str = "",
     gpu: bool = False,
+    parent_model: str = "",
+    labels: dict | None = None,
+    is_default_version: bool = True,
 ) -> RegisteredModel:
     """Uploads the SavedModel at ``artifact_uri`` (read here at ``export_dir``) to the registry.
 
@@ -119,15 +209,29 @@ def register(
         display_name: the model's name in the registry.
         serving_image: an image to use instead of the prebuilt one for its TensorFlow version.
         gpu: pick the GPU prebuilt image.
+        parent_model: upload as a new version of this model (resource name); empty: new model.
+        labels: the version's labels (``version_labels``).
+        is_default_version: make it the model's default version (what serves by default).
     """
     from google.cloud import aiplatform
 
     tf_version = saved_tensorflow_version(export_dir)
-    args = upload_args(artifact_uri, display_name, tf_version, serving_image, gpu, location)
+    args = upload_args(
+        artifact_uri,
+        display_name,
+        tf_version,
+        serving_image,
+        gpu,
+        location,
+        labels=labels,
+        parent_model=parent_model,
+        is_default_version=is_default_version,
+    )
     aiplatform.init(project=project, location=location)
     uploaded = aiplatform.Model.upload(**args)
     return RegisteredModel(
         resource_name=uploaded.resource_name,
         uri=f"https://{location}-aiplatform.googleapis.com/v1/{uploaded.resource_name}",
         serving_image=args["serving_container_image_uri"],
+        version_id=str(uploaded.version_id),
     )

@@ -52,7 +52,8 @@ def task_inputs(task: template.Task, scope: Scope) -> tuple[dict[str, Any], dict
         elif "taskOutputParameter" in binding:
             ref = binding["taskOutputParameter"]
             producer = scope.records[ref["producerTask"]]
-            params[name] = producer.parameters.get(ref["outputParameterKey"])
+            if ref["outputParameterKey"] in producer.parameters:  # Absent: planned, not run.
+                params[name] = producer.parameters[ref["outputParameterKey"]]
         else:
             raise template.TemplateError(
                 f"task {task.name!r}: input {name!r} {sorted(binding)} is not supported"

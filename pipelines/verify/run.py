@@ -254,7 +254,18 @@ class Verification:
         record = TaskRecord(task.name, task.display_name, task.kind)
         try:
             params, artifacts = task_inputs(task, scope)
-            if task.condition and not template.evaluate_condition(task.condition, params):
+            unknown = template.condition_parameters(task.condition or "") - params.keys()
+            if unknown and not self.run_tasks:
+                # Reads an output of a task that was only planned: plan the branch too.
+                record.reason = (
+                    f"condition {task.condition} reads outputs of tasks not run "
+                    f"({', '.join(sorted(unknown))}); its tasks are planned"
+                )
+                self._run_dag(task.component, Scope(params, artifacts))
+            elif unknown:
+                record.status = FAILED
+                record.reason = f"condition {task.condition} reads {sorted(unknown)}: not set"
+            elif task.condition and not template.evaluate_condition(task.condition, params):
                 record.status = SKIPPED
                 record.reason = f"condition {task.condition} is false ({_shown(task, params)})"
             elif task.kind == "dag":

@@ -167,6 +167,11 @@ _ALLOWED = (
 _CALLS = {"int": int, "double": float, "string": str, "bool": bool}
 
 
+def condition_parameters(condition: str) -> set[str]:
+    """The input parameters a ``triggerPolicy`` condition reads."""
+    return {m.group(2) for m in _PARAM_REF.finditer(condition)}
+
+
 def evaluate_condition(condition: str, parameters: Mapping[str, Any]) -> bool:
     """Evaluates a KFP ``triggerPolicy`` condition (the CEL subset the compiler emits).
 

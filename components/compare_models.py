@@ -1,0 +1,56 @@
+"""KFP component ``compare_models``: the champion/challenger gate before registration."""
+
+from typing import NamedTuple
+
+from kfp import dsl
+from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output
+
+from components._image import DEFAULT_IMAGE
+
+
+@dsl.component(base_image=DEFAULT_IMAGE, install_kfp_package=False)
+def compare_models(
+    challenger: Input[Model],
+    examples: Input[Dataset],
+    decision: Output[Metrics],
+    report: Output[HTML],
+    champion_uri: str = "",
+    use_registry: bool = False,
+    project: str = "",
+    location: str = "",
+    model_display_name: str = "",
+    metric: str = "hr_at_10",
+    tolerance: float = 0.0,
+) -> NamedTuple("Outputs", [("blessed", bool), ("champion_model", str)]):
+    """Blesses the exported challenger only if it is not worse than the champion.
+
+    The champion is the exported model at ``champion_uri`` when given, else, with
+    ``use_registry`` (the pipeline's ``register``), the default version of the registry model
+    ``model_display_name`` in ``project``/``location``, else there is none and the challenger
+    is blessed. Both are ranked through their
+    ``score`` signatures on ``examples``' held-out set (training_core/compare.py); ``metric``
+    (hr_at_10 or ndcg_at_10) decides with an absolute ``tolerance``. A refused challenger is a
+    successful step: ``blessed`` is False and the reason is in the log, ``decision`` and
+    ``report``. ``champion_model`` is the registry model to add a version to ("" for none).
+    """
+    import logging
+
+    from training_core import compare, registry
+
+    logging.basicConfig(level=logging.INFO)
+    compare.check_choice(metric, tolerance)
+    champion_dir, champion_model = None, ""
+    if champion_uri:
+        champion_dir = registry.mounted_path(champion_uri)
+    elif use_registry and project and model_display_name:
+        found = registry.find_champion(project, location, model_display_name)
+        if found is not None:
+            champion_dir = registry.mounted_path(found.artifact_uri)
+            champion_model = found.resource_name
+    result = compare.compare(challenger.path, examples.path, champion_dir, metric, tolerance)
+    for key, value in result.to_metrics().items():
+        decision.log_metric(key, value)
+    decision.metadata["reason"] = result.reason
+    with open(report.path, "w") as f:
+        f.write(compare.decision_html(result))
+    return (result.blessed, champion_model)  # KFP takes a plain tuple for NamedTuple outputs.

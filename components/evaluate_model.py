@@ -12,14 +12,26 @@ def evaluate_model(
     model: Input[Model],
     metrics: Output[Metrics],
     strategy: str = "default",
+    full_catalog_users: int = 10_000,
 ):
-    """Restores the model's latest checkpoint (any strategy wrote it) and evaluates it."""
-    from training_core import evaluate
+    """Restores the model's latest checkpoint (any strategy wrote it) and evaluates it.
+
+    ``metrics`` gets HR@10/NDCG@10 against the sampled negatives and, as ``full_catalog_*``,
+    against every item the user did not train on, for ``full_catalog_users`` users (a fixed-seed
+    sample; 0: every user; ``full_catalog_capped`` is 1 when that was not all of them). The
+    options are ``training_core.eval_config.EvalOptions``'s, with its defaults (a test holds them
+    equal).
+    """
+    parameters = dict(locals())
+    from training_core import console
+
+    console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
+    from training_core import eval_config, evaluate
     from training_core import strategy as st
 
+    options = eval_config.from_parameters(parameters)
     dist = st.build_strategy(st.StrategyConfig(name=strategy))
-    result = evaluate.evaluate(examples.path, model.path, dist)
-    metrics.log_metric("hr_at_10", result.hr_at_10)
-    metrics.log_metric("ndcg_at_10", result.ndcg_at_10)
-    metrics.log_metric("eval_users", result.eval_users)
-    metrics.log_metric("step", result.step)
+    result = evaluate.evaluate(examples.path, model.path, dist, options=options)
+    for key, value in result.to_dict().items():
+        if key != "checkpoint":
+            metrics.log_metric(key, int(value) if isinstance(value, bool) else value)

@@ -1,10 +1,11 @@
-"""Evaluation: HR@10/NDCG@10 over a prepared dataset's eval split.
+"""Evaluation: HR@10/NDCG@10 over a prepared dataset's eval split, sampled and full-catalog.
 
-``run_eval`` (with the ``tf.function`` ``make_eval_fn`` builds) scores a model in memory: the
-training loop calls it after every epoch. ``evaluate`` does the same for a trained model folder
-(its latest checkpoint, or one named). Only the model's weights are restored, so a checkpoint
-written under any strategy (mirrored, multi-worker, TPU) evaluates under any other, one device
-included.
+``run_eval`` (with the ``tf.function`` ``make_eval_fn`` builds) scores a model in memory against
+each user's sampled negatives (the eval records); ``full_catalog.FullCatalogEval`` ranks the same
+held-out items against every item the user did not train on. The training loop calls both after
+every epoch. ``evaluate`` does the same for a trained model folder (its latest checkpoint, or one
+named). Only the model's weights are restored, so a checkpoint written under any strategy
+(mirrored, multi-worker, TPU) evaluates under any other, one device included.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import logging
 
 import tensorflow as tf
 
-from training_core import input_pipeline, metrics
+from training_core import full_catalog, input_pipeline, metrics
 from training_core.data.metadata import DatasetMetadata, read_metadata
+from training_core.eval_config import EvalOptions
 from training_core.model import NeuMF
 from training_core.model_dir import read_model_config, resolve_checkpoint
 
@@ -24,13 +26,23 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class EvalResult:
-    """HR@10/NDCG@10 of one checkpoint."""
+    """HR@10/NDCG@10 of one checkpoint: over sampled negatives, and over the full catalog.
+
+    The ``full_catalog_*`` metrics rank the held-out item against every item the user did not
+    train on, for ``full_catalog_users`` users: all of them, or a fixed-seed sample of that many
+    when ``full_catalog_capped``. Recall@10 equals HR@10 (one held-out item per user).
+    """
 
     checkpoint: str
     step: int
     hr_at_10: float
     ndcg_at_10: float
     eval_users: int
+    full_catalog_hr_at_10: float
+    full_catalog_ndcg_at_10: float
+    full_catalog_recall_at_10: float
+    full_catalog_users: int
+    full_catalog_capped: bool
 
     def to_dict(self) -> dict:
         """JSON-ready."""
@@ -46,19 +58,7 @@ def make_eval_fn(
         scores = model.score(features["user_id"], features["item_id"], dtype)
         return metrics.ranking_sums(scores, features["duplicate_mask"], items_per_user)
 
-    @tf.function
-    def eval_loop(iterator, n):
-        hits = tf.constant(0, tf.int32)
-        ndcg = tf.constant(0.0, tf.float32)
-        users = tf.constant(0, tf.int32)
-        for _ in tf.range(n):
-            h, d, u = strategy.run(step_fn, args=(next(iterator),))
-            hits += strategy.reduce("SUM", h, axis=None)
-            ndcg += strategy.reduce("SUM", d, axis=None)
-            users += strategy.reduce("SUM", u, axis=None)
-        return hits, ndcg, users
-
-    return eval_loop
+    return metrics.summing_loop(strategy, step_fn)
 
 
 def run_eval(
@@ -102,8 +102,10 @@ def evaluate(
     model_dir: str,
     strategy: tf.distribute.Strategy | None = None,
     checkpoint: str | None = None,
+    options: EvalOptions | None = None,
 ) -> EvalResult:
-    """HR@10 and NDCG@10 of a trained model on ``data_dir``'s eval split."""
+    """HR@10 and NDCG@10 of a trained model on ``data_dir``'s eval split, sampled and full."""
+    options = options or EvalOptions()
     strategy = strategy or tf.distribute.get_strategy()
     meta = read_metadata(data_dir)
     model, path, step = load_model(model_dir, strategy, checkpoint)
@@ -114,12 +116,33 @@ def evaluate(
         )
     with input_pipeline.naming_damaged_files(meta.eval_file_paths(data_dir)):
         result: metrics.RankingMetrics = run_eval(model, strategy, meta, data_dir)
+    full = full_catalog.FullCatalogEval(
+        model, strategy, meta, data_dir, options.full_catalog_users
+    )()
     log.info(
-        "%s (step %d): HR@10 %.4f NDCG@10 %.4f over %d users",
+        "%s (step %d): HR@10 %.4f NDCG@10 %.4f over %d users against %d sampled negatives; "
+        "full catalog HR@10 %.4f NDCG@10 %.4f over %s (%d scores in %.1fs)",
         path,
         step,
         result.hr,
         result.ndcg,
         result.users,
+        meta.eval_negatives,
+        full.metrics.hr,
+        full.metrics.ndcg,
+        full.users_text,
+        full.scores,
+        full.seconds,
     )
-    return EvalResult(path, step, result.hr, result.ndcg, result.users)
+    return EvalResult(
+        path,
+        step,
+        result.hr,
+        result.ndcg,
+        result.users,
+        full_catalog_hr_at_10=full.metrics.hr,
+        full_catalog_ndcg_at_10=full.metrics.ndcg,
+        full_catalog_recall_at_10=full.metrics.recall,
+        full_catalog_users=full.metrics.users,
+        full_catalog_capped=full.capped,
+    )

@@ -46,8 +46,8 @@ import numpy as np
 import tensorflow as tf
 
 from training_core import publish
-from training_core.data import records
-from training_core.data.metadata import DatasetMetadata, read_metadata
+from training_core.data.metadata import read_metadata
+from training_core.data.positives import training_positives  # What "seen" means for recommend.
 from training_core.evaluate import load_model
 from training_core.model import NeuMF
 from training_core.model_dir import latest_checkpoint, read_model_config
@@ -111,40 +111,6 @@ class ExportResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
         return dataclasses.asdict(self)
-
-
-# ---------------------------------------------------------------------------------------------
-# Training positives: what "seen" means for recommend's exclusion.
-# ---------------------------------------------------------------------------------------------
-
-
-def training_positives(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(row_splits, items)``: each user's distinct training items (indices), sorted, as CSR.
-
-    Read from epoch 0's training records (``labels == 1`` and ``valid_point_mask == 1``): every
-    epoch holds each training positive once. The held-out eval item is not among them.
-    """
-    spec = records.feature_spec(meta.train_prebatch_size, training=True)
-    ds = tf.data.TFRecordDataset(meta.train_file_paths(data_dir, 0), buffer_size=8 << 20)
-    ds = ds.batch(64).map(lambda s: tf.io.parse_example(s, spec), num_parallel_calls=2)
-    users, items = [], []
-    for batch in ds.as_numpy_iterator():
-        keep = (batch[records.LABELS] == 1) & (batch[records.VALID_POINT_MASK] == 1)
-        users.append(batch[records.USER_ID][keep])
-        items.append(batch[records.ITEM_ID][keep])
-    u = np.concatenate(users) if users else np.zeros(0, np.int64)
-    i = np.concatenate(items) if items else np.zeros(0, np.int64)
-    pairs = np.unique(u * meta.num_items + i)  # Sorted by user, then item; duplicates dropped.
-    u, i = pairs // meta.num_items, pairs % meta.num_items
-    if len(pairs) != meta.num_train_positives:
-        log.warning(
-            "epoch 0 holds %d distinct training positives, metadata.json says %d",
-            len(pairs),
-            meta.num_train_positives,
-        )
-    row_splits = np.zeros(meta.num_users + 1, np.int64)
-    np.cumsum(np.bincount(u, minlength=meta.num_users), out=row_splits[1:])
-    return row_splits, i.astype(np.int64)
 
 
 def read_vocab(path: str) -> np.ndarray:

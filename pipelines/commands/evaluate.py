@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from pipelines.cli import example_epilog
+from pipelines.cli import example_epilog, options
 from pipelines.commands.train import add_strategy_args, strategy_from_args, write_json
+from training_core import eval_config
 from training_core.model_dir import CHECKPOINT_SUBDIR
 
 
@@ -17,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="evaluate a trained model on a prepared dataset",
         description=(
             "Restore the latest checkpoint of --model-dir (written under any strategy) and "
-            "compute HR@10 and NDCG@10 over the eval split of --data."
+            "compute HR@10 and NDCG@10 over the eval split of --data: against each user's "
+            "sampled negatives, and against every item the user did not train on (full "
+            "catalog, for --full-catalog-users users)."
         ),
         epilog=example_epilog(
             "ncf-pipelines evaluate --data data/ml-1m --model-dir runs/ml-1m "
@@ -33,12 +36,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "checkpoints (its latest); default: the latest in --model-dir",
     )
     p.add_argument("--metrics-out", help="write the metrics as JSON here")
+    p.add_argument(
+        "--full-catalog-users",
+        type=int,
+        help="users to rank against the full catalog, a fixed-seed sample (default "
+        f"{eval_config.DEFAULTS['full_catalog_users']}; 0: every user)",
+    )
     add_strategy_args(p)
     p.set_defaults(func=run, strategy="default")
 
 
 def run(args: argparse.Namespace) -> int:
     """Evaluates and prints the metrics."""
+    eval_options = eval_config.eval_options(**options(args, eval_config.OPTIONS))  # Before TF.
     strategy = strategy_from_args(args)
 
     from training_core.evaluate import evaluate
@@ -47,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     checkpoint = args.checkpoint
     if checkpoint:  # Checked here, so that the error names the option.
         checkpoint = resolve_checkpoint(args.model_dir, checkpoint, option="--checkpoint")
-    result = evaluate(args.data, args.model_dir, strategy, checkpoint)
+    result = evaluate(args.data, args.model_dir, strategy, checkpoint, eval_options)
     if args.metrics_out:
         write_json(args.metrics_out, result.to_dict())
     print(json.dumps(result.to_dict()))

@@ -1,0 +1,85 @@
+"""Each user's positives, read back from a prepared dataset's records.
+
+``training_positives``: the items a user trained on (what ``recommend`` can exclude, and what
+full-catalog evaluation does not rank). ``held_out_items``: the one item per user that evaluation
+holds out (the last row of each user's group in the eval records). Both read the records with
+``tf.data``, so they work on any filesystem TensorFlow reads (``gs://`` included); TensorFlow is
+imported when they are called, as ``records.feature_spec`` does, so importing this module stays
+free of it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from training_core.data import records
+from training_core.data.metadata import DatasetMetadata
+
+log = logging.getLogger(__name__)
+
+_RECORDS_PER_READ = 64
+
+
+def training_positives(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(row_splits, items)``: each user's distinct training items (indices), sorted, as CSR.
+
+    Read from epoch 0's training records (``labels == 1`` and ``valid_point_mask == 1``): every
+    epoch holds each training positive once. The held-out eval item is not among them.
+    """
+    users, items = [], []
+    for batch in _read(meta.train_file_paths(data_dir, 0), meta.train_prebatch_size, True):
+        keep = (batch[records.LABELS] == 1) & (batch[records.VALID_POINT_MASK] == 1)
+        users.append(batch[records.USER_ID][keep])
+        items.append(batch[records.ITEM_ID][keep])
+    u = np.concatenate(users) if users else np.zeros(0, np.int64)
+    i = np.concatenate(items) if items else np.zeros(0, np.int64)
+    pairs = np.unique(u * meta.num_items + i)  # Sorted by user, then item; duplicates dropped.
+    u, i = pairs // meta.num_items, pairs % meta.num_items
+    if len(pairs) != meta.num_train_positives:
+        log.warning(
+            "epoch 0 holds %d distinct training positives, metadata.json says %d",
+            len(pairs),
+            meta.num_train_positives,
+        )
+    row_splits = np.zeros(meta.num_users + 1, np.int64)
+    np.cumsum(np.bincount(u, minlength=meta.num_users), out=row_splits[1:])
+    return row_splits, i.astype(np.int64)
+
+
+def held_out_items(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(users, items)``: every evaluated user (sorted) and the item held out for them.
+
+    The eval records hold ``1 + eval_negatives`` rows per user, the held-out positive last; a
+    user whose positive row is masked is padding and is left out.
+    """
+    k = 1 + meta.eval_negatives
+    users, items = [], []
+    for batch in _read(meta.eval_file_paths(data_dir), meta.eval_prebatch_size, False):
+        last = {name: batch[name].reshape(-1, k)[:, -1] for name in records.EVAL_FEATURES}
+        keep = last[records.DUPLICATE_MASK] == 0
+        users.append(last[records.USER_ID][keep])
+        items.append(last[records.ITEM_ID][keep])
+    u = np.concatenate(users) if users else np.zeros(0, np.int64)
+    i = np.concatenate(items) if items else np.zeros(0, np.int64)
+    order = np.argsort(u, kind="stable")
+    u, i = u[order], i[order]
+    if len(u) != meta.num_eval_users or (len(u) and (np.diff(u) == 0).any()):
+        raise ValueError(
+            f"{data_dir}: the eval records hold {len(u)} held-out items for "
+            f"{len(np.unique(u))} users, metadata.json says {meta.num_eval_users} users with one "
+            f"each; {records.PREPARE_AGAIN}"
+        )
+    return u.astype(np.int64), i.astype(np.int64)
+
+
+def _read(files: list[str], prebatch: int, training: bool):
+    """Yields the records of ``files`` parsed into flat NumPy columns, a few records at a time."""
+    import tensorflow as tf
+
+    spec = records.feature_spec(prebatch, training)
+    ds = tf.data.TFRecordDataset(files, buffer_size=8 << 20).batch(_RECORDS_PER_READ)
+    ds = ds.map(lambda s: tf.io.parse_example(s, spec), num_parallel_calls=2)
+    for batch in ds.as_numpy_iterator():
+        yield {name: value.reshape(-1) for name, value in batch.items()}

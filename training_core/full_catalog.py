@@ -1,0 +1,202 @@
+"""Full-catalog HR@10, NDCG@10 and recall@10: the held-out item against every item not trained on.
+
+The sampled metrics (``evaluate.run_eval``) rank each user's held-out item against the items the
+user never saw that data prep sampled for the eval records (999 by default). Krichene & Rendle
+("On Sampled Metrics for Item Recommendation", KDD 2020) show that sampled metrics can order
+models differently from the ranking a user is shown, so evaluation also reports this one: for
+batches of users, the model scores user x every item on the device (``score`` over the grid, so
+any scorer with NeuMF's interface works), the user's training positives are masked out, and the
+held-out item's rank among the rest gives the metrics (``metrics.full_catalog_sums``; ties count
+against it, as in the sampled ones).
+
+The cost is users x items scores (ml-20m: 138k x 27k = 3.7G), so ``max_users`` caps the users: a
+fixed-seed sample, the same users for every model and every epoch of one dataset. The result
+says how many users were ranked and whether that was all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from training_core import input_pipeline, metrics
+from training_core.data import positives
+from training_core.data.metadata import DatasetMetadata
+
+PAIRS_PER_STEP = 1 << 19  # (user, item) scores per replica per step: bounds device memory.
+SAMPLE_SEED = 0  # Which users a cap keeps: the same for every model and epoch of a dataset.
+
+
+@dataclasses.dataclass(frozen=True)
+class FullCatalogMetrics:
+    """Full-catalog sums over the ranked users, and how many users had a held-out item."""
+
+    metrics: metrics.RankingMetrics
+    users_with_held_out: int
+    seconds: float  # Wall time of the scoring (the users' positives were read before).
+    scores: int  # Scores computed: ranked users x items.
+
+    @property
+    def capped(self) -> bool:
+        """Whether only a sample of the users was ranked."""
+        return self.metrics.users < self.users_with_held_out
+
+    @property
+    def users_text(self) -> str:
+        """Which users were ranked, for logs: ``all 6040 users``, ``a fixed-seed sample of ...``."""
+        if self.capped:
+            return (
+                f"a fixed-seed sample of {self.metrics.users} of {self.users_with_held_out} users"
+            )
+        return f"all {self.metrics.users} users"
+
+
+def select_users(users: np.ndarray, max_users: int, seed: int = SAMPLE_SEED) -> np.ndarray:
+    """Positions into ``users`` to rank, ascending: all of them, or ``max_users`` (0: no cap).
+
+    The sample is the first ``max_users`` of one fixed-seed permutation, so a smaller cap's users
+    are among a larger one's (the training curve's among ``evaluate``'s).
+    """
+    n = len(users)
+    if max_users <= 0 or max_users >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).permutation(n)[:max_users])
+
+
+@dataclasses.dataclass(frozen=True)
+class _RankedUsers:
+    """The users a ``FullCatalogEval`` ranks, read from the records once."""
+
+    users: np.ndarray  # [m] user indices, ascending.
+    held_out: np.ndarray  # [m] their held-out items.
+    # Their training positives as CSR: [m + 2] row splits (row m, empty, is the padding user's)
+    # and the items.
+    splits: np.ndarray
+    items: np.ndarray
+    users_with_held_out: int  # Before the cap.
+
+
+class FullCatalogEval:
+    """Ranks ``model``'s held-out items over the full catalog; build once, call per evaluation.
+
+    The users and their positives are read from the records on the first call and kept, so a
+    training run pays for that once.
+
+    Args:
+        model: a scorer with NeuMF's interface (``score``, ``num_items``).
+        strategy: the strategy ``model`` lives under; users are split over its replicas.
+        meta: the prepared dataset.
+        data_dir: its folder.
+        max_users: users to rank at most (a fixed-seed sample); 0: every user.
+        dtype: the compute dtype of ``score``. float32 unless you know better: among thousands
+            of items, float16 or bfloat16 logits tie often, and ties count against the positive.
+        pairs_per_step: scores per replica per step (users per step: this over the items).
+    """
+
+    def __init__(
+        self,
+        model,
+        strategy: tf.distribute.Strategy,
+        meta: DatasetMetadata,
+        data_dir: str,
+        max_users: int,
+        dtype: tf.DType = tf.float32,
+        pairs_per_step: int = PAIRS_PER_STEP,
+    ):
+        self.model = model
+        self.strategy = strategy
+        self.meta = meta
+        self.data_dir = data_dir
+        self.max_users = max_users
+        self.dtype = dtype
+        replicas = strategy.num_replicas_in_sync
+        self.num_items = meta.num_items
+        self.users_per_step = max(
+            1, min(pairs_per_step // meta.num_items, math.ceil(meta.num_eval_users / replicas))
+        )
+        self._ranked: _RankedUsers | None = None
+        self._loop = metrics.summing_loop(strategy, self._step)
+
+    def __call__(self) -> FullCatalogMetrics:
+        """The metrics of the model's current weights."""
+        if self._ranked is None:
+            self._ranked = self._read_users()
+        ranked = self._ranked
+        replicas = self.strategy.num_replicas_in_sync
+        steps = math.ceil(len(ranked.users) / (replicas * self.users_per_step))
+        dist = input_pipeline.distribute(self.strategy, self._dataset_fn(ranked, steps))
+        t0 = time.perf_counter()
+        hits, ndcg, users = self._loop(iter(dist), tf.constant(steps))
+        seconds = time.perf_counter() - t0
+        result = metrics.RankingMetrics(int(hits), float(ndcg), int(users))
+        return FullCatalogMetrics(
+            result, ranked.users_with_held_out, seconds, result.users * self.num_items
+        )
+
+    def _read_users(self) -> _RankedUsers:
+        """The ranked users, their held-out items, and their training positives as CSR."""
+        train_files = self.meta.train_file_paths(self.data_dir, 0)
+        with input_pipeline.naming_damaged_files(train_files):
+            all_splits, all_items = positives.training_positives(self.meta, self.data_dir)
+        with input_pipeline.naming_damaged_files(self.meta.eval_file_paths(self.data_dir)):
+            users, held_out = positives.held_out_items(self.meta, self.data_dir)
+        keep = select_users(users, self.max_users)
+        starts = all_splits[users[keep]]
+        lengths = all_splits[users[keep] + 1] - starts
+        splits = np.zeros(len(keep) + 2, np.int64)
+        np.cumsum(lengths, out=splits[1:-1])
+        splits[-1] = splits[-2]
+        items = all_items[_ranges(starts, lengths)]
+        return _RankedUsers(users[keep], held_out[keep], splits, items, len(users))
+
+    def _dataset_fn(self, ranked: _RankedUsers, steps: int):
+        """Per replica and step: users, held-out items, padding flags, the excluded-items mask."""
+        r, b, n = self.strategy.num_replicas_in_sync, self.users_per_step, self.num_items
+        m = len(ranked.users)
+        rows = np.concatenate([np.arange(m), np.full(steps * r * b - m, m)])  # m: padding.
+        rows = rows.reshape(steps, r, b)
+        users = np.append(ranked.users, 0)
+        held_out = np.append(ranked.held_out, 0)
+        splits, items = ranked.splits, ranked.items
+
+        def features(row):
+            seen = tf.gather(tf.RaggedTensor.from_row_splits(items, splits), row)
+            where = tf.stack([seen.value_rowids(), seen.flat_values], axis=1)
+            mask = tf.scatter_nd(where, tf.ones_like(seen.flat_values, tf.int32), [b, n]) > 0
+            return {
+                "user": tf.gather(users, row),
+                "positive": tf.gather(held_out, row),
+                "evaluated": row < m,
+                "excluded": mask,
+            }
+
+        def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
+            local = r // ctx.num_input_pipelines
+            i = ctx.input_pipeline_id
+            mine = rows[:, i * local : (i + 1) * local].reshape(-1, b)  # Step-major, replica-minor.
+            ds = tf.data.Dataset.from_tensor_slices(mine)
+            return ds.map(features, num_parallel_calls=tf.data.AUTOTUNE).prefetch(2)
+
+        return dataset_fn
+
+    def _step(self, batch):
+        b, n = self.users_per_step, self.num_items
+        user_ids = tf.repeat(batch["user"], n)
+        item_ids = tf.tile(tf.range(n, dtype=batch["user"].dtype), [b])
+        scores = tf.reshape(self.model.score(user_ids, item_ids, self.dtype), [b, n])
+        return metrics.full_catalog_sums(
+            scores, batch["excluded"], batch["positive"], batch["evaluated"]
+        )
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``concat(arange(s, s + l) for s, l)``, vectorized."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    offsets = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.repeat(starts, lengths) + offsets

@@ -35,6 +35,9 @@ def compare_models(
     """
     import logging
 
+    from training_core import console
+
+    console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
     from training_core import compare, registry
 
     logging.basicConfig(level=logging.INFO)

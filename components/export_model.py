@@ -20,6 +20,9 @@ def export_model(
     default_signature: str = "score",
 ):
     """Writes a SavedModel that scores and recommends by raw ids (see docs/serving.md)."""
+    from training_core import console
+
+    console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
     from training_core import export
 
     result = export.export(
@@ -64,6 +67,9 @@ def register_model(
     registers only a blessed model). ``decision`` (``compare_models``' metrics), when given,
     puts the challenger's metrics on the version as labels.
     """
+    from training_core import console
+
+    console.setup()  # First: the cloud libraries' import warnings stay quiet.
     from training_core import registry
 
     measured = {}

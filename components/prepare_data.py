@@ -36,9 +36,12 @@ def prepare_data(
     ``examples`` gets the dataset folder and its counts as artifact metadata.
     """
     parameters = dict(locals())
-    from training_core.data import config, prepare_beam, report
+    from training_core import console
+
+    console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
+    from training_core.data import config, prepare, report
 
     settings = config.from_parameters(raw_data.path, examples.path, parameters)
-    result = prepare_beam.run(settings, runner, beam_pipeline_args or ())
+    result = prepare.run(settings, runner, beam_pipeline_args or ())
     print(report.summary(result))
     examples.metadata.update(report.artifact_metadata(result))

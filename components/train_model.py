@@ -38,6 +38,9 @@ def train_model(
     CPU. On a multi-worker job only the chief writes ``metrics`` and ``plots``.
     """
     parameters = dict(locals())
+    from training_core import console
+
+    console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
     from training_core import report, train, train_config
     from training_core import strategy as st
 

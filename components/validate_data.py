@@ -31,6 +31,9 @@ def validate_data(
     computes) only keys the cache, so changed data behind an unchanged path is checked again.
     See training_core.validate and docs/validation.md.
     """
+    from training_core import console
+
+    console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
     from training_core import validate as v
 
     result = v.validate(

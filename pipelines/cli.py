@@ -12,6 +12,8 @@ import importlib
 import logging
 import sys
 
+from training_core.console import VERBOSE_ENV
+
 # Order is the order shown in --help.
 COMMAND_MODULES = (
     "prepare_data",
@@ -28,6 +30,12 @@ COMMAND_MODULES = (
 )
 
 
+VERBOSE_HELP = (
+    "print everything the libraries and each pipeline step print, and debug details (or set "
+    f"{VERBOSE_ENV}=1)"
+)
+
+
 class UserError(Exception):
     """An error caused by input or options: printed as one clear message, no traceback."""
 
@@ -41,11 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
             "data prep, training, evaluation and Kubeflow/Vertex AI pipelines."
         ),
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details as well")
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         # Every command must import: a missing one is a broken install, not an optional extra.
         importlib.import_module(f"pipelines.commands.{name}").register(sub)
+    for command in sub.choices.values():  # Also after the subcommand; SUPPRESS keeps an earlier -v.
+        command.add_argument(
+            "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP
+        )
     return parser
 
 
@@ -53,10 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from training_core import console
+
+    # Before any command imports TensorFlow; commands read the outcome as args.verbose.
+    args.verbose = console.setup(True if args.verbose else None)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
+        handlers=[console.stderr_handler()],
     )
     from training_core.publish import FolderBusyError
 

@@ -1,3 +1,4 @@
+import logging
 import os
 import re
 import shutil
@@ -130,3 +131,68 @@ def test_synth_writes_requested_shape(tmp_path, capsys):
     assert code == 0
     lines = (tmp_path / "s" / "ratings.dat").read_text().splitlines()
     assert len({line.split("::")[0] for line in lines}) == 50
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh Python, without this process's logging or verbosity settings."""
+    base = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "NCF_VERBOSE")}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**base, **env},
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+
+
+def test_tensorflow_starts_quietly_and_verbose_leaves_it_alone():
+    """What a step's process does first (console.setup): TensorFlow's start-up log (CUDA factory
+    "errors" on a machine without a GPU, oneDNN notes), absl's and google-api-core's warning
+    about Python 3.11 print nothing; NCF_VERBOSE=1 changes nothing."""
+    quiet = _python(
+        "from training_core import console; console.setup()\n"
+        "import google.api_core, tensorflow as tf\n"
+        "tf.saved_model.save(tf.Module(), __import__('tempfile').mkdtemp())\n"
+        "print(int(tf.constant(41) + 1))"
+    )
+    assert quiet.returncode == 0, quiet.stderr
+    assert (quiet.stdout, quiet.stderr) == ("42\n", "")
+    verbose = _python(
+        "import os; from training_core import console\n"
+        "print(console.setup(), os.environ.get('TF_CPP_MIN_LOG_LEVEL'))",
+        NCF_VERBOSE="1",
+    )
+    assert verbose.stdout == "True None\n", verbose.stderr
+
+
+def test_a_failing_command_still_shows_its_error(tmp_path, capsys):
+    missing = tmp_path / "nope.csv"
+    assert cli.main(["prepare-data", "--input", str(missing), "--output", str(tmp_path)]) == 2
+    assert str(missing) in capsys.readouterr().err
+
+
+def test_progress_events_round_trip_and_plain_lines(monkeypatch, capsys):
+    from training_core import console
+
+    monkeypatch.setenv(console.PROGRESS_ENV, console.PROGRESS_EVENTS)
+    with console.progress("epoch 1/2", 10, "steps") as bar:
+        assert bar.level == logging.DEBUG  # The caller's own lines step aside while drawn.
+        bar.update(10, "loss 0.5")
+    events = [console.parse_event(line) for line in capsys.readouterr().out.splitlines()]
+    assert events[0].done == 0 and events[-1].done == 10 and events[-1].note == "loss 0.5"
+    assert events[-1].describe().startswith("epoch 1/2: 10/10 steps (100%), loss 0.5, ")
+    assert console.parse_event("ncf-progress {not json") is None
+    monkeypatch.delenv(console.PROGRESS_ENV)  # Off a terminal: nothing drawn, lines at INFO.
+    with console.progress("writing", None, "files") as bar:
+        bar.update(3)
+        assert bar.level == logging.INFO
+    assert capsys.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize(
+    ("argv", "verbose"),
+    [(["-v", "run-local"], True), (["run-local", "--verbose"], True), (["run-local"], False)],
+)
+def test_verbose_before_or_after_the_subcommand(argv, verbose):
+    assert cli.build_parser().parse_args(argv).verbose is verbose

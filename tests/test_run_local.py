@@ -1,9 +1,21 @@
+import io
+import logging
 import os
 
 import pytest
+from kfp.local import logging_utils, status
 
 from pipelines import cli
+from pipelines.local_run import StepDisplay
+from training_core import console
 from training_core.data import metadata
+
+MAX_LINES = 60  # What a successful run-local may print (issue 17).
+
+
+def _printed_lines(text: str) -> list[str]:
+    """The lines a reader sees: a line redrawn in place (``\r``) counts once, blank ones not."""
+    return [line.rsplit("\r", 1)[-1] for line in text.split("\n") if line.strip()]
 
 
 @pytest.mark.slow
@@ -20,9 +32,21 @@ def test_run_local_whole_pipeline_on_the_embedded_sample(tmp_path, capsys):
         ]
     )
     assert code == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
+    # Quiet and short: a line per step start and end, the summary; no library noise.
+    lines = _printed_lines(captured.out + captured.err)
+    assert len(lines) <= MAX_LINES, "\n".join(lines)
+    noisy = [line for line in lines if "error" in line.lower() or "warning" in line.lower()]
+    assert not noisy, "\n".join(noisy)
+    for step in ("validate-data", "prepare-data", "train-model", "evaluate-model"):
+        assert sum(f"] {step}" in line and " started: " in line for line in lines) == 1
+        assert sum(f"] {step}" in line and " done in " in line for line in lines) == 1
+    logs = out.split("Step logs: ")[1].split()[0]
+    with open(os.path.join(logs, "validate-data.log")) as f:
+        assert "validated " in f.read()  # Each step's whole output is kept.
     assert "HR@10" in out and "Exported model:" in out
-    hr = float(out.split("HR@10 ")[1].split()[0])
+    hr = float(out.split("Finished in ")[1].split("HR@10 ")[1].split()[0])
     assert 0.3 < hr <= 1.0  # 100 negatives: popularity alone gives well under this here.
     exported = out.split("Exported model: ")[1].split()[0]
     assert os.path.exists(os.path.join(exported, "saved_model.pb"))
@@ -46,10 +70,15 @@ def test_run_local_stops_at_the_failing_step_with_its_message(tmp_path, capfd):
     code = cli.main(["run-local", "--data", str(bad), "--pipeline-root", str(tmp_path / "r")])
     assert code == 2
     captured = capfd.readouterr()
-    both = captured.out + captured.err
-    assert "validate-data" in captured.err  # The summary names the failing step...
-    assert "item_id" in both and "INT_TYPE_SMALL_INT" in both  # ...its log says why.
-    assert "train-model" not in captured.err
+    err = captured.err
+    assert "validate-data" in err and "FAILED" in err  # The summary names the failing step...
+    # ...and its error is shown in full, not only kept in its log: the message names the file.
+    assert f"1 anomaly in {bad}" in err and "item_id: INT_TYPE_SMALL_INT" in err
+    assert "Traceback (most recent call last)" in err
+    assert "train-model" not in err
+    log = err.split("its whole log in ")[1].split(";")[0]
+    with open(log) as f:
+        assert "INT_TYPE_SMALL_INT" in f.read()
 
 
 @pytest.mark.parametrize(
@@ -68,3 +97,50 @@ def test_run_local_refuses_bad_parameters_before_any_step_runs(tmp_path, capsys,
     assert code == 2
     assert message in capsys.readouterr().err
     assert not root.exists()  # Nothing ran.
+
+
+def _kfp_says(message: str) -> None:
+    """A record as kfp.local logs it: on the root logger, in its context, task names coloured."""
+    with logging_utils.local_logger_context():
+        logging.info(message)
+
+
+def test_step_display_shows_steps_progress_and_keeps_the_rest_in_logs(tmp_path, monkeypatch):
+    """Fed kfp.local's own messages (its formatting functions), without running a pipeline."""
+    out, err = io.StringIO(), io.StringIO()
+    display = StepDisplay({"train-model": "Train NeuMF"}, str(tmp_path), out, err)
+    task = logging_utils.format_task_name("train-model")
+    monkeypatch.setattr(console, "LINE_INTERVAL_S", 0.0)  # Every event makes a line.
+    event = console.Event("epoch 1/4", 200, 477, "steps", "loss 0.4819", 2.0)
+    with display.capturing():
+        _kfp_says(f"Executing task {logging_utils.format_task_name('importer')}")
+        _kfp_says(f"Executing task {task}")
+        print("    [KFP Executor] Got executor_input: {...}")  # kfp.local indents step output.
+        print(f"    {console.EVENT_PREFIX}{console.json.dumps(vars(event))}")
+        success = logging_utils.format_status(status.Status.SUCCESS)
+        _kfp_says(f"Task {task} finished with status {success}")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and err.getvalue() == ""
+    assert lines[0].endswith("[1/1] train-model     started: Train NeuMF")
+    assert lines[1].endswith("train-model     epoch 1/4: 200/477 steps (41%), loss 0.4819, 2s")
+    assert "train-model     done in " in lines[2]
+    log = (tmp_path / "train-model.log").read_text()
+    assert "[KFP Executor] Got executor_input" in log and "\x1b[" not in log
+    assert not (tmp_path / "importer.log").exists()  # Not a step: it runs no process.
+
+
+def test_step_display_prints_a_failing_steps_traceback_to_stderr(tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    display = StepDisplay({"prepare-data": "Prepare"}, str(tmp_path), out, err)
+    task = logging_utils.format_task_name("prepare-data")
+    with display.capturing():
+        _kfp_says(f"Executing task {task}")
+        for line in ("noise before", "Traceback (most recent call last):", "  File x", "E: bad"):
+            print(f"    {line}")
+        failure = logging_utils.format_status(status.Status.FAILURE)
+        _kfp_says(f"Task {task} finished with status {failure}")
+    assert display.failed() == str(tmp_path / "prepare-data.log")
+    shown = err.getvalue().splitlines()
+    assert "[1/1] prepare-data    FAILED after " in shown[0]
+    assert shown[1:] == ["  Traceback (most recent call last):", "    File x", "  E: bad"]
+    assert "done" not in out.getvalue()

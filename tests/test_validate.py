@@ -246,6 +246,40 @@ def test_cli_passes_clean_and_warn_only(clean_run, tmp_path, capsys):
     assert cli.main(["validate", "--input", CLEAN, "--output", str(tmp_path / "c")]) == 0
 
 
+def test_baseline_file_is_the_file_its_folder_or_an_earlier_runs_output(clean_run, tmp_path):
+    earlier = os.path.dirname(os.path.dirname(clean_run.schema_path))  # That run's --output.
+    for name, path in (
+        (v.SCHEMA_FILE, clean_run.schema_path),
+        (v.STATS_FILE, clean_run.statistics_path),
+    ):
+        for given in (path, os.path.dirname(path), earlier):
+            assert v.baseline_file(given, name) == os.path.join(os.path.dirname(path), name)
+    with pytest.raises(FileNotFoundError, match="no baseline schema there .* schema/schema.pbtxt"):
+        v.baseline_file(str(tmp_path), v.SCHEMA_FILE)
+
+
+def test_cli_baseline_checks_against_an_earlier_runs_schema_and_statistics(
+    clean_run, tmp_path, capsys
+):
+    earlier = os.path.dirname(os.path.dirname(clean_run.schema_path))  # That run's --output.
+    args = ["validate", "--input", _path("drifted.csv"), "--output", str(tmp_path / "d")]
+    assert cli.main([*args, "--baseline", earlier]) == 2
+    err = capsys.readouterr().err
+    assert "item_id: COMPARATOR_JENSEN_SHANNON_DIVERGENCE_HIGH" in err  # Drift: statistics used.
+    assert f"schema: {earlier})" in err  # Checked against that run's schema, not an inferred one.
+    # --baseline is both; it does not mix with the long forms.
+    assert cli.main([*args, "--baseline", earlier, "--baseline-stats", earlier]) == 2
+    assert "--baseline takes both the schema and the statistics" in capsys.readouterr().err
+
+
+def test_long_baseline_options_take_an_earlier_runs_output_too(clean_run, tmp_path):
+    earlier = os.path.dirname(os.path.dirname(clean_run.schema_path))
+    same = v.validate(
+        _config("clean.csv", tmp_path, baseline_schema=earlier, baseline_statistics=earlier)
+    )
+    assert same.passed and same.drift_checked and same.schema_source == earlier
+
+
 def test_cli_rejects_a_bad_drift_setting(tmp_path, capsys):
     code = cli.main(["validate", "--input", CLEAN, "--output", str(tmp_path), "--drift", "x"])
     assert code == 2 and "FEATURE=linf:THRESHOLD" in capsys.readouterr().err

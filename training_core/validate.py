@@ -38,6 +38,8 @@ SCHEMA_FILE = "schema.pbtxt"
 ANOMALIES_FILE = "anomalies.pbtxt"
 ANOMALIES_BINARY_FILE = "SchemaDiff.pb"
 REPORT_FILE = "report.html"
+# The folders of one run's output (``OutputPaths.under``; the component's artifacts too).
+STATISTICS_DIR, SCHEMA_DIR, ANOMALIES_DIR = "statistics", "schema", "anomalies"
 
 MIN_TIMESTAMP = 788_918_400  # 1995-01-01 UTC: before any MovieLens rating.
 FUTURE_SLACK_SECONDS = 86_400  # Timestamps may run up to a day ahead of the clock.
@@ -149,9 +151,9 @@ class OutputPaths:
     def under(cls, output_dir: str) -> OutputPaths:
         """The default layout inside one folder."""
         return cls(
-            statistics=os.path.join(output_dir, "statistics"),
-            schema=os.path.join(output_dir, "schema"),
-            anomalies=os.path.join(output_dir, "anomalies"),
+            statistics=os.path.join(output_dir, STATISTICS_DIR),
+            schema=os.path.join(output_dir, SCHEMA_DIR),
+            anomalies=os.path.join(output_dir, ANOMALIES_DIR),
             report=os.path.join(output_dir, REPORT_FILE),
         )
 
@@ -164,8 +166,10 @@ class ValidateConfig:
     outputs: OutputPaths
     format: str = "auto"
     columns: rio.Columns = rio.Columns()
-    baseline_schema: str | None = None  # schema.pbtxt, its folder or gs:// URI; None: infer.
-    baseline_statistics: str | None = None  # FeatureStats.pb, its folder or URI; None: no drift.
+    # schema.pbtxt, its folder, or an earlier run's output folder (``baseline_file``); local
+    # paths and gs:// URIs. None: infer the schema / no drift checks.
+    baseline_schema: str | None = None
+    baseline_statistics: str | None = None
     drift: tuple[DriftThreshold, ...] = ()  # Overrides the schema's and the defaults.
     domain_checks: bool = True
     min_timestamp: int = MIN_TIMESTAMP
@@ -347,7 +351,7 @@ def validate(config: ValidateConfig) -> ValidationResult:
     baseline_stats = None
     if config.baseline_statistics:
         baseline_stats = tfdv.load_stats_binary(
-            _baseline_file(config.baseline_statistics, STATS_FILE, "statistics")
+            baseline_file(config.baseline_statistics, STATS_FILE)
         )
         apply_drift(schema, config.drift, defaults=True)
     elif config.drift:
@@ -757,18 +761,34 @@ def _max_timestamp(config: ValidateConfig) -> int:
 def _load_schema(path: str):
     import tensorflow_data_validation as tfdv
 
-    return tfdv.load_schema_text(_baseline_file(path, SCHEMA_FILE, "schema"))
+    return tfdv.load_schema_text(baseline_file(path, SCHEMA_FILE))
 
 
-def _baseline_file(path: str, name: str, what: str) -> str:
-    """``path`` or ``path/name``; local paths and ``gs://`` URIs alike (tf.io.gfile)."""
+# Where a run puts each baseline file: its folder inside the run's output folder.
+_BASELINE_DIRS = {SCHEMA_FILE: SCHEMA_DIR, STATS_FILE: STATISTICS_DIR}
+
+
+def baseline_file(path: str, name: str) -> str:
+    """The baseline file ``name`` (``SCHEMA_FILE`` or ``STATS_FILE``) that ``path`` names.
+
+    ``path`` is the file, its folder (the artifact), or the output folder of an earlier run
+    (``--output``, or a pipeline's ``validate-data`` folder), which holds it in its own folder;
+    local paths and ``gs://`` URIs alike (tf.io.gfile).
+
+    Raises:
+        FileNotFoundError: none of those, naming what was looked for.
+    """
     import tensorflow as tf
 
-    if tf.io.gfile.isdir(path):
-        path = os.path.join(path, name)
-    if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
-        raise FileNotFoundError(f"{path}: no baseline {what} there (expected {name})")
-    return path
+    folder = _BASELINE_DIRS[name]
+    candidates = [path, os.path.join(path, name), os.path.join(path, folder, name)]
+    for candidate in candidates:
+        if tf.io.gfile.exists(candidate) and not tf.io.gfile.isdir(candidate):
+            return candidate
+    raise FileNotFoundError(
+        f"{path}: no baseline {folder} there (expected the {name} file, its folder, or an "
+        f"earlier validate run's output folder with {folder}/{name})"
+    )
 
 
 def parse_time(text: str) -> int:

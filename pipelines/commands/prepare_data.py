@@ -114,7 +114,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs data preparation and prints a summary."""
-    from training_core.data import prepare_beam, report
+    from training_core.data import prepare, report
     from training_core.data.sample_data import sample_path
 
     config = prepare_config(
@@ -123,6 +123,6 @@ def run(args: argparse.Namespace) -> int:
         columns=input_columns(args),
         **options(args, OPTIONS),
     )
-    result = prepare_beam.run(config, args.runner, beam_pipeline_args(args))
+    result = prepare.run(config, args.runner, beam_pipeline_args(args))
     print(report.summary(result))
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 from pipelines.cli import add_param_option, example_epilog
@@ -49,15 +50,16 @@ def run(args: argparse.Namespace) -> int:
 
     from pipelines import submit
     from pipelines.cli import UserError
-    from pipelines.local_run import LocalRunFailed, run_local
+    from pipelines.local_run import LocalRunFailed, run_local, steps_of
     from pipelines.pipeline import LOCAL_PROFILE, build_pipeline, run_problems
     from pipelines.profiles import BUILTIN
     from training_core.data.sample_data import sample_path
+    from training_core.presets import PRESETS
 
+    started = time.perf_counter()
+    pipeline_func = build_pipeline(BUILTIN[LOCAL_PROFILE], local=True)
     # The same typed parameters, and the same checks, as a submission of this pipeline.
-    spec = json_format.MessageToDict(
-        build_pipeline(BUILTIN[LOCAL_PROFILE], local=True).pipeline_spec
-    )
+    spec = json_format.MessageToDict(pipeline_func.pipeline_spec)
     template = submit.template_from_spec(spec, "the local pipeline")
     given = submit.coerce_parameters(
         template, submit.parse_assignments(args.param, "--param"), require_all=False
@@ -68,8 +70,6 @@ def run(args: argparse.Namespace) -> int:
         **given,
     }
     problems = run_problems(spec, arguments)
-    from training_core.model import PRESETS
-
     if arguments.get("preset", "") not in PRESETS:  # Found now, not after validate and prepare.
         problems.append(
             f"preset {arguments.get('preset')!r} is unknown; use one of {', '.join(PRESETS)}"
@@ -77,18 +77,54 @@ def run(args: argparse.Namespace) -> int:
     if problems:
         raise ValueError("these parameter values cannot run:\n  - " + "\n  - ".join(problems))
     root = os.path.abspath(os.path.join(args.pipeline_root, time.strftime("%Y%m%d-%H%M%S")))
+    data = args.data or "the embedded sample"
+    print(
+        f"Running the pipeline on {data} (preset {arguments['preset']}, "
+        f"{arguments['epochs']} epochs): {len(steps_of(pipeline_func))} steps, each in its own "
+        f"process (kfp.local)"
+    )
     try:
-        result = run_local(root, arguments)
+        result = run_local(root, arguments, pipeline_func, verbose=args.verbose)
     except LocalRunFailed as e:
         raise UserError(str(e)) from None
-    print(f"\nPipeline finished in {result.seconds:.0f}s. Artifacts under {root}:")
+    print(summary(result, time.perf_counter() - started))
+    return 0
+
+
+def summary(result, seconds: float) -> str:
+    """What a finished run measured, where its artifacts are, and what to do next."""
+    import json
+
+    from training_core.data.metadata import read_metadata
+    from training_core.registry import SERVING_METADATA_FILE
+
+    m = result.metrics
+    nan = float("nan")
+    negatives = read_metadata(result.outputs["examples"]).eval_negatives
+    exported = result.outputs["exported_model"]
+    lines = [
+        f"Finished in {seconds:.0f}s. HR@10 {m.get('hr_at_10', nan):.4f}  NDCG@10 "
+        f"{m.get('ndcg_at_10', nan):.4f} over {int(m.get('eval_users', 0))} users, each "
+        f"against {negatives} sampled negatives (full catalog: HR@10 "
+        f"{m.get('full_catalog_hr_at_10', nan):.4f})",
+        f"Artifacts under {result.pipeline_root}:",
+    ]
     for step, artifacts in result.artifacts.items():
         for name, path in artifacts.items():
-            print(f"  {step:15s} {name:15s} {path}")
-    m = result.metrics
-    print(
-        f"HR@10 {m.get('hr_at_10', float('nan')):.4f}  NDCG@10 "
-        f"{m.get('ndcg_at_10', float('nan')):.4f}  (eval users {int(m.get('eval_users', 0))})"
-    )
-    print(f"Exported model: {result.outputs['exported_model']}")
-    return 0
+            lines.append(f"  {step:15s} {name:15s} {path}")
+    if result.logs:
+        lines.append(f"Step logs: {result.logs}")
+    lines.append(f"Exported model: {exported}")
+    with open(os.path.join(exported, SERVING_METADATA_FILE)) as f:
+        user = json.load(f)["example_requests"]["recommend"]["instances"][0]["user_id"]
+    python = os.path.relpath(sys.executable) if sys.executable.startswith(os.getcwd()) else "python"
+    lines += [
+        f'Try it (top 10 items for user {user}): {python} -c "from training_core import console; '
+        f"console.setup(); import tensorflow as tf; m = tf.saved_model.load('{exported}'); "
+        f"print(m.signatures['recommend'](user_id=tf.constant([{user}], tf.int64), "
+        "exclude_seen=tf.constant([True]))['item_ids'].numpy())\"",
+        "Serve it: docs/serving.md (requests, TF Serving, the Vertex AI Model Registry)",
+        "Next: more epochs (--param epochs=8), your own ratings (--data FILE_OR_FOLDER), "
+        "Vertex AI (ncf-pipelines compile, submit: docs/pipelines.md)",
+    ]
+    return "\n".join(lines)

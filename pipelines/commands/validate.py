@@ -28,8 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         epilog=example_epilog(
             "ncf-pipelines validate --input ml-20m/ --output val/ml-20m",
+            "ncf-pipelines validate --input new/ratings.csv --output val/new --baseline val/ml-20m",
             "ncf-pipelines validate --input new/ratings.csv --output val/new "
-            "--baseline-schema val/ml-20m/schema --baseline-stats val/ml-20m/statistics "
+            "--baseline-schema reviewed/schema.pbtxt --baseline-stats val/ml-20m "
             "--drift item_id=js:0.05",
             "ncf-pipelines validate --input /gcs/B/ml-25m/ratings.csv --output /gcs/B/val "
             '--beam-pipeline-args="--runner=DataflowRunner --project=P --region=R '
@@ -40,12 +41,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_input_arguments(p, required=True, help_text="ratings file or folder (as prepare-data)")
     p.add_argument("--output", required=True, help="folder for statistics, schema, anomalies")
     p.add_argument(
+        "--baseline",
+        metavar="EARLIER_OUTPUT",
+        help="the --output folder of an earlier validate run: check against its schema and for "
+        "drift against its statistics (short for --baseline-schema and --baseline-stats with "
+        "that folder)",
+    )
+    p.add_argument(
         "--baseline-schema",
-        help="reviewed schema.pbtxt (or its folder) to check against; default: infer one",
+        help="reviewed schema.pbtxt to check against: the file, its folder, or an earlier run's "
+        "--output folder; default: infer one",
     )
     p.add_argument(
         "--baseline-stats",
-        help="FeatureStats.pb (or its folder) of earlier data, to check for drift",
+        help="FeatureStats.pb of earlier data, to check for drift: the file, its folder, or an "
+        "earlier run's --output folder",
     )
     p.add_argument(
         "--drift",
@@ -85,6 +95,11 @@ def run(args: argparse.Namespace) -> int:
     """Runs the gate; returns 2 (with the anomalies on stderr) when it blocks."""
     from training_core import validate
 
+    if args.baseline and (args.baseline_schema or args.baseline_stats):
+        raise ValueError(
+            "--baseline takes both the schema and the statistics of one earlier run; use it "
+            "alone, or --baseline-schema and --baseline-stats"
+        )
     drift = ()
     if args.drift_config:
         drift += validate.load_drift_file(args.drift_config)
@@ -94,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
         outputs=validate.OutputPaths.under(args.output),
         format=args.format,
         columns=input_columns(args),
-        baseline_schema=args.baseline_schema,
-        baseline_statistics=args.baseline_stats,
+        baseline_schema=args.baseline or args.baseline_schema,
+        baseline_statistics=args.baseline or args.baseline_stats,
         drift=drift,
         domain_checks=not args.no_domain_checks,
         min_timestamp=validate.parse_time(args.min_time),

@@ -7,7 +7,7 @@ per epoch draw training negatives and eval candidates and write pre-batched reco
 byte-identical for any number of workers. The folder is held by one writer and a run builds in a
 private folder, published in one step (``dataset_folder``): an interrupted or failed run never
 looks complete and never harms the dataset that was there. ``prepare_beam`` is the other engine,
-over the same ``plan`` and ``shards``.
+over the same ``plan`` and ``shards``; ``run`` picks one by the runner's name.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import time
 
 import numpy as np
 
-from training_core import publish
+from training_core import console, publish
 from training_core.data import dataset_folder, sampling, shards
 from training_core.data import io as rio
-from training_core.data.config import PrepareConfig
+from training_core.data.config import RUNNER_LOCAL, PrepareConfig, check_runner
 from training_core.data.metadata import (
     ITEM_VOCAB,
     USER_VOCAB,
@@ -278,6 +278,23 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     return PrepareResult(meta, out, False, time.perf_counter() - t0, dataset_bytes(meta), timings)
 
 
+def run(
+    config: PrepareConfig,
+    runner: str = RUNNER_LOCAL,
+    beam_pipeline_args: tuple[str, ...] | list[str] = (),
+) -> PrepareResult:
+    """Prepares data on one machine (``local``) or on Apache Beam (``beam``); same output.
+
+    ``prepare_beam`` is imported only for ``beam``: importing Beam alone takes seconds.
+    """
+    check_runner(runner, beam_pipeline_args)
+    if runner == RUNNER_LOCAL:
+        return prepare(config)
+    from training_core.data import prepare_beam
+
+    return prepare_beam.prepare_beam(config, prepare_beam.BeamConfig(tuple(beam_pipeline_args)))
+
+
 @dataclasses.dataclass(frozen=True)
 class _Source:
     """The input as read: its files, their format and their content hash."""
@@ -380,7 +397,10 @@ def _write_shards(
     task_seconds = {"train": 0.0, "eval": 0.0}
     t_write = time.perf_counter()
     try:
-        with _task_results(tasks, workers) as results:
+        with (
+            _task_results(tasks, workers) as results,
+            console.progress("writing records", len(tasks), "files") as bar,
+        ):
             for done, ((fn, args), result) in enumerate(zip(tasks, results, strict=True), start=1):
                 if fn is _write_eval_shard:
                     shard_file, short, seconds = result
@@ -393,7 +413,9 @@ def _write_shards(
                     task_seconds["train"] += seconds
                 written_rows += shard_file.elements
                 rate = written_rows / max(time.perf_counter() - t_write, 1e-9)
-                log.info(
+                bar.update(done, f"{written_rows:,} rows ({rate / 1e6:.2f}M rows/s)")
+                log.log(
+                    bar.level,
                     "[%d/%d] %s: %d rows, %.1f MB (%.2fM rows/s overall)",
                     done,
                     len(tasks),

@@ -43,14 +43,13 @@ from training_core.data import (
     beam_source,
     dataset_folder,
     plan,
-    prepare,
     records,
     report,
     sampling,
     shards,
 )
 from training_core.data import io as rio
-from training_core.data.config import RUNNER_LOCAL, PrepareConfig, check_runner
+from training_core.data.config import PrepareConfig
 from training_core.data.metadata import ITEM_VOCAB, USER_VOCAB, ShardFile, epoch_dir
 
 log = logging.getLogger(__name__)
@@ -67,18 +66,6 @@ class BeamConfig:
     pipeline_args: tuple[str, ...] = ()  # e.g. --runner=DataflowRunner --project=... ; none: here.
     range_bytes: int = beam_source.DEFAULT_RANGE_BYTES  # Text is read in ranges of this size.
     num_buckets: int | None = None  # Groups of raw users for cleaning; None: from the input size.
-
-
-def run(
-    config: PrepareConfig,
-    runner: str = RUNNER_LOCAL,
-    beam_pipeline_args: tuple[str, ...] | list[str] = (),
-) -> report.PrepareResult:
-    """Prepares data on one machine (``local``) or on Apache Beam (``beam``); same output."""
-    check_runner(runner, beam_pipeline_args)
-    if runner == RUNNER_LOCAL:
-        return prepare.prepare(config)
-    return prepare_beam(config, BeamConfig(tuple(beam_pipeline_args)))
 
 
 # ---------------------------------------------------------------------------------------------

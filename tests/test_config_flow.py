@@ -14,10 +14,11 @@ import dataclasses
 import pytest
 import yaml
 
+from components.evaluate_model import evaluate_model
 from components.prepare_data import prepare_data
 from components.train_model import train_model
 from pipelines import cli
-from training_core import options, train_config
+from training_core import eval_config, options, train_config
 from training_core.data import config as prep_config
 from training_core.presets import get_preset
 
@@ -40,10 +41,17 @@ NOT_OPTIONS = {
         "expect_accelerator": "strategy_config",
         "expect_accelerator_count": "strategy_config",
     },
+    "evaluate_model": {
+        "examples": "input artifact",
+        "model": "input artifact",
+        "metrics": "output artifact",
+        "strategy": "StrategyConfig(name=...)",
+    },
 }
 STEPS = {
     "prepare_data": (prepare_data, prep_config.DEFAULTS, prep_config.COMPONENT_NAMES),
     "train_model": (train_model, train_config.DEFAULTS, {}),
+    "evaluate_model": (evaluate_model, eval_config.DEFAULTS, {}),
 }
 _KFP_TYPES = {"Integer": int, "Float": float, "String": str, "Boolean": bool}
 
@@ -75,6 +83,7 @@ def test_every_component_parameter_is_an_option_with_its_default(step):
     only_cli = {
         "prepare_data": {"columns", "num_shards", "workers", "overwrite"},
         "train_model": {"learning_rate", "steps_per_loop", "precision", "embedding_updates"},
+        "evaluate_model": set(),
     }[step]
     assert set(defaults) - seen == only_cli
 
@@ -188,6 +197,15 @@ def test_each_train_model_parameter_reaches_the_config(data_dir):
     assert build(target_hr=-1.0).model.hr_threshold is None
 
 
+def test_each_evaluate_model_parameter_reaches_the_options():
+    names = set(evaluate_model.component_spec.inputs) - set(NOT_OPTIONS["evaluate_model"])
+    assert names == {"full_catalog_users"}
+    assert eval_config.from_parameters({}) == eval_config.EvalOptions()
+    assert eval_config.from_parameters({"full_catalog_users": 7}).full_catalog_users == 7
+    # The default is not None, so a KFP 0 is a value: every user.
+    assert eval_config.from_parameters({"full_catalog_users": 0}).full_catalog_users == 0
+
+
 def default_preset() -> str:
     return train_config.DEFAULTS["preset"]
 
@@ -202,12 +220,12 @@ def _parser_flags(command: str) -> dict[str, str]:
     return {
         action.option_strings[-1]: action.dest
         for action in sub.choices[command]._actions
-        if action.option_strings and action.dest != "help"
+        if action.option_strings and action.dest not in ("help", "verbose")  # Not options.
     }
 
 
 def test_each_prepare_data_flag_reaches_the_config(monkeypatch, tmp_path):
-    from training_core.data import prepare_beam, report
+    from training_core.data import prepare, report
 
     seen = []
 
@@ -215,7 +233,7 @@ def test_each_prepare_data_flag_reaches_the_config(monkeypatch, tmp_path):
         seen.append((config, runner, beam_args))
         raise SystemExit(0)
 
-    monkeypatch.setattr(prepare_beam, "run", capture)
+    monkeypatch.setattr(prepare, "run", capture)
     monkeypatch.setattr(report, "summary", lambda result: "")
     flags = {
         "--format": (["ml-1m"], lambda c: c.format == "ml-1m"),
@@ -311,6 +329,45 @@ def test_each_train_flag_reaches_the_config(monkeypatch, data_dir, tmp_path):
         assert holds(config) and not holds(default), flag
 
 
+def test_each_evaluate_flag_reaches_the_options(monkeypatch, tmp_path):
+    from pipelines.commands import evaluate as evaluate_command
+    from training_core import evaluate
+
+    seen = []
+
+    def capture(data_dir, model_dir, strategy, checkpoint, options):
+        seen.append(options)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(evaluate_command, "strategy_from_args", lambda args: None)
+    monkeypatch.setattr(evaluate, "evaluate", capture)
+    flags = {"--full-catalog-users": (["0"], lambda o: o.full_catalog_users == 0)}
+    not_options = {  # Paths, outputs, and the strategy's flags (strategy_config).
+        "--data",
+        "--model-dir",
+        "--checkpoint",
+        "--metrics-out",
+        "--strategy",
+        "--num-gpus",
+        "--tpu",
+        "--all-reduce-alg",
+        "--num-packs",
+    }
+    assert set(_parser_flags("evaluate")) == set(flags) | not_options
+
+    def run(*extra):
+        seen.clear()
+        with pytest.raises(SystemExit):
+            cli.main(["evaluate", "--data", "d", "--model-dir", str(tmp_path / "m"), *extra])
+        return seen[-1]
+
+    default = run()
+    assert default == eval_config.EvalOptions()
+    for flag, (values, holds) in flags.items():
+        options_ = run(flag, *values)
+        assert holds(options_) and not holds(default), flag
+
+
 def test_summaries_go_where_vertex_ai_asks_whichever_way_the_run_starts(monkeypatch, data_dir):
     monkeypatch.setenv(train_config.SUMMARIES_ENV, "gs://b/logs")
     assert train_config.config_for(data_dir, "m").summaries_dir == "gs://b/logs"
@@ -324,3 +381,5 @@ def test_options_that_are_not_options_are_refused():
         prep_config.prepare_config("in", "out", min_rating=3)
     with pytest.raises(TypeError, match="not training options: epoch"):
         train_config.config_for("/nonexistent", "m", epoch=3)
+    with pytest.raises(TypeError, match="not evaluation options: full_catalog"):
+        eval_config.eval_options(full_catalog=3)

@@ -284,30 +284,33 @@ def _fake_strategy(*devices):
     return types.SimpleNamespace(extended=types.SimpleNamespace(worker_devices=devices))
 
 
-def test_several_gpus_on_one_machine_train_where_loss_scaling_and_row_updates_work():
-    """float16's loss scaling and sparse row updates run in merge_call, which spans a machine's
-    devices: with several there, ``auto`` picks float32 and dense updates, and asking for either
-    by name is refused with the way out (they fail with per-replica values otherwise)."""
+def test_auto_precision_is_float16_on_gpus_however_many_one_machine_holds():
+    """float16's loss scaling agrees across a machine's replicas (tests/test_multi_replica.py
+    trains with it under mirrored): ``auto`` picks it for one GPU and for eight alike, float32 on
+    CPU however many devices, and no precision asked for by name is refused."""
     one, eight = _fake_strategy("/gpu:0"), _fake_strategy(*(f"/gpu:{i}" for i in range(8)))
+    cpus = _fake_strategy("/cpu:0", "/cpu:1")
     assert train.compute_dtype("auto", one) == tf.float16
-    assert train.compute_dtype("auto", eight) == tf.float32
+    assert train.compute_dtype("auto", eight) == tf.float16
+    assert train.compute_dtype("auto", cpus) == tf.float32
+    assert train.compute_dtype("float16", eight) == tf.float16
+    assert train.compute_dtype("float16", cpus) == tf.float16
     assert train.compute_dtype("bfloat16", eight) == tf.bfloat16
-    with pytest.raises(ValueError, match="--precision float16 is not supported with 8 replicas"):
-        train.compute_dtype("float16", eight)
-    assert train.compute_dtype("float16", one) == tf.float16
+    assert train.compute_dtype("float32", one) == tf.float32
 
 
-def test_sparse_updates_are_refused_with_several_replicas_on_one_machine(tiny_data):
+def test_embedding_updates_do_not_depend_on_how_many_replicas_one_machine_holds(
+    tiny_data, monkeypatch
+):
+    """Row updates work under mirrored (tests/test_multi_replica.py): asked for, they are kept
+    with several replicas; under ``auto`` the choice is by device kind and table size only."""
     meta = read_metadata(tiny_data)
     config = train_config.config_for(tiny_data, "m", "tiny", embedding_updates="sparse")
-    two = _fake_strategy("/cpu:0", "/cpu:1")
-    with pytest.raises(ValueError, match="--embedding-updates sparse is not supported with 2"):
-        train._dense_gradients(config, meta, two)
+    one, two = _fake_strategy("/cpu:0"), _fake_strategy("/cpu:0", "/cpu:1")
+    assert train._dense_gradients(config, meta, two) is False
     auto = dataclasses.replace(config, dense_gradients=None)
-    limit = train.DENSE_TABLE_LIMIT
-    try:
-        train.DENSE_TABLE_LIMIT = 0  # Tables "large": one replica would update rows.
-        assert train._dense_gradients(auto, meta, _fake_strategy("/cpu:0")) is False
-        assert train._dense_gradients(auto, meta, two) is True
-    finally:
-        train.DENSE_TABLE_LIMIT = limit
+    assert train._dense_gradients(auto, meta, two) is True  # Tiny tables: dense.
+    monkeypatch.setattr(train, "DENSE_TABLE_LIMIT", 0)  # Tables "large": rows on CPU.
+    assert train._dense_gradients(auto, meta, one) is False
+    assert train._dense_gradients(auto, meta, two) is False
+    assert train._dense_gradients(auto, meta, _fake_strategy("/gpu:0", "/gpu:1")) is True

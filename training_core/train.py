@@ -24,9 +24,11 @@ from typing import Any
 
 import tensorflow as tf
 
-from training_core import input_pipeline, publish
+from training_core import console, input_pipeline, publish
 from training_core.data.metadata import DatasetMetadata, read_metadata
+from training_core.eval_config import CURVE_FULL_CATALOG_USERS
 from training_core.evaluate import make_eval_fn, run_eval
+from training_core.full_catalog import FullCatalogEval
 from training_core.model import NeuMF, NeuMFConfig
 from training_core.model_dir import (
     check_model_folder,
@@ -62,6 +64,11 @@ class EpochResult:
     ndcg_at_10: float
     examples_per_sec: float
     eval_users: int
+    # Over every item the user did not train on, for a fixed sample of at most
+    # CURVE_FULL_CATALOG_USERS users (0 users: a history written before these were recorded).
+    full_catalog_hr_at_10: float = 0.0
+    full_catalog_ndcg_at_10: float = 0.0
+    full_catalog_users: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,48 +107,17 @@ class TrainResult:
         }
 
 
-def local_replicas(strategy: tf.distribute.Strategy) -> int:
-    """Replicas of ``strategy`` on this machine (the devices one ``merge_call`` spans)."""
-    if isinstance(strategy, tf.distribute.TPUStrategy):
-        return 1  # One TPU program per host: updates are compiled, not merged per device.
-    try:
-        return max(1, len(strategy.extended.worker_devices))
-    except RuntimeError:  # The default strategy.
-        return 1
-
-
-# Not yet supported with more than one replica on one machine (MirroredStrategy over several
-# devices): the loss-scale and the row-wise updates run in merge_call, where each device's
-# values are still per-replica. ``auto`` avoids them there; asked for by name, they are refused.
-_ONE_LOCAL_REPLICA_ONLY = {
-    "precision float16": "use --precision auto (float32 there) or bfloat16",
-    "embedding updates sparse": "use --embedding-updates auto or dense",
-}
-
-
-def _refuse_on_local_replicas(what: str, strategy: tf.distribute.Strategy) -> None:
-    n = local_replicas(strategy)
-    if n > 1:
-        option, value = what.rsplit(" ", 1)
-        raise ValueError(
-            f"--{option.replace(' ', '-')} {value} is not supported with {n} replicas on one "
-            f"machine yet; {_ONE_LOCAL_REPLICA_ONLY[what]}"
-        )
-
-
 def compute_dtype(precision: str, strategy: tf.distribute.Strategy) -> tf.DType:
-    """The compute dtype: bfloat16 on TPU, float16 on one GPU per machine under ``auto``.
+    """The compute dtype: under ``auto``, bfloat16 on TPU, float16 on GPUs, float32 on CPU.
 
-    Several GPUs on one machine train in float32 under ``auto`` (TF32 on Ampere and later):
-    float16's dynamic loss scaling is not supported across local replicas yet.
+    float16 trains with dynamic loss scaling, on one GPU or several (mirrored replicas agree on
+    each step's overflow check: all of them skip it or all apply it).
     """
-    if precision == "float16":
-        _refuse_on_local_replicas("precision float16", strategy)
     if precision != "auto":
         return tf.as_dtype(precision)
     if isinstance(strategy, tf.distribute.TPUStrategy):
         return tf.bfloat16
-    if _uses_gpu(strategy) and local_replicas(strategy) == 1:
+    if _uses_gpu(strategy):
         return tf.float16
     return tf.float32
 
@@ -185,15 +161,12 @@ def _dense_gradients(
     config: TrainConfig, meta: DatasetMetadata, strategy: tf.distribute.Strategy
 ) -> bool:
     """Whether to apply embedding gradients densely: ``config.dense_gradients``, else by size."""
-    if config.dense_gradients is False:
-        _refuse_on_local_replicas("embedding updates sparse", strategy)
     if config.dense_gradients is not None:
         return config.dense_gradients
     # Dense (exact Adam, fused kernel) is fastest on accelerators and for small tables;
-    # on CPU, tables much larger than a batch are cheaper to update row by row (one replica
-    # per machine only, see _ONE_LOCAL_REPLICA_ONLY).
+    # on CPU, tables much larger than a batch are cheaper to update row by row.
     table = (meta.num_users + meta.num_items) * config.model.embedding_dim
-    return _on_accelerator(strategy) or table <= DENSE_TABLE_LIMIT or local_replicas(strategy) > 1
+    return _on_accelerator(strategy) or table <= DENSE_TABLE_LIMIT
 
 
 class _Trainer:
@@ -234,6 +207,9 @@ class _Trainer:
         )
         self.eval_fn = make_eval_fn(
             self.model, strategy, input_pipeline.eval_items_per_user(self.meta), self.dtype
+        )
+        self.full_catalog = FullCatalogEval(
+            self.model, strategy, self.meta, config.data_dir, CURVE_FULL_CATALOG_USERS
         )
         self.writer = self._summary_writer()
 
@@ -389,6 +365,8 @@ class _Trainer:
                 history.append(result)
                 tf.summary.scalar("eval/hr_at_10", result.hr_at_10, step=result.step)
                 tf.summary.scalar("eval/ndcg_at_10", result.ndcg_at_10, step=result.step)
+                for name in ("full_catalog_hr_at_10", "full_catalog_ndcg_at_10"):
+                    tf.summary.scalar(f"eval/{name}", getattr(result, name), step=result.step)
                 self._save()
                 log.info(
                     "epoch %d done: loss %.4f HR@10 %.4f NDCG@10 %.4f (%d users)",
@@ -416,7 +394,12 @@ class _Trainer:
         )
 
     def _steps(
-        self, iterator, epoch: int, start: int, partial: tuple[float, int, float]
+        self,
+        iterator,
+        epoch: int,
+        start: int,
+        partial: tuple[float, int, float],
+        bar: console.Progress,
     ) -> tuple[float, int, float]:
         """Trains the rest of one epoch from step ``start``; returns (loss sum, steps, seconds)."""
         cfg, layout = self.config, self.layout
@@ -450,7 +433,9 @@ class _Trainer:
             step = self._current_step()
             tf.summary.scalar("train/loss", total / n, step=step)
             tf.summary.scalar("train/examples_per_sec", rate, step=step)
-            log.info(
+            bar.update(done, f"loss {total / n:.4f}, {rate:,.0f} examples/s")
+            log.log(
+                bar.level,
                 "epoch %d step %d/%d (global %d): loss %.4f, %.0f examples/s",
                 epoch + 1,
                 done,
@@ -470,10 +455,25 @@ class _Trainer:
             input_pipeline.train_dataset_fn(self.meta, cfg.data_dir, layout, epoch, start),
         )
         files = self.meta.train_file_paths(cfg.data_dir, epoch)
-        with input_pipeline.naming_damaged_files(files):
-            loss_sum, trained, seconds = self._steps(iter(dist), epoch, start, partial)
-        metrics_ = run_eval(
-            self.model, self.strategy, self.meta, cfg.data_dir, self.dtype, self.eval_fn
+        what = f"epoch {epoch + 1}/{cfg.model.epochs}"
+        with (
+            input_pipeline.naming_damaged_files(files),
+            console.progress(what, layout.steps_per_epoch, "steps") as bar,
+        ):
+            bar.update(start)
+            loss_sum, trained, seconds = self._steps(iter(dist), epoch, start, partial, bar)
+        with console.progress(f"{what} evaluation"):
+            metrics_ = run_eval(
+                self.model, self.strategy, self.meta, cfg.data_dir, self.dtype, self.eval_fn
+            )
+            full = self.full_catalog()
+        log.info(
+            "epoch %d full catalog: HR@10 %.4f NDCG@10 %.4f over %s (%.1fs)",
+            epoch + 1,
+            full.metrics.hr,
+            full.metrics.ndcg,
+            full.users_text,
+            full.seconds,
         )
         return EpochResult(
             epoch=epoch + 1,
@@ -483,6 +483,9 @@ class _Trainer:
             ndcg_at_10=metrics_.ndcg,
             examples_per_sec=trained * layout.global_batch / seconds if seconds else 0.0,
             eval_users=metrics_.users,
+            full_catalog_hr_at_10=full.metrics.hr,
+            full_catalog_ndcg_at_10=full.metrics.ndcg,
+            full_catalog_users=full.metrics.users,
         )
 
 
@@ -498,6 +501,8 @@ def summary_metrics(result: TrainResult) -> dict[str, float]:
         "examples_per_sec": last.examples_per_sec,
         "epochs": len(result.epochs),
         "best_hr_at_10": result.best.hr_at_10,
+        "full_catalog_hr_at_10": last.full_catalog_hr_at_10,
+        "full_catalog_ndcg_at_10": last.full_catalog_ndcg_at_10,
         "global_step": result.global_step,
     }
 

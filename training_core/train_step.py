@@ -6,6 +6,12 @@ sigmoid cross-entropy of the batch (normalized by the global batch, so the repli
 the batch mean), sums the gradients across replicas, and applies them in cross-replica context.
 Under float16 the loss is scaled by a ``DynamicLossScale``: a step whose gradients overflow is
 skipped (no weight, moment or Adam step count moves) and the scale adjusts.
+
+Everything that reads gradient values (the unscaling and the overflow check) runs in replica
+context, on each replica's copy of the summed gradients; ``merge_call`` then sees per-replica
+values wherever one machine holds several replicas (``MirroredStrategy`` over several GPUs), and
+only passes them on to ``strategy.extended.update``, which applies each device's copy of the
+gradients to that device's copy of the variables.
 """
 
 from __future__ import annotations
@@ -58,7 +64,11 @@ def make_train_loop(
         ctx = tf.distribute.get_replica_context()
         if strategy.num_replicas_in_sync > 1:
             grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-        ctx.merge_call(apply, args=(grads,))
+        if loss_scale is None:
+            ctx.merge_call(apply, args=(grads,))
+        else:
+            grads, finite = _unscale(grads, loss_scale.scale)
+            ctx.merge_call(apply, args=(grads, finite))
         return loss
 
     @tf.function
@@ -100,26 +110,41 @@ def _loss_and_grads_fn(
     return loss_and_grads
 
 
-def _apply_fn(optimizer: Adam, loss_scale: DynamicLossScale | None, variables: list[tf.Variable]):
-    """The cross-replica ``apply(distribution, grads)``: unscales, skips a non-finite step."""
+def _unscale(grads: list, scale: tf.Variable) -> tuple[list, tf.Tensor]:
+    """Replica context: the gradients divided by the loss scale, and whether all are finite.
 
-    def apply(distribution, grads):
+    Called on the gradients already summed over the replicas, so every replica computes the
+    same flag (a replica whose own gradients overflowed made the sum overflow everywhere).
+    """
+    inv = 1.0 / scale
+    grads = [
+        g * inv
+        if not isinstance(g, tf.IndexedSlices)
+        else tf.IndexedSlices(g.values * inv, g.indices, g.dense_shape)
+        for g in grads
+    ]
+    finite = tf.reduce_all(
+        [
+            tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
+            for g in grads
+        ]
+    )
+    return grads, finite
+
+
+def _apply_fn(optimizer: Adam, loss_scale: DynamicLossScale | None, variables: list[tf.Variable]):
+    """The cross-replica ``apply(distribution, grads[, finite])``; skips a non-finite step.
+
+    ``grads`` (unscaled) and ``finite`` come from ``_unscale`` on each replica; with several
+    replicas on this machine they arrive as per-replica values. The flags are combined into one,
+    so every local copy of every variable takes the step or every one skips it.
+    """
+
+    def apply(distribution, grads, finite=None):
         if loss_scale is None:
             optimizer.apply(distribution, grads, variables)
             return
-        inv = 1.0 / loss_scale.scale
-        grads = [
-            g * inv
-            if not isinstance(g, tf.IndexedSlices)
-            else tf.IndexedSlices(g.values * inv, g.indices, g.dense_shape)
-            for g in grads
-        ]
-        finite = tf.reduce_all(
-            [
-                tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
-                for g in grads
-            ]
-        )
+        finite = _all_replicas(distribution, finite)
 
         def do_apply():
             optimizer.apply(distribution, grads, variables)
@@ -128,3 +153,12 @@ def _apply_fn(optimizer: Adam, loss_scale: DynamicLossScale | None, variables: l
         loss_scale.update(finite)
 
     return apply
+
+
+def _all_replicas(distribution: tf.distribute.Strategy, flag) -> tf.Tensor:
+    """Cross-replica context: one boolean, true when the flag is true on every local replica.
+
+    Other workers' flags need no collective: theirs come from the same all-reduced gradients.
+    """
+    flags = distribution.experimental_local_results(flag)
+    return flags[0] if len(flags) == 1 else tf.reduce_all(tf.stack(flags))

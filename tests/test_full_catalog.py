@@ -13,7 +13,7 @@ import tensorflow as tf
 from conftest import communicate, read_split
 from ncf_numpy import full_catalog_reference, leave_one_out_from_raw, neumf_scores
 
-from training_core import eval_config, full_catalog, metrics, train, train_config
+from training_core import console, eval_config, full_catalog, metrics, train, train_config
 from training_core.data import positives
 from training_core.data.metadata import read_metadata
 from training_core.evaluate import evaluate, load_model, run_eval
@@ -269,3 +269,32 @@ def test_the_training_curve_records_full_catalog_metrics(model_dir):
         epochs = json.load(f)["epochs"]
     assert [e["full_catalog_users"] for e in epochs] == [200, 200]  # Under the curve's cap.
     assert all(0 < e["full_catalog_hr_at_10"] < e["hr_at_10"] for e in epochs)
+
+
+def test_a_long_ranking_reports_progress_and_the_chunks_sum_to_the_whole(
+    tiny_data, raw, monkeypatch, capsys
+):
+    """Progress comes between compiled chunks of steps; chunking does not change the metrics."""
+    seen, held_out = raw
+    table = np.random.default_rng(3).random((len(held_out), read_metadata(tiny_data).num_items))
+    meta = read_metadata(tiny_data)
+    strategy = tf.distribute.get_strategy()
+    whole = full_catalog.FullCatalogEval(TableScorer(table), strategy, meta, tiny_data, 0)()
+    # 3 users per step: ceil(200 / 3) = 67 steps, 9 chunks of at most STEPS_PER_REPORT steps.
+    pairs = 3 * meta.num_items
+    monkeypatch.setenv(console.PROGRESS_ENV, console.PROGRESS_EVENTS)
+    monkeypatch.setattr(console, "EVENT_INTERVAL_S", 0.0)
+    capsys.readouterr()
+    chunked = full_catalog.FullCatalogEval(
+        TableScorer(table), strategy, meta, tiny_data, 0, pairs_per_step=pairs
+    )(show_progress=True)
+    events = [console.parse_event(line) for line in capsys.readouterr().out.splitlines()]
+    done = [e.done for e in events if e is not None and e.what == "full-catalog ranking"]
+    per_chunk = 3 * full_catalog.STEPS_PER_REPORT
+    assert done[0] == 0 and done[-1] == 200
+    assert sorted(set(done)) == [0, *range(per_chunk, 200, per_chunk), 200]
+    assert (chunked.metrics.hits, chunked.metrics.users) == (whole.metrics.hits, 200)
+    assert chunked.metrics.ndcg == pytest.approx(whole.metrics.ndcg, rel=1e-6)
+    # Without show_progress (the training loop's curve) nothing is reported.
+    full_catalog.FullCatalogEval(TableScorer(table), strategy, meta, tiny_data, 0)()
+    assert console.EVENT_PREFIX not in capsys.readouterr().out

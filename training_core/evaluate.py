@@ -118,7 +118,7 @@ def evaluate(
         result: metrics.RankingMetrics = run_eval(model, strategy, meta, data_dir)
     full = full_catalog.FullCatalogEval(
         model, strategy, meta, data_dir, options.full_catalog_users
-    )()
+    )(show_progress=True)
     log.info(
         "%s (step %d): HR@10 %.4f NDCG@10 %.4f over %d users against %d sampled negatives; "
         "full catalog HR@10 %.4f NDCG@10 %.4f over %s (%d scores in %.1fs)",

@@ -16,6 +16,7 @@ says how many users were ranked and whether that was all of them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -23,11 +24,12 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from training_core import input_pipeline, metrics
+from training_core import console, input_pipeline, metrics
 from training_core.data import positives
 from training_core.data.metadata import DatasetMetadata
 
 PAIRS_PER_STEP = 1 << 19  # (user, item) scores per replica per step: bounds device memory.
+STEPS_PER_REPORT = 8  # Steps per compiled loop call; progress is reported between calls.
 SAMPLE_SEED = 0  # Which users a cap keeps: the same for every model and epoch of a dataset.
 
 
@@ -121,8 +123,13 @@ class FullCatalogEval:
         self._ranked: _RankedUsers | None = None
         self._loop = metrics.summing_loop(strategy, self._step)
 
-    def __call__(self) -> FullCatalogMetrics:
-        """The metrics of the model's current weights."""
+    def __call__(self, show_progress: bool = False) -> FullCatalogMetrics:
+        """The metrics of the model's current weights.
+
+        Args:
+            show_progress: report the ranking's progress (``console.progress``); not where the
+                caller already shows one (the training loop's evaluation).
+        """
         if self._ranked is None:
             self._ranked = self._read_users()
         ranked = self._ranked
@@ -130,9 +137,24 @@ class FullCatalogEval:
         steps = math.ceil(len(ranked.users) / (replicas * self.users_per_step))
         dist = input_pipeline.distribute(self.strategy, self._dataset_fn(ranked, steps))
         t0 = time.perf_counter()
-        hits, ndcg, users = self._loop(iter(dist), tf.constant(steps))
+        hits, ndcg, users = 0, 0.0, 0
+        iterator = iter(dist)
+        per_step = replicas * self.users_per_step
+        shown = (
+            console.progress("full-catalog ranking", len(ranked.users), "users")
+            if show_progress
+            else contextlib.nullcontext()
+        )
+        with shown as bar:
+            # In chunks of steps, so that a long ranking (ml-20m: minutes) shows its progress.
+            for first in range(0, steps, STEPS_PER_REPORT):
+                n = min(STEPS_PER_REPORT, steps - first)
+                h, d, u = self._loop(iterator, tf.constant(n))
+                hits, ndcg, users = hits + int(h), ndcg + float(d), users + int(u)
+                if bar is not None:
+                    bar.update(min((first + n) * per_step, len(ranked.users)))
         seconds = time.perf_counter() - t0
-        result = metrics.RankingMetrics(int(hits), float(ndcg), int(users))
+        result = metrics.RankingMetrics(hits, ndcg, users)
         return FullCatalogMetrics(
             result, ranked.users_with_held_out, seconds, result.users * self.num_items
         )

@@ -2,6 +2,10 @@
 UV_VERSION := 0.13.8
 UV := python3 -m uv
 PYTEST_ARGS ?=
+# pytest-xdist workers for make test/test-fast (docs/testing.md): one per core of a CI machine;
+# --dist loadfile keeps each file's tests (and its module fixtures) on one worker. 0: no workers.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 # Images (docs/images.md): which variants (default: all of components/_image.py's VARIANTS), which
 # repository (default: components/_image.py's IMAGE_REPOSITORY), which image-check engines.
 IMAGE_VARIANTS ?=
@@ -24,10 +28,10 @@ run: setup ## Main job: the whole pipeline locally (kfp.local) on the embedded s
 	$(UV) run ncf-pipelines run-local --pipeline-root out/local-runs
 
 test: setup ## Run the whole test suite, slow tests included (what CI runs).
-	$(UV) run pytest -q --durations=15 $(PYTEST_ARGS)
+	$(UV) run pytest -q --durations=15 $(XDIST) $(PYTEST_ARGS)
 
 test-fast: setup ## Run the tests without the ones marked slow.
-	$(UV) run pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(UV) run pytest -q -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 lint: setup ## Ruff lint and format check.
 	$(UV) run ruff check .

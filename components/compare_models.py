@@ -21,6 +21,7 @@ def compare_models(
     model_display_name: str = "",
     metric: str = "hr_at_10",
     tolerance: float = 0.0,
+    local_registry: str = "",
 ) -> NamedTuple("Outputs", [("blessed", bool), ("champion_model", str)]):
     """Blesses the exported challenger only if it is not worse than the champion.
 
@@ -32,6 +33,8 @@ def compare_models(
     (hr_at_10 or ndcg_at_10) decides with an absolute ``tolerance``. A refused challenger is a
     successful step: ``blessed`` is False and the reason is in the log, ``decision`` and
     ``report``. ``champion_model`` is the registry model to add a version to ("" for none).
+    ``local_registry`` (run-local): the registry is that folder (training_core/local_registry.py)
+    instead of Vertex AI's.
     """
     import logging
 
@@ -45,6 +48,12 @@ def compare_models(
     champion_dir, champion_model = None, ""
     if champion_uri:
         champion_dir = registry.mounted_path(champion_uri)
+    elif use_registry and local_registry:
+        from training_core import local_registry as local
+
+        found = local.find_champion(local_registry, model_display_name)
+        if found is not None:
+            champion_dir, champion_model = found.path, found.resource_name
     elif use_registry and project and model_display_name:
         found = registry.find_champion(project, location, model_display_name)
         if found is not None:

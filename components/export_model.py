@@ -59,13 +59,15 @@ def register_model(
     gpu: bool = False,
     parent_model: str = "",
     decision: Input[Metrics] = None,
+    local_registry: str = "",
 ):
     """Uploads the SavedModel to the Vertex AI Model Registry with a TF Serving image.
 
     With ``parent_model`` (``compare_models``' ``champion_model``) the upload is a new version
     of that model, else a new model; either way it becomes the default version (the pipeline
     registers only a blessed model). ``decision`` (``compare_models``' metrics), when given,
-    puts the challenger's metrics on the version as labels.
+    puts the challenger's metrics on the version as labels. ``local_registry`` (run-local):
+    the registry is that folder (training_core/local_registry.py), not Vertex AI's.
     """
     from training_core import console
 
@@ -79,6 +81,17 @@ def register_model(
             for k, v in decision.metadata.items()
             if k.startswith("challenger_") and isinstance(v, (int, float))
         }
+    if local_registry:
+        from training_core import local_registry as local
+
+        version = local.register(
+            local_registry, display_name, exported_model.path, registry.version_labels(measured)
+        )
+        vertex_model.uri = version.path
+        vertex_model.metadata.update(
+            {"resourceName": version.resource_name, "versionId": version.version_id}
+        )
+        return
     registered = registry.register(
         export_dir=exported_model.path,
         artifact_uri=exported_model.uri,

@@ -1,4 +1,4 @@
-"""``dsl.If`` under kfp.local: the conditions a compiled pipeline holds, evaluated as Vertex AI does.
+"""``dsl.If`` under kfp.local: a compiled pipeline's conditions, evaluated as Vertex AI does.
 
 kfp.local (kfp 2.13) refuses any task with a ``triggerPolicy`` condition ("'dsl.Condition' is not
 supported by local pipeline execution", kubeflow/pipelines#11793), so a pipeline with a gate could
@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,15 @@ def skipped_branches() -> list[tuple[str, str]]:
 
 
 @contextlib.contextmanager
-def conditions_enabled() -> Iterator[None]:
-    """kfp.local runs ``dsl.If`` branches whose condition holds and skips the others."""
+def conditions_enabled(
+    on_skip: Callable[[str, list[str]], None] | None = None,
+) -> Iterator[None]:
+    """kfp.local runs ``dsl.If`` branches whose condition holds and skips the others.
+
+    Args:
+        on_skip: called for each skipped branch with the branch's name (``dsl.If``'s ``name``)
+            and the tasks it holds, nested branches' included, that run a process.
+    """
     from kfp.local import dag_orchestrator
 
     from pipelines.verify import template
@@ -47,6 +54,7 @@ def conditions_enabled() -> Iterator[None]:
         if condition and not task_spec.HasField("iterator"):
             # kfp.local calls run_dag for this task next: hand the condition to it.
             _state.pending = condition
+            _state.branch = task_spec.task_info.name
             return
         _state.pending = ""
         original_check(task_spec=task_spec)
@@ -59,11 +67,14 @@ def conditions_enabled() -> Iterator[None]:
             if not template.evaluate_condition(condition, arguments):
                 shown = {k: v for k, v in arguments.items() if k in condition}
                 _state.skipped.append((condition, f"false for {shown}"))
-                log.info("skipped a branch: %s is false (%s)", condition, shown)
+                log.debug("skipped a branch: %s is false (%s)", condition, shown)
+                if on_skip is not None:
+                    spec = kwargs["dag_component_spec"]
+                    on_skip(_state.branch, _process_tasks(spec, kwargs["components"]))
                 return {}, _success()
         return original_run_dag(*args, **kwargs)
 
-    _state.pending, _state.skipped = "", []
+    _state.pending, _state.branch, _state.skipped = "", "", []
     dag_orchestrator.validate_task_spec_not_loop_or_condition = check
     dag_orchestrator.run_dag = run_dag
     try:
@@ -71,6 +82,18 @@ def conditions_enabled() -> Iterator[None]:
     finally:
         dag_orchestrator.validate_task_spec_not_loop_or_condition = original_check
         dag_orchestrator.run_dag = original_run_dag
+
+
+def _process_tasks(dag_component_spec, components) -> list[str]:
+    """The tasks of a sub-DAG, nested ones included, that run a process (by task name)."""
+    out = []
+    for name, task in dag_component_spec.dag.tasks.items():
+        component = components[task.component_ref.name]
+        if component.WhichOneof("implementation") == "dag":
+            out += _process_tasks(component, components)
+        else:
+            out.append(name)
+    return out
 
 
 def _success():

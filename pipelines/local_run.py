@@ -28,6 +28,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
+from pipelines.local_conditions import conditions_enabled
 from training_core import console
 
 # kfp.local's own messages (after its ANSI colours are taken out).
@@ -55,18 +56,29 @@ class LocalRunResult:
     artifacts: dict[str, dict[str, str]]  # Task -> artifact name -> path, every step's outputs.
     metrics: dict[str, Any]
     seconds: float
+    decision: dict[str, Any]  # compare_models' decision (blessed, both models' metrics, reason).
     logs: str  # Folder of every step's whole output ("" when verbose: kfp.local printed it).
 
 
 def steps_of(pipeline_func) -> dict[str, str]:
-    """Task name -> display name of each step that runs a process (the importer does not)."""
+    """Task name -> display name of each step that runs a process (the importer does not).
+
+    Steps inside ``dsl.If`` branches are included (after the steps before them): a local run
+    runs or skips them as their conditions say (``pipelines/local_conditions.py``).
+    """
     spec = pipeline_func.pipeline_spec
     executors = spec.deployment_spec["executors"]
     steps = {}
-    for name, task in spec.root.dag.tasks.items():
-        label = spec.components[task.component_ref.name].executor_label
-        if "container" in executors[label]:
-            steps[name] = task.task_info.name
+
+    def walk(dag) -> None:
+        for name, task in dag.tasks.items():
+            component = spec.components[task.component_ref.name]
+            if component.WhichOneof("implementation") == "dag":
+                walk(component.dag)
+            elif "container" in executors[component.executor_label]:
+                steps[name] = task.task_info.name
+
+    walk(spec.root.dag)
     return steps
 
 
@@ -102,19 +114,23 @@ def run_local(
     logs = "" if verbose else os.path.join(pipeline_root, "logs")
     t0 = time.perf_counter()
     if verbose:
-        with _child_environment({console.VERBOSE_ENV: "1"}):
+        with _child_environment({console.VERBOSE_ENV: "1"}), conditions_enabled():
             task = _run(pipeline_func, arguments, pipeline_root, None)
     else:
         display = StepDisplay(steps_of(pipeline_func), logs)
         child_env = {console.PROGRESS_ENV: console.PROGRESS_EVENTS}
-        with _child_environment(child_env), display.capturing():
+        with (
+            _child_environment(child_env),
+            display.capturing(),
+            conditions_enabled(on_skip=display.skipped),
+        ):
             task = _run(pipeline_func, arguments, pipeline_root, display)
     seconds = time.perf_counter() - t0
     outputs = {name: artifact.path for name, artifact in task.outputs.items()}
     metrics = dict(task.outputs["metrics"].metadata)
-    return LocalRunResult(
-        pipeline_root, outputs, _artifacts(outputs["exported_model"]), metrics, seconds, logs
-    )
+    decision = dict(task.outputs["decision"].metadata) if "decision" in task.outputs else {}
+    artifacts = _artifacts(outputs["exported_model"])
+    return LocalRunResult(pipeline_root, outputs, artifacts, metrics, seconds, decision, logs)
 
 
 def _run(pipeline_func, arguments: dict[str, Any], root: str, display: StepDisplay | None):
@@ -261,6 +277,16 @@ class StepDisplay:
             self._say(f"  {line}", self.err, clock=False)
         self._task, self.failed_log = None, log_file
         return log_file
+
+    def skipped(self, branch: str, tasks: list[str]) -> None:
+        """A ``dsl.If`` branch named ``branch`` was skipped: its steps will not run."""
+        self._close_log()
+        for task in tasks:
+            if task in self.steps:
+                self._number += 1
+                self._task = task
+                self._say(f"{self._prefix()} skipped: {branch} is false")
+                self._task = None
 
     def output_line(self, line: str) -> None:
         """A line a step's process printed: a progress event, or a line for its log."""

@@ -201,12 +201,21 @@ def placement(profile: Profile, local: bool = False, images: Images | None = Non
     )
 
 
-def build_pipeline(profile: Profile, local: bool = False, images: Images | None = None):
+def build_pipeline(
+    profile: Profile,
+    local: bool = False,
+    images: Images | None = None,
+    local_registry: str = "",
+):
     """The pipeline function for a profile (``local``: plain tasks only, for kfp.local).
 
     Where each step runs is ``placement(profile, local, images)``'s; here are the steps and how
-    their inputs and outputs connect.
+    their inputs and outputs connect. ``local_registry`` (local only): the folder that stands in
+    for the Vertex AI Model Registry (training_core/local_registry.py); without it a local run
+    compares only with ``champion_uri`` and its register branch cannot register.
     """
+    if local_registry and not local:
+        raise ValueError("local_registry is for local runs; Vertex AI runs use its Model Registry")
     place = placement(profile, local, images)
     multiple = eval_users_multiple(profile)
     from google_cloud_pipeline_components import _placeholders
@@ -301,34 +310,40 @@ def build_pipeline(profile: Profile, local: bool = False, images: Images | None 
         export.set_display_name("Export serving SavedModel").after(evaluate)
         place.apply(export, "export").set_retry(RETRIES, BACKOFF)
 
-        # The champion: champion_uri when given, else (on Vertex AI, when registering) the
-        # registry's default version of model_display_name; locally only champion_uri.
+        # The champion: champion_uri when given, else (when registering) the registry's default
+        # version of model_display_name: Vertex AI's, or locally the local registry's.
         compare = compare_models(
             challenger=export.outputs["exported_model"],
             examples=prep.outputs["examples"],
             champion_uri=champion_uri,
-            use_registry=False if local else register,
+            use_registry=register if (local_registry or not local) else False,
             project="" if local else _placeholders.PROJECT_ID_PLACEHOLDER,
             location="" if local else _placeholders.LOCATION_PLACEHOLDER,
             model_display_name=model_display_name,
             metric=gate_metric,
             tolerance=gate_tolerance,
+            local_registry=local_registry,
         )
         compare.set_display_name("Compare with the champion")
         place.apply(compare, "compare").set_retry(RETRIES, BACKOFF)
 
-        if not local:  # kfp.local runs no conditions, and registering needs Vertex AI anyway.
+        # Locally (run-local) the branches run too, with the local registry in Vertex AI's place
+        # (pipelines/local_conditions.py: kfp.local itself runs no conditions).
+        if local_registry or not local:
             with dsl.If(register == True, name="register-requested"):  # noqa: E712 (KFP condition)
                 with dsl.If(compare.outputs["blessed"] == True, name="challenger-blessed"):  # noqa: E712
                     reg = register_model(
                         exported_model=export.outputs["exported_model"],
-                        project=_placeholders.PROJECT_ID_PLACEHOLDER,
-                        location=_placeholders.LOCATION_PLACEHOLDER,
+                        project="" if local else _placeholders.PROJECT_ID_PLACEHOLDER,
+                        location="" if local else _placeholders.LOCATION_PLACEHOLDER,
                         display_name=model_display_name,
                         parent_model=compare.outputs["champion_model"],
                         decision=compare.outputs["decision"],
+                        local_registry=local_registry,
                     )
-                    reg.set_display_name("Register in Vertex AI Model Registry")
+                    reg.set_display_name(
+                        f"Register in the {'local' if local else 'Vertex AI'} Model Registry"
+                    )
 
         return Outputs(
             exported_model=export.outputs["exported_model"],

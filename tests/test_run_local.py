@@ -7,7 +7,7 @@ from kfp.local import logging_utils, status
 
 from pipelines import cli
 from pipelines.local_run import StepDisplay
-from training_core import console
+from training_core import console, local_registry
 from training_core.data import metadata
 
 MAX_LINES = 60  # What a successful run-local may print (issue 17).
@@ -20,11 +20,14 @@ def _printed_lines(text: str) -> list[str]:
 
 @pytest.mark.slow
 def test_run_local_whole_pipeline_on_the_embedded_sample(tmp_path, capsys):
+    registry = tmp_path / "registry"
     code = cli.main(
         [
             "run-local",
             "--pipeline-root",
             str(tmp_path),
+            "--registry",
+            str(registry),
             "--param",
             "epochs=2",
             "--param",
@@ -58,6 +61,40 @@ def test_run_local_whole_pipeline_on_the_embedded_sample(tmp_path, capsys):
         if line.strip().startswith("prepare-data") and "examples" in line
     )
     assert metadata.read_metadata(examples).eval_negatives == 100
+    # The gate's true branch ran under kfp.local: no champion, blessed, registered as version 1.
+    assert f"Gate: blessed, registered as version 1 in {registry} (no champion" in out
+    champion = local_registry.find_champion(str(registry), "ncf-neumf")
+    assert champion.version_id == "1"
+    assert _recommend(champion.path) == _recommend(exported)
+
+    # A worse challenger (1 epoch) against that champion: the false branch, nothing registered.
+    code = cli.main(
+        ["run-local", "--pipeline-root", str(tmp_path), "--registry", str(registry),
+         "--param", "epochs=1", "--param", "eval_negatives=100"]
+    )  # fmt: skip
+    assert code == 0
+    captured = capsys.readouterr()
+    lines = _printed_lines(captured.out + captured.err)
+    assert sum("] register-model  skipped: challenger-blessed is false" in x for x in lines) == 1
+    assert not any("register-model  started" in x for x in lines)
+    assert "Gate: refused, nothing registered, the champion stays (challenger hr_at_10" in (
+        captured.out
+    )
+    worse = float(captured.out.split("Finished in ")[1].split("HR@10 ")[1].split()[0])
+    assert worse < hr
+    assert local_registry.find_champion(str(registry), "ncf-neumf") == champion
+    versions = os.listdir(os.path.join(registry, "ncf-neumf", local_registry.VERSIONS_DIR))
+    assert sorted(versions) == ["1", "1.json"]
+
+
+def _recommend(export_dir: str) -> list[int]:
+    import tensorflow as tf
+
+    model = tf.saved_model.load(export_dir)
+    got = model.signatures["recommend"](
+        user_id=tf.constant([1, 2], tf.int64), exclude_seen=tf.constant([True, True])
+    )
+    return got["item_ids"].numpy().ravel().tolist()
 
 
 @pytest.mark.slow

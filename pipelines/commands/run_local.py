@@ -10,8 +10,10 @@ import time
 from pipelines.cli import add_param_option, example_epilog
 
 # What a local run changes from the pipeline's defaults: small enough to finish in minutes on
-# 2 CPU cores, on the embedded sample.
-LOCAL_DEFAULTS = {"preset": "ml-100k", "epochs": 4}
+# 2 CPU cores, on the embedded sample; and it registers a blessed model in the local registry
+# (--registry), so that the next run has a champion to beat.
+LOCAL_DEFAULTS = {"preset": "ml-100k", "epochs": 4, "register": True}
+DEFAULT_REGISTRY = "out/registry"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,10 +22,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "run-local",
         help="run the whole pipeline on this machine (kfp.local), on the sample data by default",
         description=(
-            "Run validate -> prepare -> train -> evaluate -> export with kfp.local's subprocess "
-            "runner on this machine's CPU, each step in its own process as on Vertex AI. Without "
-            "--data the embedded sample is used. Prints where each artifact is, HR@10 and NDCG@10, "
-            "and the exported model's path."
+            "Run validate -> prepare -> train -> evaluate -> export -> compare (-> register when "
+            "blessed) with kfp.local's subprocess runner on this machine's CPU, each step in its "
+            "own process as on Vertex AI, the gate's branches included. Without --data the "
+            "embedded sample is used. Prints where each artifact is, HR@10 and NDCG@10, the "
+            "gate's decision and the exported model's path."
         ),
         epilog=example_epilog(
             "ncf-pipelines run-local",
@@ -36,6 +39,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--pipeline-root",
         default="out/local-runs",
         help="folder for the run's artifacts (default out/local-runs)",
+    )
+    p.add_argument(
+        "--registry",
+        default=DEFAULT_REGISTRY,
+        help=(
+            "the local model registry: the folder standing in for the Vertex AI Model Registry "
+            "(the champion is its default version of model_display_name; a blessed challenger "
+            f"becomes a new version; default {DEFAULT_REGISTRY}; --param register=false: "
+            "compare only)"
+        ),
     )
     add_param_option(
         p,
@@ -57,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     from training_core.presets import PRESETS
 
     started = time.perf_counter()
-    pipeline_func = build_pipeline(BUILTIN[LOCAL_PROFILE], local=True)
+    registry = os.path.abspath(args.registry)
+    pipeline_func = build_pipeline(BUILTIN[LOCAL_PROFILE], local=True, local_registry=registry)
     # The same typed parameters, and the same checks, as a submission of this pipeline.
     spec = json_format.MessageToDict(pipeline_func.pipeline_spec)
     template = submit.template_from_spec(spec, "the local pipeline")
@@ -87,11 +101,11 @@ def run(args: argparse.Namespace) -> int:
         result = run_local(root, arguments, pipeline_func, verbose=args.verbose)
     except LocalRunFailed as e:
         raise UserError(str(e)) from None
-    print(summary(result, time.perf_counter() - started))
+    print(summary(result, time.perf_counter() - started, registry))
     return 0
 
 
-def summary(result, seconds: float) -> str:
+def summary(result, seconds: float, registry: str = "") -> str:
     """What a finished run measured, where its artifacts are, and what to do next."""
     import json
 
@@ -107,6 +121,7 @@ def summary(result, seconds: float) -> str:
         f"{m.get('ndcg_at_10', nan):.4f} over {int(m.get('eval_users', 0))} users, each "
         f"against {negatives} sampled negatives (full catalog: HR@10 "
         f"{m.get('full_catalog_hr_at_10', nan):.4f})",
+        _gate(result, registry),
         f"Artifacts under {result.pipeline_root}:",
     ]
     for step, artifacts in result.artifacts.items():
@@ -128,3 +143,17 @@ def summary(result, seconds: float) -> str:
         "Vertex AI (ncf-pipelines compile, submit: docs/pipelines.md)",
     ]
     return "\n".join(lines)
+
+
+def _gate(result, registry: str) -> str:
+    """The gate's decision and what came of it, in one line."""
+    reason = result.decision.get("reason", "no decision recorded")
+    blessed = bool(result.decision.get("blessed"))
+    registered = result.artifacts.get("register-model", {}).get("vertex_model")
+    if registered:
+        outcome = f"registered as version {os.path.basename(registered)} in {registry}"
+    elif blessed:
+        outcome = "not registered (--param register=false)"
+    else:
+        outcome = "nothing registered, the champion stays"
+    return f"Gate: {'blessed' if blessed else 'refused'}, {outcome} ({reason})."

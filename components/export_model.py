@@ -60,13 +60,16 @@ def register_model(
     parent_model: str = "",
     decision: Input[Metrics] = None,
     local_registry: str = "",
+    make_default: bool = True,
 ):
     """Uploads the SavedModel to the Vertex AI Model Registry with a TF Serving image.
 
     With ``parent_model`` (``compare_models``' ``champion_model``) the upload is a new version
-    of that model, else a new model; either way it becomes the default version (the pipeline
-    registers only a blessed model). ``decision`` (``compare_models``' metrics), when given,
-    puts the challenger's metrics on the version as labels. ``local_registry`` (run-local):
+    of that model, else a new model; it becomes the default version unless ``make_default`` is
+    false (the pipeline registers only a blessed model, and leaves the default to
+    ``deploy_model`` when it deploys: the default moves once the version serves).
+    ``decision`` (``compare_models``' metrics), when given, puts the challenger's metrics on
+    the version as labels. ``local_registry`` (run-local):
     the registry is that folder (training_core/local_registry.py), not Vertex AI's.
     """
     from training_core import console
@@ -102,6 +105,7 @@ def register_model(
         gpu=gpu,
         parent_model=parent_model,
         labels=registry.version_labels(measured),
+        is_default_version=make_default,
     )
     vertex_model.uri = registered.uri
     vertex_model.metadata.update(

@@ -21,6 +21,7 @@ from kfp.dsl import Dataset, Metrics, Model
 from components import custom_job_launcher
 from components._image import DEFAULT_IMAGE, IMAGE_REPOSITORY, image_for, variant_for_accelerator
 from components.compare_models import compare_models
+from components.deploy_model import deploy_model
 from components.evaluate_model import evaluate_model
 from components.export_model import export_model, register_model
 from components.prepare_data import prepare_data
@@ -249,6 +250,7 @@ def build_pipeline(
         top_k: int = 10,
         register: bool = False,
         model_display_name: str = "ncf-neumf",
+        endpoint_display_name: str = "",
         champion_uri: str = "",
         gate_metric: str = gate.DEFAULT_METRIC,
         gate_tolerance: float = gate.DEFAULT_TOLERANCE,
@@ -340,10 +342,27 @@ def build_pipeline(
                         parent_model=compare.outputs["champion_model"],
                         decision=compare.outputs["decision"],
                         local_registry=local_registry,
+                        make_default=not (profile.deploy and not local),
                     )
                     reg.set_display_name(
                         f"Register in the {'local' if local else 'Vertex AI'} Model Registry"
                     )
+                    if profile.deploy and not local:
+                        # The version becomes the default once it serves (deploy_model), so a
+                        # failed deployment leaves the registry's default serving.
+                        serve = profile.serve
+                        dep = deploy_model(
+                            vertex_model=reg.outputs["vertex_model"],
+                            project=_placeholders.PROJECT_ID_PLACEHOLDER,
+                            location=_placeholders.LOCATION_PLACEHOLDER,
+                            endpoint_display_name=endpoint_display_name,
+                            machine_type=serve.machine_type,
+                            accelerator_type=serve.accelerator_type,
+                            accelerator_count=serve.accelerator_count,
+                            replica_count=serve.replica_count,
+                        )
+                        dep.set_display_name("Deploy to a Vertex AI endpoint")
+                        dep.set_retry(RETRIES, BACKOFF)  # Resumes: a deployed version stays.
 
         return Outputs(
             exported_model=export.outputs["exported_model"],

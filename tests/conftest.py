@@ -10,6 +10,7 @@ however the test ends.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import weakref
 
 import numpy as np
 import pytest
+from vertex_standin import BUCKET, PROJECT, SA, TOKEN, VertexStandIn
 
 from training_core.data import prepare, records, synthetic
 from training_core.data.config import PrepareConfig
@@ -237,3 +239,77 @@ def tree_bytes(root: str) -> dict[str, bytes]:
             with open(full, "rb") as fh:
                 out[os.path.relpath(full, root)] = fh.read()
     return out
+
+
+# --- the Vertex AI stand-in (tests/vertex_standin.py), with credentials as on a real machine ---
+
+
+@pytest.fixture
+def standin(monkeypatch):
+    from google.cloud import resourcemanager
+    from google.cloud.aiplatform import initializer
+
+    with VertexStandIn(access_token=TOKEN) as s:
+        s.add_bucket(BUCKET, PROJECT)
+        s.put_object(BUCKET, "ml-1m/ratings.dat", b"1::1193::5::978300760\n")
+        s.put_object(BUCKET, "ml-1m/movies.dat", b"1::Toy Story (1995)::Animation\n")
+        # The SDK checks the pipeline root bucket with google-cloud-storage (which honours
+        # STORAGE_EMULATOR_HOST) and its owner with Cloud Resource Manager, whose client takes
+        # no endpoint setting: point that client (REST) at the stand-in too.
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", s.url)
+        real_projects_client = resourcemanager.ProjectsClient
+        monkeypatch.setattr(
+            resourcemanager,
+            "ProjectsClient",
+            lambda credentials=None, **_: real_projects_client(
+                credentials=credentials, transport="rest", client_options={"api_endpoint": s.url}
+            ),
+        )
+        # aiplatform.init() is process-wide: give it back as it was.
+        saved = dict(vars(initializer.global_config))
+        try:
+            yield s
+        finally:
+            vars(initializer.global_config).clear()
+            vars(initializer.global_config).update(saved)
+    # Whatever a client sent, the stand-in checked it against the service's message types; a
+    # request it refused fails the test even where the client swallowed the error. Tests that
+    # send bad requests on purpose clear `rejected` after checking it.
+    refused = [f"{r.method} {r.path}: {why}" for r, why in s.rejected]
+    assert not refused, f"the Vertex AI stand-in refused requests: {refused}"
+
+
+@pytest.fixture(scope="module")
+def private_key_pem() -> str:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+
+
+@pytest.fixture
+def adc(standin, tmp_path, monkeypatch, private_key_pem):
+    """Application Default Credentials: a service account key whose token endpoint is the
+    stand-in, so google-auth signs a JWT, exchanges it for TOKEN, and the clients send TOKEN."""
+    path = tmp_path / "sa-key.json"
+    path.write_text(
+        json.dumps(
+            {
+                "type": "service_account",
+                "project_id": PROJECT,
+                "private_key_id": "0123456789abcdef",
+                "private_key": private_key_pem,
+                "client_email": SA,
+                "client_id": "1234567890",
+                "token_uri": f"{standin.url}/token",
+            }
+        )
+    )
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(path))
+    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
+    return path

@@ -515,3 +515,87 @@ def test_compile_command_checks_the_compiled_defaults(tmp_path, capsys, param, m
     out = tmp_path / "x.yaml"
     assert cli.main(["compile", "--param", param, "--output", str(out)]) == 2
     assert message in capsys.readouterr().err and not out.exists()
+
+
+def test_a_deploying_profile_deploys_the_registered_version_on_its_serve_machine(tmp_path):
+    """``deploy: true`` (a profile switch, off in every built-in profile): deploy-model follows
+    register-model inside the blessed branch, on the profile's ``serve`` machine, and the upload
+    leaves the default alias to it; without the switch there is no deploy task and the upload
+    is the default at once."""
+    from pipelines import profiles
+
+    path = tmp_path / "profiles.yaml"
+    path.write_text(
+        "serving:\n"
+        "  train: {machine_type: n1-standard-8, cpu_limit: 8, memory_limit: 30G}\n"
+        "  deploy: true\n"
+        "  serve: {machine_type: n1-standard-8, accelerator_type: NVIDIA_TESLA_T4, "
+        "accelerator_count: 1, replica_count: 2}\n"
+    )
+    profile = profiles.get_profile("serving", str(path))
+    out = tmp_path / "p.yaml"
+    pipeline.compile_pipeline(profile, str(out))
+    spec = yaml.safe_load(out.read_text())
+
+    def branch_tasks(spec):
+        found = {}
+        for comp in spec["components"].values():
+            found.update(comp.get("dag", {}).get("tasks", {}))
+        return found
+
+    tasks = branch_tasks(spec)
+    dep, reg = tasks["deploy-model"], tasks["register-model"]
+    assert dep["dependentTasks"] == ["register-model"]
+    assert dep["inputs"]["artifacts"]["vertex_model"]["taskOutputArtifact"] == {
+        "outputArtifactKey": "vertex_model",
+        "producerTask": "register-model",
+    }
+    constants = {
+        k: v["runtimeValue"]["constant"]
+        for k, v in dep["inputs"]["parameters"].items()
+        if "runtimeValue" in v
+    }
+    assert constants["machine_type"] == "n1-standard-8"
+    assert constants["accelerator_type"] == "NVIDIA_TESLA_T4"
+    assert (constants["accelerator_count"], constants["replica_count"]) == (1, 2)
+    assert constants["project"] == "{{$.pipeline_google_cloud_project_id}}"
+    assert dep["inputs"]["parameters"]["endpoint_display_name"] == {
+        "componentInputParameter": "pipelinechannel--endpoint_display_name"
+    }
+    assert reg["inputs"]["parameters"]["make_default"]["runtimeValue"]["constant"] is False
+    assert dep["retryPolicy"]["maxRetryCount"] >= 1
+    # Both in the same branch: a refused challenger is neither registered nor deployed.
+    assert any(
+        set(c.get("dag", {}).get("tasks", {})) == {"register-model", "deploy-model"}
+        for c in spec["components"].values()
+    )
+
+    plain = tmp_path / "cpu.yaml"
+    pipeline.compile_pipeline(profiles.BUILTIN["cpu"], str(plain))
+    cpu_tasks = branch_tasks(yaml.safe_load(plain.read_text()))
+    assert "deploy-model" not in cpu_tasks
+    assert (
+        cpu_tasks["register-model"]["inputs"]["parameters"]["make_default"]["runtimeValue"][
+            "constant"
+        ]
+        is True
+    )
+    assert not any(p.deploy for p in profiles.BUILTIN.values())
+
+
+def test_profile_deploy_and_serve_are_checked(tmp_path):
+    from pipelines import profiles
+
+    path = tmp_path / "profiles.yaml"
+    path.write_text("bad:\n  train: {machine_type: n1-standard-8}\n  deploy: 'yes'\n")
+    with pytest.raises(
+        profiles.ProfileError, match=r"profile 'bad'\.deploy: expected true or false"
+    ):
+        profiles.get_profile("bad", str(path))
+    path.write_text(
+        "tpu:\n  train: {machine_type: n1-standard-8}\n  deploy: true\n"
+        "  serve: {machine_type: ct5lp-hightpu-8t, accelerator_type: TPU_V5_LITEPOD, "
+        "accelerator_count: 8}\n"
+    )
+    with pytest.raises(profiles.ProfileError, match="serve: the prebuilt TensorFlow serving"):
+        profiles.preflight(profiles.get_profile("tpu", str(path)))

@@ -17,18 +17,14 @@ import pytest
 import requests
 import yaml
 from kfp import compiler, dsl
-from vertex_standin import VertexStandIn
+from vertex_standin import BUCKET, PROJECT, SA, TOKEN
 
 from pipelines import cli, fingerprint
 from pipelines import submit as vs
 
-PROJECT = "ncf-test-project"
 REGION = "us-central1"
-BUCKET = "ncf-bucket"
 ROOT = f"gs://{BUCKET}/pipeline-root"
-SA = f"runner@{PROJECT}.iam.gserviceaccount.com"
 NETWORK = "projects/123456/global/networks/ml-vpc"
-TOKEN = "secret-token-XYZ"
 DATA = f"gs://{BUCKET}/ml-1m/"
 
 
@@ -54,77 +50,6 @@ def tiny_pipeline(
 def template(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("compiled") / "pipeline.yaml")
     compiler.Compiler().compile(tiny_pipeline, path)
-    return path
-
-
-@pytest.fixture
-def standin(monkeypatch):
-    from google.cloud import resourcemanager
-    from google.cloud.aiplatform import initializer
-
-    with VertexStandIn(access_token=TOKEN) as s:
-        s.add_bucket(BUCKET, PROJECT)
-        s.put_object(BUCKET, "ml-1m/ratings.dat", b"1::1193::5::978300760\n")
-        s.put_object(BUCKET, "ml-1m/movies.dat", b"1::Toy Story (1995)::Animation\n")
-        # The SDK checks the pipeline root bucket with google-cloud-storage (which honours
-        # STORAGE_EMULATOR_HOST) and its owner with Cloud Resource Manager, whose client takes
-        # no endpoint setting: point that client (REST) at the stand-in too.
-        monkeypatch.setenv("STORAGE_EMULATOR_HOST", s.url)
-        real_projects_client = resourcemanager.ProjectsClient
-        monkeypatch.setattr(
-            resourcemanager,
-            "ProjectsClient",
-            lambda credentials=None, **_: real_projects_client(
-                credentials=credentials, transport="rest", client_options={"api_endpoint": s.url}
-            ),
-        )
-        # aiplatform.init() is process-wide: give it back as it was.
-        saved = dict(vars(initializer.global_config))
-        try:
-            yield s
-        finally:
-            vars(initializer.global_config).clear()
-            vars(initializer.global_config).update(saved)
-    # Whatever a client sent, the stand-in checked it against the service's message types; a
-    # request it refused fails the test even where the client swallowed the error. Tests that
-    # send bad requests on purpose clear `rejected` after checking it.
-    refused = [f"{r.method} {r.path}: {why}" for r, why in s.rejected]
-    assert not refused, f"the Vertex AI stand-in refused requests: {refused}"
-
-
-@pytest.fixture(scope="module")
-def private_key_pem() -> str:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-
-
-@pytest.fixture
-def adc(standin, tmp_path, monkeypatch, private_key_pem):
-    """Application Default Credentials: a service account key whose token endpoint is the
-    stand-in, so google-auth signs a JWT, exchanges it for TOKEN, and the clients send TOKEN."""
-    path = tmp_path / "sa-key.json"
-    path.write_text(
-        json.dumps(
-            {
-                "type": "service_account",
-                "project_id": PROJECT,
-                "private_key_id": "0123456789abcdef",
-                "private_key": private_key_pem,
-                "client_email": SA,
-                "client_id": "1234567890",
-                "token_uri": f"{standin.url}/token",
-            }
-        )
-    )
-    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(path))
-    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
     return path
 
 

@@ -14,6 +14,12 @@ Endpoints:
               ``parent_model``; the "default" alias moves to a version uploaded with it)
     GET       /v1/projects/P/locations/L/models[/ID[@VERSION]] (list: each model's default
               version; ``filter`` display_name="..." only, else 400)
+    POST      /v1/projects/P/locations/L/models/ID@VERSION:mergeVersionAliases
+    POST/GET  /v1/projects/P/locations/L/endpoints[/ID] (list: ``filter`` display_name="...")
+    POST      /v1/.../endpoints/ID:deployModel, :undeployModel (operations; the traffic rules of
+              the v1 reference: a split adds up to 100, a model with traffic is not undeployed)
+    POST      /v1/.../endpoints/ID:predict, :rawPredict (answered by ``predictor``, a test's
+              function that serves the deployed version's artifact the way its container does)
     GET       /v1/projects/P/locations/L/metadataStores/default
     POST/GET  /v1/projects/P/locations/L/metadataStores/default/contexts[/ID]
     POST      /v1/.../contexts/ID:addContextChildren
@@ -40,6 +46,12 @@ from typing import Any
 
 import google_crc32c
 
+# The project, bucket and identity the tests use with the stand-in (conftest.py's fixtures).
+PROJECT = "ncf-test-project"
+BUCKET = "ncf-bucket"
+SA = f"runner@{PROJECT}.iam.gserviceaccount.com"
+TOKEN = "secret-token-XYZ"
+
 _STATUS_NAMES = {
     400: "INVALID_ARGUMENT",
     401: "UNAUTHENTICATED",
@@ -61,7 +73,7 @@ _CONTEXT_ID = re.compile(r"[a-z0-9-]{4,128}")  # "4-128 characters ... /[a-z][0-
 _MODEL_ID = re.compile(r"[a-z_][a-z0-9_-]{0,62}")  # "up to 63 ... [a-z0-9_-]", no 0-9/- first
 _NETWORK = re.compile(r"projects/[0-9]+/global/networks/[^/]+")  # "{project} is a project number"
 _LOCATION = re.compile(r"projects/[^/]+/locations/[^/]+")
-_MODEL_OPERATION = r"projects/[^/]+/locations/[^/]+/models/[^/:]+/operations/[^/:]+"
+_MODEL_OPERATION = r"projects/[^/]+/locations/[^/]+/(?:models|endpoints)/[^/:]+/operations/[^/:]+"
 
 
 class Invalid(Exception):
@@ -102,6 +114,13 @@ class VertexStandIn:
         self.models: dict[str, dict] = {}  # Model name -> its default version.
         self.model_versions: dict[str, list[dict]] = {}  # Model name -> versions, oldest first.
         self.operations: dict[str, dict] = {}
+        self.endpoints: dict[str, dict] = {}  # Endpoint name -> Endpoint (REST JSON).
+        # (deployed model as the endpoint lists it, model version, request body) -> the response
+        # body (``{"predictions": [...]}``): serves :predict and :rawPredict. None: 400.
+        self.predictor: Any = None
+        # When set, the next deployment's operation ends with this error (the model server did
+        # not become healthy) and nothing is deployed.
+        self.deploy_failure: str = ""
         # Requests answered 400 by the checks, with the reason.
         self.rejected: list[tuple[Request, str]] = []
         self.contexts: dict[str, dict] = {}
@@ -219,6 +238,18 @@ class VertexStandIn:
             ("POST", _LOC + r"/models:upload", self._upload_model),
             ("GET", _LOC + r"/models", self._list_models),
             ("GET", _LOC + r"/models/(?P<id>[^/:@]+)(?:@(?P<version>[^/:]+))?", self._get_model),
+            (
+                "POST",
+                _LOC + r"/models/(?P<id>[^/:@]+)@(?P<version>[^/:]+):mergeVersionAliases",
+                self._merge_version_aliases,
+            ),
+            ("POST", _LOC + r"/endpoints", self._create_endpoint),
+            ("GET", _LOC + r"/endpoints", self._list_endpoints),
+            ("GET", _LOC + r"/endpoints/(?P<id>[^/:]+)", self._get_endpoint),
+            ("POST", _LOC + r"/endpoints/(?P<id>[^/:]+):deployModel", self._deploy_model),
+            ("POST", _LOC + r"/endpoints/(?P<id>[^/:]+):undeployModel", self._undeploy_model),
+            ("POST", _LOC + r"/endpoints/(?P<id>[^/:]+):predict", self._predict),
+            ("POST", _LOC + r"/endpoints/(?P<id>[^/:]+):rawPredict", self._raw_predict),
             # The REST client polls an operation at the first of its HTTP rules, /ui/{name}.
             ("GET", r"/(?:v1|ui)/(?P<name>" + _MODEL_OPERATION + ")", self._get_operation),
             ("GET", _LOC + r"/metadataStores/(?P<store>[^/:]+)", self._get_metadata_store),
@@ -349,6 +380,10 @@ class VertexStandIn:
         if "default" in aliases:
             for earlier in versions:
                 earlier["versionAliases"] = [a for a in earlier["versionAliases"] if a != "default"]
+        if "containerSpec" in fields:
+            # A model with a serving container deploys to dedicated machines (the service sets
+            # this; the SDK's Endpoint.deploy reads it).
+            fields.setdefault("supportedDeploymentResourcesTypes", ["DEDICATED_RESOURCES"])
         version = {
             **fields,
             "name": name,
@@ -422,6 +457,252 @@ class VertexStandIn:
         if found is None:
             return _error(404, f"Model {name}{'@' + version if version else ''} not found.")
         return 200, found
+
+    # --- versions, endpoints, deployments --------------------------------------------------------
+
+    def _merge_version_aliases(
+        self, req: Request, loc: str, id: str, version: str
+    ) -> tuple[int, dict]:
+        # HTTP rule: POST /v1/{name=.../models/*}:mergeVersionAliases, body "*"; answers the Model.
+        request = _parse(req.raw, _v1().MergeVersionAliasesRequest, "")
+        name = f"{loc}/models/{id}"
+        versions = self.model_versions.get(name, [])
+        found = next(
+            (v for v in versions if version in (v["versionId"], *v["versionAliases"])), None
+        )
+        if found is None:
+            return _error(404, f"Model {name}@{version} not found.")
+        _required(bool(request.version_aliases), "version_aliases")
+        for alias in request.version_aliases:
+            # "-alias" removes an alias; an alias moves from any other version that has it.
+            if alias.startswith("-"):
+                found["versionAliases"] = [a for a in found["versionAliases"] if a != alias[1:]]
+                continue
+            if not re.fullmatch(r"[a-z][a-zA-Z0-9-]{0,126}[a-z0-9]", alias):
+                raise Invalid(f"version alias {alias!r} is not [a-z][a-zA-Z0-9-]*[a-z0-9].", "")
+            for other in versions:
+                other["versionAliases"] = [a for a in other["versionAliases"] if a != alias]
+            found["versionAliases"].append(alias)
+        if "default" not in (a for v in versions for a in v["versionAliases"]):
+            raise Invalid("the default version alias cannot be removed.", "version_aliases")
+        found["versionUpdateTime"] = found["updateTime"] = _now()
+        self.models[name] = next(v for v in versions if "default" in v["versionAliases"])
+        return 200, found
+
+    def _operation(self, parent: str, kind: str, response: dict | None, error: str = "") -> dict:
+        """An operation on ``parent`` that the client's first poll finds done."""
+        now = _now()
+        op = f"{parent}/operations/{next(self._ids)}"
+        meta = {
+            "@type": f"type.googleapis.com/google.cloud.aiplatform.v1.{kind}OperationMetadata",
+            "genericMetadata": {"createTime": now, "updateTime": now},
+        }
+        done: dict[str, Any] = {"name": op, "metadata": meta, "done": True}
+        if error:
+            done["error"] = {"code": 9, "message": error}  # FAILED_PRECONDITION.
+        else:
+            done["response"] = response
+        self.operations[op] = done
+        return {"name": op, "metadata": meta, "done": False}
+
+    def _create_endpoint(self, req: Request, loc: str) -> tuple[int, dict]:
+        # HTTP rule: POST /v1/{parent}/endpoints, body "endpoint", ?endpointId=.
+        endpoint = _parse(req.raw, _v1().Endpoint, "endpoint")
+        _check_display_name(endpoint.display_name, "endpoint.display_name", required=True)
+        _check_labels(endpoint.labels, "endpoint.labels")
+        name = f"{loc}/endpoints/{req.query.get('endpointId', [''])[0] or next(self._ids)}"
+        if name in self.endpoints:
+            return _error(409, f"Endpoint {name} already exists.")
+        now = _now()
+        self.endpoints[name] = {
+            **_message_to_dict(endpoint),
+            "name": name,
+            "createTime": now,
+            "updateTime": now,
+            "etag": now,
+        }
+        response = {"@type": "type.googleapis.com/google.cloud.aiplatform.v1.Endpoint"}
+        response.update(self.endpoints[name])
+        return 200, self._operation(name, "CreateEndpoint", response)
+
+    def _list_endpoints(self, req: Request, loc: str) -> tuple[int, dict]:
+        wanted = None
+        for expression in req.query.get("filter", []):
+            m = re.fullmatch(r'\s*display_name\s*=\s*"([^"]*)"\s*', expression)
+            if not m:
+                raise Invalid(
+                    f'The stand-in understands only display_name="..." filters: {expression!r}',
+                    "filter",
+                )
+            wanted = m.group(1)
+        found = [
+            e
+            for name, e in self.endpoints.items()
+            if name.startswith(f"{loc}/endpoints/") and wanted in (None, e.get("displayName"))
+        ]
+        return 200, {"endpoints": found}
+
+    def _get_endpoint(self, req: Request, loc: str, id: str) -> tuple[int, dict]:
+        name = f"{loc}/endpoints/{id}"
+        if name not in self.endpoints:
+            return _error(404, f"Endpoint {name} not found.")
+        return 200, self.endpoints[name]
+
+    def _deploy_model(self, req: Request, loc: str, id: str) -> tuple[int, dict]:
+        # HTTP rule: POST /v1/{endpoint}:deployModel, body "*". DeployModelRequest.traffic_split:
+        # "the DeployedModel being deployed ... is referred to as 0 ... values must add up to 100".
+        request = _parse(req.raw, _v1().DeployModelRequest, "")
+        name = f"{loc}/endpoints/{id}"
+        endpoint = self.endpoints.get(name)
+        if endpoint is None:
+            return _error(404, f"Endpoint {name} not found.")
+        deployed = request.deployed_model
+        _required(bool(deployed.model), "deployed_model.model")
+        model_name, _, version = deployed.model.partition("@")
+        versions = self.model_versions.get(model_name, [])
+        found = next(
+            (
+                v
+                for v in versions
+                if (version or "default") in (v["versionId"], *v["versionAliases"])
+            ),
+            None,
+        )
+        if found is None:
+            return _error(404, f"Model {deployed.model} not found.")
+        resources = deployed.dedicated_resources
+        _required(
+            deployed._pb.HasField("dedicated_resources"), "deployed_model.dedicated_resources"
+        )
+        _required(
+            bool(resources.machine_spec.machine_type),
+            "deployed_model.dedicated_resources.machine_spec.machine_type",
+        )
+        if resources.min_replica_count < 1:
+            raise Invalid(
+                "deployed_model.dedicated_resources.min_replica_count must be at least 1.",
+                "deployed_model.dedicated_resources.min_replica_count",
+            )
+        split = dict(request.traffic_split)
+        current = {d["id"] for d in endpoint.get("deployedModels", [])}
+        if split:
+            unknown = set(split) - current - {"0"}
+            if unknown or sum(split.values()) != 100:
+                raise Invalid(
+                    f"traffic_split {split} must add up to 100 over the endpoint's deployed "
+                    f"models {sorted(current)} and 0 (the one being deployed).",
+                    "traffic_split",
+                )
+        if self.deploy_failure:
+            message, self.deploy_failure = self.deploy_failure, ""
+            return 200, self._operation(name, "DeployModel", None, error=message)
+        new_id = str(next(self._ids) * 1000003)
+        record = {
+            **_message_to_dict(deployed),
+            "id": new_id,
+            "model": model_name,
+            "modelVersionId": found["versionId"],
+            "createTime": _now(),
+        }
+        endpoint.setdefault("deployedModels", []).append(record)
+        if split:
+            endpoint["trafficSplit"] = {
+                (new_id if k == "0" else k): v for k, v in split.items() if v
+            }
+        endpoint["updateTime"] = endpoint["etag"] = _now()
+        response = {
+            "@type": "type.googleapis.com/google.cloud.aiplatform.v1.DeployModelResponse",
+            "deployedModel": record,
+        }
+        return 200, self._operation(name, "DeployModel", response)
+
+    def _undeploy_model(self, req: Request, loc: str, id: str) -> tuple[int, dict]:
+        # UndeployModelRequest: "A DeployedModel will be successfully undeployed only if it
+        # doesn't have any traffic assigned to it when this method executes, or if this field
+        # unassigns any traffic to it."
+        request = _parse(req.raw, _v1().UndeployModelRequest, "")
+        name = f"{loc}/endpoints/{id}"
+        endpoint = self.endpoints.get(name)
+        if endpoint is None:
+            return _error(404, f"Endpoint {name} not found.")
+        gone = request.deployed_model_id
+        models = endpoint.get("deployedModels", [])
+        if gone not in {d["id"] for d in models}:
+            return _error(404, f"DeployedModel {gone} not found on {name}.")
+        split = dict(request.traffic_split) or dict(endpoint.get("trafficSplit", {}))
+        remaining = [d for d in models if d["id"] != gone]
+        if split.get(gone) and remaining:
+            raise Invalid(
+                f"DeployedModel {gone} still receives {split[gone]}% of the traffic; move it "
+                "to the other deployed models first.",
+                "traffic_split",
+            )
+        endpoint["deployedModels"] = remaining
+        endpoint["trafficSplit"] = {k: v for k, v in split.items() if k != gone and v}
+        endpoint["updateTime"] = endpoint["etag"] = _now()
+        response = {"@type": "type.googleapis.com/google.cloud.aiplatform.v1.UndeployModelResponse"}
+        return 200, self._operation(name, "UndeployModel", response)
+
+    def _serving(self, loc: str, id: str) -> tuple[dict, dict]:
+        """The deployed model that takes the request (the highest traffic share) and its version."""
+        name = f"{loc}/endpoints/{id}"
+        endpoint = self.endpoints.get(name)
+        if endpoint is None:
+            raise LookupError(f"Endpoint {name} not found.")
+        split = endpoint.get("trafficSplit", {})
+        if not split:
+            raise Invalid(f"Endpoint {name} has no deployed model receiving traffic.", "")
+        chosen = max(split, key=split.get)
+        deployed = next(d for d in endpoint["deployedModels"] if d["id"] == chosen)
+        version = next(
+            v
+            for v in self.model_versions[deployed["model"]]
+            if v["versionId"] == deployed["modelVersionId"]
+        )
+        return deployed, version
+
+    def _predict(self, req: Request, loc: str, id: str) -> tuple[int, dict]:
+        # HTTP rule: POST /v1/{endpoint}:predict, body "*". The container receives
+        # {"instances": [...], "parameters": ...}; the response adds the deployed model's ids.
+        request = _parse(req.raw, _v1().PredictRequest, "")
+        _required(len(request.instances) > 0, "instances")
+        try:
+            deployed, version = self._serving(loc, id)
+        except LookupError as e:
+            return _error(404, str(e))
+        # PredictRequest.instances are google.protobuf.Value s, whose numbers are doubles: the
+        # Python client writes 1 as 1.0. The service hands them to the container as JSON written
+        # by protobuf's C++ printer, which writes a whole double without a fraction (1.0 -> 1):
+        # how an int64 input of a TensorFlow model gets an integer it accepts.
+        body = {"instances": _whole_numbers(req.body["instances"])}
+        if "parameters" in req.body:
+            body["parameters"] = _whole_numbers(req.body["parameters"])
+        answer = self._call_predictor(deployed, version, body)
+        if "error" in answer:
+            return _error(400, str(answer["error"]))
+        return 200, {
+            "predictions": answer["predictions"],
+            "deployedModelId": deployed["id"],
+            "model": deployed["model"],
+            "modelVersionId": deployed["modelVersionId"],
+            "modelDisplayName": version.get("displayName", ""),
+        }
+
+    def _raw_predict(self, req: Request, loc: str, id: str) -> tuple[int, dict]:
+        # The body goes to the container as it is (rawPredict: "HttpBody"); its answer comes back.
+        try:
+            deployed, version = self._serving(loc, id)
+        except LookupError as e:
+            return _error(404, str(e))
+        if not isinstance(req.body, dict):
+            raise Invalid("the stand-in's containers take JSON bodies.", "http_body")
+        answer = self._call_predictor(deployed, version, req.body)
+        return (400 if "error" in answer else 200), answer
+
+    def _call_predictor(self, deployed: dict, version: dict, body: dict) -> dict:
+        if self.predictor is None:
+            raise Invalid("The stand-in has no predictor for this test.", "")
+        return self.predictor(deployed, version, body)
 
     def _get_bucket(self, req: Request, bucket: str) -> tuple[int, dict]:
         if bucket not in self.buckets:
@@ -656,6 +937,17 @@ def _check_upload_model(request: Any) -> None:
         )
     if model._pb.HasField("container_spec"):
         _required(bool(model.container_spec.image_uri), "model.container_spec.image_uri")
+
+
+def _whole_numbers(value: Any) -> Any:
+    """JSON as protobuf's C++ printer writes a Value: whole doubles as integers."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    return value
 
 
 def _now() -> str:

@@ -1,0 +1,61 @@
+"""KFP component ``deploy_model``: a registered model version onto a Vertex AI endpoint.
+
+The logic (find or create the endpoint, deploy with all the traffic, undeploy what served before,
+then make the version the registry's default) lives in ``training_core.deploy``; see
+docs/after-training.md. KFP embeds only the function's source in the container, so the imports
+stay inside the body.
+"""
+
+from kfp import dsl
+from kfp.dsl import Artifact, Input, Output
+
+from components._image import DEFAULT_IMAGE
+
+
+@dsl.component(base_image=DEFAULT_IMAGE, install_kfp_package=False)
+def deploy_model(
+    vertex_model: Input[Artifact],
+    endpoint: Output[Artifact],
+    project: str,
+    location: str,
+    endpoint_display_name: str,
+    machine_type: str,
+    accelerator_type: str = "",
+    accelerator_count: int = 0,
+    replica_count: int = 1,
+    make_default: bool = True,
+):
+    """Serves ``register_model``'s version on the endpoint named ``endpoint_display_name``.
+
+    The previous deployment keeps serving until the new one takes all the traffic, and is then
+    undeployed; ``make_default`` makes the version the model's default only after that, so a
+    failed deployment leaves the registry's default and the endpoint as they were.
+    """
+    from training_core import console
+
+    console.setup()  # First: the cloud libraries' import warnings stay quiet.
+    from training_core import deploy
+
+    done = deploy.deploy(
+        model=vertex_model.metadata["resourceName"],
+        version_id=str(vertex_model.metadata["versionId"]),
+        project=project,
+        location=location,
+        endpoint_display_name=endpoint_display_name,
+        machine_type=machine_type,
+        accelerator_type=accelerator_type,
+        accelerator_count=accelerator_count,
+        replica_count=replica_count,
+        make_default=make_default,
+    )
+    endpoint.uri = f"https://{location}-aiplatform.googleapis.com/v1/{done.endpoint}"
+    endpoint.metadata.update(
+        {
+            "resourceName": done.endpoint,
+            "deployedModelId": done.deployed_model_id,
+            "model": done.model,
+            "versionId": done.version_id,
+            "undeployed": list(done.undeployed),
+            "createdEndpoint": done.created_endpoint,
+        }
+    )

@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "train",
     "evaluate",
     "export",
+    "recommend",
     "validate",
     "profiles",
     "compile",

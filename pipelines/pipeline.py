@@ -25,6 +25,7 @@ from components.deploy_model import deploy_model
 from components.evaluate_model import evaluate_model
 from components.export_model import export_model, register_model
 from components.prepare_data import prepare_data
+from components.recommend import recommend
 from components.train_model import train_model
 from components.validate_data import validate_data
 from pipelines.compiled import TRAIN_TASK, WORKER_POOL_SPECS, run_problems
@@ -34,6 +35,7 @@ from pipelines.profiles import (
     preflight,
     raise_problems,
 )
+from training_core import batch_recommend as batch_options
 from training_core import compare as gate
 from training_core import train_config as train_options
 from training_core.data import config as prepare_options
@@ -125,6 +127,7 @@ STEP_MACHINES = {
     "evaluate": "evaluate",
     "export": "evaluate",
     "compare": "evaluate",
+    "recommend": "evaluate",
 }
 
 
@@ -251,6 +254,8 @@ def build_pipeline(
         register: bool = False,
         model_display_name: str = "ncf-neumf",
         endpoint_display_name: str = "",
+        batch_recommend: bool = False,
+        recommend_format: str = batch_options.DEFAULT_FORMAT,
         champion_uri: str = "",
         gate_metric: str = gate.DEFAULT_METRIC,
         gate_tolerance: float = gate.DEFAULT_TOLERANCE,
@@ -363,6 +368,18 @@ def build_pipeline(
                         )
                         dep.set_display_name("Deploy to a Vertex AI endpoint")
                         dep.set_retry(RETRIES, BACKOFF)  # Resumes: a deployed version stays.
+
+            # Recommendations for every user from a model that passed the gate.
+            with dsl.If(batch_recommend == True, name="recommend-requested"):  # noqa: E712
+                with dsl.If(compare.outputs["blessed"] == True, name="recommend-blessed"):  # noqa: E712
+                    rec = recommend(
+                        exported_model=export.outputs["exported_model"],
+                        examples=prep.outputs["examples"],
+                        output_format=recommend_format,
+                        beam_pipeline_args=beam_pipeline_args,
+                    )
+                    rec.set_display_name("Recommend for every user (batch)")
+                    place.apply(rec, "recommend").set_retry(RETRIES, BACKOFF)
 
         return Outputs(
             exported_model=export.outputs["exported_model"],

@@ -241,6 +241,38 @@ def tree_bytes(root: str) -> dict[str, bytes]:
     return out
 
 
+def seen_from_raw(csv_path: str, meta):
+    """Each user's training items, from the raw CSV alone (pandas), not from the records.
+
+    Leave-one-out as prepare-data documents it: a repeated (user, item) keeps its latest row, each
+    user's last interaction by time (ties: the later row) is held out, the rest are training
+    positives; indices are positions in the ascending raw ids. Returns
+    ``(user raw ids, item raw ids, [set of item indices per user index])``.
+    """
+    import pandas as pd
+
+    # The shortcuts below hold for this data: no filtering by count (min_ratings 0).
+    assert meta.options["min_ratings"] == 0
+    raw = pd.read_csv(csv_path, usecols=["user_id", "item_id", "timestamp"])
+    raw["row"] = np.arange(len(raw))
+    raw = raw.sort_values(["timestamp", "row"], kind="stable")
+    raw = raw.drop_duplicates(["user_id", "item_id"], keep="last")
+    raw = raw.sort_values(["user_id", "timestamp", "row"], kind="stable")
+    per_user = raw.groupby("user_id")["item_id"].nunique()
+    # prepare-data drops users left with one interaction or with every item; none here.
+    assert per_user.min() >= 2 and per_user.max() < raw["item_id"].nunique()
+    held_out = raw.groupby("user_id").tail(1)
+    train_rows = raw.drop(index=held_out.index)
+    users = np.sort(raw["user_id"].unique())
+    items = np.sort(raw["item_id"].unique())
+    u_idx = np.searchsorted(users, train_rows["user_id"].to_numpy())
+    i_idx = np.searchsorted(items, train_rows["item_id"].to_numpy())
+    seen = [set() for _ in users]
+    for u, i in zip(u_idx.tolist(), i_idx.tolist(), strict=True):
+        seen[u].add(i)
+    return users, items, seen
+
+
 # --- the Vertex AI stand-in (tests/vertex_standin.py), with credentials as on a real machine ---
 
 

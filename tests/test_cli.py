@@ -19,6 +19,7 @@ EXPECTED_SUBCOMMANDS = [
     "train",
     "evaluate",
     "export",
+    "recommend",
     "validate",
     "profiles",
     "compile",

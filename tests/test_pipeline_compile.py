@@ -283,7 +283,7 @@ def test_pipeline_parameters_and_artifact_wiring(compiled):
     assert params["register"]["parameterType"] == "BOOLEAN"
     assert params["register"]["defaultValue"] is False
     conditional = {n: t for n, t in tasks.items() if "triggerPolicy" in t}
-    assert list(conditional) == ["condition-1"] and "register-model" not in tasks
+    assert list(conditional) == ["condition-1", "condition-3"] and "register-model" not in tasks
     outer = conditional["condition-1"]
     assert outer["taskInfo"]["name"] == "register-requested"
     assert sorted(outer["dependentTasks"]) == ["compare-models", "export-model"]
@@ -339,6 +339,27 @@ def test_pipeline_parameters_and_artifact_wiring(compiled):
         "{{$.pipeline_google_cloud_location}}"
     )
     assert "location" not in params and "project" not in params
+
+    # Batch recommendations the same way: only when asked, only from a blessed model.
+    rec_outer = conditional["condition-3"]
+    assert rec_outer["taskInfo"]["name"] == "recommend-requested"
+    assert condition_source(rec_outer) == {"componentInputParameter": "batch_recommend"}
+    assert params["batch_recommend"]["defaultValue"] is False
+    (rec_inner,) = spec["components"][rec_outer["componentRef"]["name"]]["dag"]["tasks"].values()
+    assert rec_inner["taskInfo"]["name"] == "recommend-blessed"
+    assert condition_source(rec_inner, rec_outer) == {
+        "taskOutputParameter": {"outputParameterKey": "blessed", "producerTask": "compare-models"}
+    }
+    rec_body = spec["components"][rec_inner["componentRef"]["name"]]["dag"]["tasks"]
+    assert list(rec_body) == ["recommend"]
+    for name, producer, key in (
+        ("exported_model", "export-model", "exported_model"),
+        ("examples", "prepare-data", "examples"),
+    ):
+        got = source(rec_body["recommend"]["inputs"]["artifacts"][name], rec_inner, rec_outer)
+        assert got == {
+            "taskOutputArtifact": {"outputArtifactKey": key, "producerTask": producer}
+        }, name
 
 
 def test_image_override_reaches_every_component_and_custom_job(tmp_path):

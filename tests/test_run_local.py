@@ -7,7 +7,7 @@ from kfp.local import logging_utils, status
 
 from pipelines import cli
 from pipelines.local_run import StepDisplay
-from training_core import console, local_registry
+from training_core import batch_recommend, console, local_registry
 from training_core.data import metadata
 
 MAX_LINES = 60  # What a successful run-local may print (issue 17).
@@ -66,6 +66,16 @@ def test_run_local_whole_pipeline_on_the_embedded_sample(tmp_path, capsys):
     champion = local_registry.find_champion(str(registry), "ncf-neumf")
     assert champion.version_id == "1"
     assert _recommend(champion.path) == _recommend(exported)
+    # Batch recommendations for every user of the sample, from the blessed model.
+    recs = next(
+        line.split()[-1]
+        for line in out.splitlines()
+        if line.strip().startswith("recommend") and "recommendations" in line
+    )
+    rows = batch_recommend.read(recs)
+    assert len(rows) == metadata.read_metadata(examples).num_users
+    first = min(rows, key=lambda r: r["user_id"])
+    assert first["user_id"] == 1 and first["item_ids"] == _recommend(exported)[:10]
 
     # A worse challenger (1 epoch) against that champion: the false branch, nothing registered.
     code = cli.main(
@@ -76,6 +86,9 @@ def test_run_local_whole_pipeline_on_the_embedded_sample(tmp_path, capsys):
     captured = capsys.readouterr()
     lines = _printed_lines(captured.out + captured.err)
     assert sum("] register-model  skipped: challenger-blessed is false" in x for x in lines) == 1
+    assert (
+        sum("] recommend " in x and "skipped: recommend-blessed is false" in x for x in lines) == 1
+    )
     assert not any("register-model  started" in x for x in lines)
     assert "Gate: refused, nothing registered, the champion stays (challenger hr_at_10" in (
         captured.out

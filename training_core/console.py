@@ -29,6 +29,7 @@ import gc
 import json
 import logging
 import os
+import re
 import sys
 import time
 import warnings
@@ -51,6 +52,10 @@ _CHATTY_LOGGERS = ("absl", "apache_beam")
 # google-api-core (via Beam and TensorFlow) warns on every import that Python 3.11 support will
 # end; this project's Python is pinned by TFDV, so the user can do nothing about it.
 _PYTHON_VERSION_WARNING = r"You are using a Python version .* which Google will stop supporting"
+# Beam also logs through the root logger (logging.info/warning), which a logger level cannot
+# quiet: its INFO lines, and RunInference's warning that it cannot read memory usage (it asks
+# the resource module, which its in-process workers do not import), are dropped by a filter.
+_BEAM_ROOT_NOISE = re.compile(r"Resource module is not available")
 GC_THRESHOLD = 20_000  # Allocations between young-generation collections (Python's: 700).
 _exit_hook = False
 
@@ -80,7 +85,21 @@ def setup(verbose_output: bool | None = None) -> bool:
     for name in _CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=_PYTHON_VERSION_WARNING, category=FutureWarning)
+    root = logging.getLogger()
+    if not any(isinstance(f, _BeamRootChatter) for f in root.filters):
+        root.addFilter(_BeamRootChatter())
     return False
+
+
+class _BeamRootChatter(logging.Filter):
+    """Drops Beam's INFO lines and known noise that it logs through the root logger."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if f"{os.sep}apache_beam{os.sep}" not in record.pathname:
+            return True
+        if record.levelno <= logging.INFO:
+            return False
+        return not _BEAM_ROOT_NOISE.search(str(record.msg))
 
 
 class _StderrNow(logging.StreamHandler):

@@ -315,6 +315,15 @@ def _as_lists(values: pa.Array) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets), values.drop_null(), mask=pa.array(~valid))
 
 
+def pipeline_options(args: tuple[str, ...]):
+    """``(PipelineOptions, the --runner named or None, whether it is Dataflow)`` from arguments."""
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+    options = PipelineOptions(list(args))
+    runner_name = options.view_as(StandardOptions).runner
+    return options, runner_name, "dataflow" in str(runner_name).lower()
+
+
 def in_process_runner(options):
     """Beam's FnApiRunner, set up as the DirectRunner sets it up for a batch pipeline.
 

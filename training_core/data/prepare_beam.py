@@ -551,14 +551,6 @@ def _raise_failure(error: BaseException, specs: list[FileSpec]) -> None:
     raise ValueError(payload["message"]) from None
 
 
-def _pipeline_options(args: tuple[str, ...]):
-    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-
-    options = PipelineOptions(list(args))
-    runner_name = options.view_as(StandardOptions).runner
-    return options, runner_name, "dataflow" in str(runner_name).lower()
-
-
 def prepare_beam(config: PrepareConfig, beam_config: BeamConfig) -> report.PrepareResult:
     """Runs data preparation as a Beam job; the files equal ``prepare.prepare``'s byte for byte.
 
@@ -568,7 +560,7 @@ def prepare_beam(config: PrepareConfig, beam_config: BeamConfig) -> report.Prepa
     """
     config.check()
     t0 = time.perf_counter()
-    options, runner_name, remote = _pipeline_options(beam_config.pipeline_args)
+    options, runner_name, remote = beam_source.pipeline_options(beam_config.pipeline_args)
     files, fmt = rio.resolve_input(config.input_path, config.format)
     specs = describe_files(files, fmt, config.columns, remote)
     source_sha = rio.file_sha256(files)

@@ -1,0 +1,329 @@
+"""Top-k recommendations for every user, in bulk: Beam RunInference over the exported SavedModel.
+
+One Beam pipeline, the same code here (Beam's in-process runner) and on Dataflow
+(``--runner=DataflowRunner`` in ``pipeline_args``):
+
+    users (the prepared data's user vocabulary) -> RunInference(the export's ``recommend``
+    signature, batches of ``batch_size`` users) -> one row per user -> Parquet or JSON Lines
+
+A row is ``{"user_id": raw id, "item_ids": [k raw ids, best first], "scores": [k floats]}``;
+the items the user trained on are left out (``exclude_seen``, the default), and a user with
+fewer than ``k`` candidates left gets fewer items (the export's empty ``-1`` slots are dropped).
+The export decides what "seen" is and ranks the items (training_core/export.py): the bulk
+answer is the online answer.
+
+Nothing half-written looks complete: locally the files are written into a private folder and
+published in one step (``publish.replace_folder``); on Cloud Storage the shards go to the folder
+and ``manifest.json`` (:data:`MANIFEST_FILE`, written last) says the output is complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from training_core import publish
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("parquet", "jsonl")
+DEFAULT_FORMAT = "parquet"
+DEFAULT_BATCH_SIZE = 1024  # Users per call of the recommend signature.
+FILE_PREFIX = "recommendations"  # Shards: recommendations-00000-of-00002.parquet
+MANIFEST_FILE = "manifest.json"  # Written last: the output is complete.
+
+
+@dataclasses.dataclass(frozen=True)
+class RecommendConfig:
+    """What ``recommend`` writes, and from what.
+
+    Attributes:
+        export_dir: the exported SavedModel (training_core/export.py).
+        data_dir: the prepared data the model was trained on (its user vocabulary lists the
+            users).
+        output_dir: the folder to write.
+        output_format: ``parquet`` or ``jsonl``.
+        top_k: items per user; 0 = the export's ``top_k`` (it cannot be more).
+        exclude_seen: leave out the items each user trained on.
+        batch_size: users per inference call.
+        num_shards: output files; 0 = one per 100,000 users (at least 1).
+        pipeline_args: Beam pipeline options (``--runner=DataflowRunner --project=...``); none:
+            Beam's in-process runner.
+    """
+
+    export_dir: str
+    data_dir: str
+    output_dir: str
+    output_format: str = DEFAULT_FORMAT
+    top_k: int = 0
+    exclude_seen: bool = True
+    batch_size: int = DEFAULT_BATCH_SIZE
+    num_shards: int = 0
+    pipeline_args: tuple[str, ...] = ()
+
+    def check(self) -> None:
+        """Raises ``ValueError`` naming the option and what to do."""
+        if self.output_format not in FORMATS:
+            raise ValueError(
+                f"output_format {self.output_format!r} is not one of {', '.join(FORMATS)}"
+            )
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0: the export's), got {self.top_k}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.num_shards < 0:
+            raise ValueError(f"num_shards must be >= 0 (0: automatic), got {self.num_shards}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RecommendResult:
+    """What was written."""
+
+    output_dir: str
+    files: tuple[str, ...]
+    num_users: int
+    top_k: int
+    seconds: float
+
+    @property
+    def users_per_second(self) -> float:
+        """Users recommended per second, end to end (model load included)."""
+        return self.num_users / self.seconds if self.seconds else 0.0
+
+
+def _export_facts(export_dir: str) -> dict[str, Any]:
+    from training_core.registry import SERVING_METADATA_FILE
+
+    path = os.path.join(export_dir, SERVING_METADATA_FILE)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise ValueError(
+            f"{export_dir} is not an export of this project (no {SERVING_METADATA_FILE}); "
+            "pass the folder `ncf-pipelines export` wrote"
+        ) from None
+
+
+def _users(data_dir: str, facts: dict[str, Any]) -> list[int]:
+    from training_core.data.metadata import read_metadata
+    from training_core.export import read_vocab
+
+    meta = read_metadata(data_dir)
+    users = read_vocab(os.path.join(data_dir, meta.user_vocab))
+    if len(users) != facts["num_users"]:
+        raise ValueError(
+            f"{data_dir} has {len(users)} users but the export was made for "
+            f"{facts['num_users']}; pass the prepared data the model was trained on"
+        )
+    return [int(u) for u in users]
+
+
+class _Loaded:
+    """The loaded SavedModel, in a holder that can be emptied.
+
+    Beam keeps the last shared model alive until the interpreter exits, where TensorFlow's
+    finalizers print errors.
+    """
+
+    def __init__(self, model):
+        self.model = model
+
+
+_LOADED: list[_Loaded] = []  # Models this process loaded, emptied when a job ends.
+
+
+def _release_models() -> None:
+    import gc
+
+    for holder in _LOADED:
+        holder.model = None
+    _LOADED.clear()
+    gc.collect()
+
+
+def _handler(export_dir: str, exclude_seen: bool, top_k: int, batch_size: int):
+    """A RunInference model handler for the export's ``recommend`` signature."""
+    from apache_beam.ml.inference.base import ModelHandler, PredictionResult
+
+    class RecommendHandler(ModelHandler):
+        def load_model(self):
+            import tensorflow as tf
+
+            holder = _Loaded(tf.saved_model.load(export_dir))
+            _LOADED.append(holder)
+            return holder
+
+        def run_inference(self, batch: Sequence[int], model, inference_args=None):
+            import numpy as np
+            import tensorflow as tf
+
+            users = np.asarray(batch, dtype=np.int64)
+            out = model.model.signatures["recommend"](
+                user_id=tf.constant(users),
+                exclude_seen=tf.fill([len(users)], exclude_seen),
+            )
+            ids = out["item_ids"].numpy()[:, :top_k]
+            scores = out["scores"].numpy()[:, :top_k]
+            return [PredictionResult(int(u), (ids[i], scores[i])) for i, u in enumerate(users)]
+
+        def batch_elements_kwargs(self):
+            # Full batches from the start (Beam's default grows them from 1, for models whose
+            # cost per element is unknown; this one is fixed).
+            return {"min_batch_size": batch_size, "max_batch_size": batch_size}
+
+        def get_num_bytes(self, batch: Sequence[int]) -> int:
+            return 8 * len(batch)
+
+    return RecommendHandler()
+
+
+def to_row(result) -> dict[str, Any]:
+    """One output row from a RunInference result; the export's empty (-1) slots dropped."""
+    from training_core.export import UNKNOWN_ITEM
+
+    ids, scores = result.inference
+    keep = ids != UNKNOWN_ITEM
+    return {
+        "user_id": int(result.example),
+        "item_ids": [int(i) for i in ids[keep]],
+        "scores": [float(s) for s in scores[keep]],
+    }
+
+
+def _parquet_schema():
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("user_id", pa.int64()),
+            ("item_ids", pa.list_(pa.int64())),
+            ("scores", pa.list_(pa.float32())),
+        ]
+    )
+
+
+def build(p, users: Iterable[int], config: RecommendConfig, top_k: int, prefix: str, shards: int):
+    """The Beam pipeline: users -> RunInference -> rows -> files under ``prefix``."""
+    import apache_beam as beam
+    from apache_beam.ml.inference.base import RunInference
+
+    handler = _handler(config.export_dir, config.exclude_seen, top_k, config.batch_size)
+    rows = (
+        p
+        | "Users" >> beam.Create(list(users), reshuffle=False)
+        | "Recommend" >> RunInference(handler)
+        | "Rows" >> beam.Map(to_row)
+    )
+    if config.output_format == "parquet":
+        rows | "Parquet" >> beam.io.WriteToParquet(
+            prefix, _parquet_schema(), file_name_suffix=".parquet", num_shards=shards
+        )
+    else:
+        (
+            rows
+            | "Json" >> beam.Map(json.dumps)
+            | "JsonLines"
+            >> beam.io.WriteToText(prefix, file_name_suffix=".jsonl", num_shards=shards)
+        )
+
+
+def recommend(config: RecommendConfig) -> RecommendResult:
+    """Writes every user's top-k items (module doc); returns what it wrote."""
+    import apache_beam as beam
+    import tensorflow as tf
+
+    from training_core.data import beam_source
+
+    config.check()
+    t0 = time.perf_counter()
+    facts = _export_facts(config.export_dir)
+    top_k = config.top_k or int(facts["top_k"])
+    if top_k > int(facts["top_k"]):
+        raise ValueError(
+            f"top_k {top_k} is more than the export's {facts['top_k']} items per user; export "
+            f"again with --top-k {top_k} (or ask for at most {facts['top_k']})"
+        )
+    users = _users(config.data_dir, facts)
+    shards = config.num_shards or max(1, -(-len(users) // 100_000))
+    options, runner_name, remote = beam_source.pipeline_options(config.pipeline_args)
+    out = config.output_dir.rstrip("/")
+    local = "://" not in out
+    if local:
+        for path in publish.remove_stale_partials(out):
+            log.warning("removed %s, left by a run that was killed", path)
+        target = publish.partial_name(out)
+        os.makedirs(target)
+    else:
+        target = out
+        if tf.io.gfile.exists(os.path.join(out, MANIFEST_FILE)):
+            tf.io.gfile.remove(os.path.join(out, MANIFEST_FILE))  # Incomplete until rewritten.
+    log.info(
+        "recommending top %d items for %d users with %s (runner %s)",
+        top_k,
+        len(users),
+        config.export_dir,
+        runner_name or "in-process",
+    )
+    try:
+        with publish.terminate_as_exit():
+            runner = None if runner_name else beam_source.in_process_runner(options)
+            with beam.Pipeline(runner=runner, options=options) as p:
+                # Remote workers read and write gs:// where this launcher sees /gcs/.
+                on_workers = dataclasses.replace(
+                    config, export_dir=beam_source.beam_path(config.export_dir, remote)
+                )
+                prefix = f"{beam_source.beam_path(target, remote)}/{FILE_PREFIX}"
+                build(p, users, on_workers, top_k, prefix, shards)
+            files = sorted(
+                os.path.basename(f) for f in tf.io.gfile.glob(f"{target}/{FILE_PREFIX}-*")
+            )
+            manifest = {
+                "model": facts.get("model_name", ""),
+                "export_dir": config.export_dir,
+                "format": config.output_format,
+                "files": files,
+                "num_users": len(users),
+                "top_k": top_k,
+                "exclude_seen": config.exclude_seen,
+                "columns": {
+                    "user_id": "raw user id",
+                    "item_ids": f"up to {top_k} raw item ids, best first",
+                    "scores": "the model's probability for each item",
+                },
+            }
+            with tf.io.gfile.GFile(os.path.join(target, MANIFEST_FILE), "w") as f:
+                f.write(json.dumps(manifest, indent=2) + "\n")
+            if local:
+                publish.replace_folder(target, out)
+    finally:
+        _release_models()
+        if local and os.path.exists(target):
+            import shutil
+
+            shutil.rmtree(target, ignore_errors=True)
+    seconds = time.perf_counter() - t0
+    log.info("wrote %d users' recommendations to %s in %.1fs", len(users), out, seconds)
+    return RecommendResult(out, tuple(files), len(users), top_k, seconds)
+
+
+def read(output_dir: str) -> list[dict[str, Any]]:
+    """The rows of a complete output folder (for tests and small outputs)."""
+    import pyarrow.parquet as pq
+
+    with open(os.path.join(output_dir, MANIFEST_FILE)) as f:
+        manifest = json.load(f)
+    rows: list[dict[str, Any]] = []
+    for name in manifest["files"]:
+        path = os.path.join(output_dir, name)
+        if manifest["format"] == "parquet":
+            rows += pq.read_table(path).to_pylist()
+        else:
+            with open(path) as f:
+                rows += [json.loads(line) for line in f if line.strip()]
+    return rows

@@ -82,7 +82,13 @@ def test_every_component_parameter_is_an_option_with_its_default(step):
     # Options a component does not offer are the ones only a command line has.
     only_cli = {
         "prepare_data": {"columns", "num_shards", "workers", "overwrite"},
-        "train_model": {"learning_rate", "steps_per_loop", "precision", "embedding_updates"},
+        "train_model": {
+            "learning_rate",
+            "l2_regularization",
+            "steps_per_loop",
+            "precision",
+            "embedding_updates",
+        },
         "evaluate_model": set(),
     }[step]
     assert set(defaults) - seen == only_cli
@@ -295,6 +301,7 @@ def test_each_train_flag_reaches_the_config(monkeypatch, data_dir, tmp_path):
         "--epochs": (["7"], lambda c: c.model.epochs == 7),
         "--batch-size": (["64"], lambda c: c.model.batch_size == 64),
         "--learning-rate": (["0.5"], lambda c: c.model.learning_rate == 0.5),
+        "--l2": (["0.01"], lambda c: c.model.l2_regularization == 0.01),
         "--seed": (["3"], lambda c: c.seed == 3),
         "--steps-per-loop": (["9"], lambda c: c.steps_per_loop == 9),
         "--checkpoint-every": (["11"], lambda c: c.checkpoint_every_steps == 11),

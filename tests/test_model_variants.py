@@ -178,3 +178,68 @@ def test_popularity_baseline_ranks_by_training_count(tiny_data):
     assert got.users == evaluated.sum() > 0
     assert got.hr == pytest.approx(want_hr) and got.ndcg == pytest.approx(want_ndcg, rel=1e-5)
     assert 0 < got.hr < 1
+
+
+# --- --l2: the embedding penalty --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_l2_adds_the_penalty_of_the_rows_each_example_uses(dense):
+    """Loss and embedding gradients with ``l2_regularization`` against NumPy: the cross entropy
+    plus ``l2 * (|u|^2 + |v|^2)`` per valid example over the global batch; the gradient of a
+    table row gains ``2 * l2 * row * (its valid uses) / global_batch``, also as touched rows."""
+    from training_core import train_step
+
+    l2, global_batch = 0.05, 8.0
+    users = np.array([[0], [1], [1], [2], [3], [0]], np.int64)
+    items = np.array([[4], [4], [5], [6], [7], [2]], np.int64)
+    features = {
+        "user_id": tf.constant(users),
+        "item_id": tf.constant(items),
+        "labels": tf.constant([[1], [0], [1], [0], [1], [0]], tf.int32),
+        "valid_point_mask": tf.constant([[True], [True], [True], [True], [True], [False]]),
+    }
+
+    def run(penalty):
+        config = model.get_preset("tiny", architecture="mf", l2_regularization=penalty)
+        net = model.NCFModel(config, num_users=5, num_items=9, seed=4)
+        variables = [net.user_embedding, net.item_embedding, *net.dense_variables()]
+        fn = train_step._loss_and_grads_fn(net, variables, None, global_batch, tf.float32, dense)
+        loss, grads = fn(features)
+        return net, float(loss), [tf.convert_to_tensor(g).numpy() for g in grads[:2]]
+
+    net, plain_loss, plain_grads = run(0.0)
+    _, loss, grads = run(l2)
+    u, v = net.user_embedding.numpy(), net.item_embedding.numpy()
+    valid = np.array([1, 1, 1, 1, 1, 0], np.float64)
+    rows = np.sum(u[users[:, 0]] ** 2, axis=1) + np.sum(v[items[:, 0]] ** 2, axis=1)
+    assert loss - plain_loss == pytest.approx(l2 * np.sum(valid * rows) / global_batch, rel=1e-5)
+    want_u, want_v = np.zeros_like(u), np.zeros_like(v)
+    for n in range(len(users)):
+        want_u[users[n, 0]] += valid[n] * 2 * l2 * u[users[n, 0]] / global_batch
+        want_v[items[n, 0]] += valid[n] * 2 * l2 * v[items[n, 0]] / global_batch
+    np.testing.assert_allclose(grads[0] - plain_grads[0], want_u, atol=1e-6)
+    np.testing.assert_allclose(grads[1] - plain_grads[1], want_v, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_l2_trains_smaller_embeddings_through_the_cli_options(tiny_data, tmp_path):
+    norms = {}
+    for penalty in (0.0, 0.01):
+        config = train_config.config_for(
+            tiny_data,
+            str(tmp_path / f"l2-{penalty}"),
+            "tiny",
+            architecture="mf",
+            epochs=2,
+            steps_per_loop=50,
+            l2_regularization=penalty,
+        )
+        assert config.model.l2_regularization == penalty
+        train.train(config, tf.distribute.get_strategy())
+        net, _, _ = load_model(str(tmp_path / f"l2-{penalty}"), tf.distribute.get_strategy())
+        assert net.config.l2_regularization == penalty  # Recorded in model_config.json.
+        norms[penalty] = float(np.linalg.norm(net.user_embedding.numpy()))
+    assert norms[0.01] < 0.9 * norms[0.0], norms
+    with pytest.raises(ValueError, match=r"--l2 must be >= 0 \(0: no penalty\), got -1.0"):
+        train_config.config_for(tiny_data, str(tmp_path / "bad"), "tiny", l2_regularization=-1.0)

@@ -35,6 +35,11 @@ class NeuMFConfig:
         learning_rate, beta1, beta2, epsilon: Adam.
         hr_threshold: stop once HR@10 reaches this (``None``: never stop early).
         epochs: training epochs.
+        l2_regularization: L2 penalty on the embedding rows each training example uses (its
+            user's and its item's), ``l2 * (|u|^2 + |v|^2)`` per example, averaged over the
+            batch like the loss; 0: none. Only the rows a step touches are penalised, so it
+            works with touched-rows (sparse) updates (Rendle et al. 2020 tune exactly this
+            for the dot-product model).
     """
 
     architecture: str = "neumf"
@@ -47,6 +52,7 @@ class NeuMFConfig:
     epsilon: float = 1e-8
     hr_threshold: float | None = None
     epochs: int = 2
+    l2_regularization: float = 0.0
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -57,6 +63,8 @@ class NeuMFConfig:
             raise ValueError(f"layers[0] must be even (split between user and item): {self.layers}")
         if self.num_factors < 1 or self.batch_size < 1 or self.epochs < 1:
             raise ValueError("num_factors, batch_size and epochs must be positive")
+        if not self.l2_regularization >= 0:
+            raise ValueError(f"l2_regularization must be >= 0, got {self.l2_regularization}")
 
     @property
     def uses_gmf(self) -> bool:

@@ -36,6 +36,7 @@ class TrainOptions:
     epochs: int | None = None  # None: the preset's.
     batch_size: int | None = None  # Global over all replicas; None: the data's pre-batch size.
     learning_rate: float | None = None  # None: the preset's.
+    l2_regularization: float | None = None  # --l2: embedding L2 penalty; None: the preset's.
     target_hr: float | None = None  # Stop at this HR@10; None: the preset's; <= 0: never.
     seed: int = 0
     steps_per_loop: int = 200
@@ -88,6 +89,7 @@ class TrainConfig:
             epochs=m.epochs,
             batch_size=m.batch_size,
             learning_rate=m.learning_rate,
+            l2_regularization=m.l2_regularization,
             target_hr=m.hr_threshold,
             steps_per_loop=self.steps_per_loop,
             checkpoint_every_steps=self.checkpoint_every_steps,
@@ -112,6 +114,11 @@ _OPTION_RULES: dict[str, tuple[str, str, Any]] = {
         lambda v: v >= 1,
     ),
     "learning_rate": ("--learning-rate", "must be > 0", lambda v: math.isfinite(v) and v > 0),
+    "l2_regularization": (
+        "--l2",
+        "must be >= 0 (0: no penalty)",
+        lambda v: math.isfinite(v) and v >= 0,
+    ),
     "target_hr": (
         "--target-hr",
         "must be at most 1, an HR@10 (0 or less: never stop early)",
@@ -209,6 +216,7 @@ def config_for(
         epochs=opts.epochs,
         batch_size=meta.train_prebatch_size if opts.batch_size is None else opts.batch_size,
         learning_rate=opts.learning_rate,
+        l2_regularization=opts.l2_regularization,
     )
     if opts.target_hr is not None:
         model = dataclasses.replace(

@@ -92,6 +92,7 @@ def _loss_and_grads_fn(
     dense: bool,
 ):
     """One replica's ``loss_and_grads(features) -> (loss, grads)``; grads of the scaled loss."""
+    l2 = model.config.l2_regularization
 
     def loss_and_grads(features):
         with tf.GradientTape() as tape:
@@ -99,6 +100,12 @@ def _loss_and_grads_fn(
             labels = tf.cast(features["labels"], tf.float32)
             weights = tf.cast(features["valid_point_mask"], tf.float32)
             per_row = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+            if l2 > 0:  # The rows this step uses (NeuMFConfig.l2_regularization).
+                per_row += l2 * tf.reshape(
+                    _squared_norms(model.user_embedding, features["user_id"])
+                    + _squared_norms(model.item_embedding, features["item_id"]),
+                    tf.shape(per_row),
+                )
             # Normalized by the global batch, so summing replicas gives the batch mean.
             loss = tf.reduce_sum(per_row * weights) / global_batch
             scaled = loss * loss_scale.scale if loss_scale is not None else loss
@@ -108,6 +115,12 @@ def _loss_and_grads_fn(
         return loss, grads
 
     return loss_and_grads
+
+
+def _squared_norms(table: tf.Variable, ids: tf.Tensor) -> tf.Tensor:
+    """``|row|^2`` of each id's row, float32, ``[n]``; a gather, so only those rows get gradient."""
+    rows = tf.gather(table, tf.reshape(ids, [-1]))
+    return tf.reduce_sum(tf.square(tf.cast(rows, tf.float32)), axis=1)
 
 
 def _unscale(grads: list, scale: tf.Variable) -> tuple[list, tf.Tensor]:

@@ -23,10 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run the whole pipeline on this machine (kfp.local), on the sample data by default",
         description=(
             "Run validate -> prepare -> train -> evaluate -> export -> compare (-> register and "
-            "recommend for every user when blessed) with kfp.local's subprocess runner on this machine's CPU, each step in its "
-            "own process as on Vertex AI, the gate's branches included. Without --data the "
-            "embedded sample is used. Prints where each artifact is, HR@10 and NDCG@10, the "
-            "gate's decision and the exported model's path."
+            "recommend for every user when blessed) with kfp.local's subprocess runner on this "
+            "machine's CPU, each step in its own process as on Vertex AI, the gate's branches "
+            "included. Without --data the embedded sample is used. Prints where each artifact "
+            "is, HR@10 and NDCG@10, the gate's decision and the exported model's path."
         ),
         epilog=example_epilog(
             "ncf-pipelines run-local",

@@ -107,6 +107,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--learning-rate", type=float, help="Adam learning rate, > 0 (default: the preset's)"
     )
+    p.add_argument(
+        "--l2",
+        dest="l2_regularization",
+        type=float,
+        help="L2 penalty on the user and item embeddings each example uses, >= 0 (default: "
+        "the preset's; 0: none)",
+    )
     p.add_argument("--seed", type=int, help=f"initialization seed (default {DEFAULTS['seed']})")
     p.add_argument(
         "--steps-per-loop",

@@ -61,6 +61,11 @@ def register_model(
     decision: Input[Metrics] = None,
     local_registry: str = "",
     make_default: bool = True,
+    data_fingerprint: str = "",
+    preset: str = "",
+    architecture: str = "",
+    epochs: int = 0,
+    seed: int = 0,
 ):
     """Uploads the SavedModel to the Vertex AI Model Registry with a TF Serving image.
 
@@ -69,7 +74,9 @@ def register_model(
     false (the pipeline registers only a blessed model, and leaves the default to
     ``deploy_model`` when it deploys: the default moves once the version serves).
     ``decision`` (``compare_models``' metrics), when given, puts the challenger's metrics on
-    the version as labels. ``local_registry`` (run-local):
+    the version as labels, beside the run's facts: the data fingerprint and the training
+    parameters (``preset``, ``architecture``, ``epochs``, ``seed``; empty or 0 ones, "the
+    preset's", are left out). ``local_registry`` (run-local):
     the registry is that folder (training_core/local_registry.py), not Vertex AI's.
     """
     from training_core import console
@@ -84,12 +91,18 @@ def register_model(
             for k, v in decision.metadata.items()
             if k.startswith("challenger_") and isinstance(v, (int, float))
         }
+    labels = registry.version_labels(
+        measured,
+        data_fingerprint=data_fingerprint,
+        preset=preset,
+        architecture=architecture,
+        epochs=epochs or "",
+        seed=seed,
+    )
     if local_registry:
         from training_core import local_registry as local
 
-        version = local.register(
-            local_registry, display_name, exported_model.path, registry.version_labels(measured)
-        )
+        version = local.register(local_registry, display_name, exported_model.path, labels)
         vertex_model.uri = version.path
         vertex_model.metadata.update(
             {"resourceName": version.resource_name, "versionId": version.version_id}
@@ -104,7 +117,7 @@ def register_model(
         serving_image=serving_image,
         gpu=gpu,
         parent_model=parent_model,
-        labels=registry.version_labels(measured),
+        labels=labels,
         is_default_version=make_default,
     )
     vertex_model.uri = registered.uri

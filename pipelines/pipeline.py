@@ -348,6 +348,11 @@ def build_pipeline(
                         decision=compare.outputs["decision"],
                         local_registry=local_registry,
                         make_default=not (profile.deploy and not local),
+                        data_fingerprint=data_fingerprint,
+                        preset=preset,
+                        architecture=architecture,
+                        epochs=epochs,
+                        seed=seed,
                     )
                     reg.set_display_name(
                         f"Register in the {'local' if local else 'Vertex AI'} Model Registry"

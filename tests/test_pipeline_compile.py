@@ -330,6 +330,10 @@ def test_pipeline_parameters_and_artifact_wiring(compiled):
         got = source(reg_task["inputs"][kind][name], inner, outer)
         key_name = "outputArtifactKey" if how == "taskOutputArtifact" else "outputParameterKey"
         assert got == {how: {key_name: key, "producerTask": producer}}, name
+    # The version's labels: the run's data fingerprint and training parameters.
+    for name in ("data_fingerprint", "preset", "architecture", "epochs", "seed"):
+        got = source(reg_task["inputs"]["parameters"][name], inner, outer)
+        assert got == {"componentInputParameter": name}, name
     # In the pipeline's own project and region.
     reg = reg_task["inputs"]
     assert reg["parameters"]["project"]["runtimeValue"]["constant"] == (

@@ -910,7 +910,8 @@ def test_register_model_uploads_to_the_model_registry(standin, adc, tmp_path, mo
     assert model.container_spec.image_uri == (
         "europe-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
     )
-    assert dict(model.labels) == {}  # The component sets no labels.
+    # No decision, no metrics: only the training seed (its default, 0) is a fact to label.
+    assert dict(model.labels) == {"seed": "0"}
     assert not request.model_id and not request.parent_model  # A new model, id by the service.
     # The client waited for the operation and read the model back, as with the service.
     (name,) = standin.models
@@ -980,12 +981,24 @@ def test_a_blessed_challenger_becomes_the_new_default_version(standin, adc, tmp_
         display_name="ncf-neumf",
         parent_model=champion.resource_name,
         decision=decision,
+        data_fingerprint="sha256:0123abcdEF",
+        preset="ml-1m",
+        architecture="",  # The preset's: left out.
+        epochs=3,
+        seed=7,
     )
     upload = standin.find("POST", r"/models:upload$")[-1]
     request = types.UploadModelRequest.from_json(upload.raw, ignore_unknown_fields=False)
     assert request.parent_model == name
     assert "default" in request.model.version_aliases
-    assert dict(request.model.labels) == {"hr_at_10": "0_3100", "ndcg_at_10": "0_1725"}
+    assert dict(request.model.labels) == {
+        "hr_at_10": "0_3100",
+        "ndcg_at_10": "0_1725",
+        "data_fingerprint": "sha256_0123abcdef",
+        "preset": "ml-1m",
+        "epochs": "3",
+        "seed": "7",
+    }
     assert [v["versionId"] for v in standin.model_versions[name]] == ["1", "2"]
     assert vertex_model.metadata["versionId"] == "2"
     now = registry.find_champion(PROJECT, location, "ncf-neumf")

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "evaluate",
     "export",
     "recommend",
+    "tune",
     "validate",
     "profiles",
     "compile",

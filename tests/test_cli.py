@@ -20,6 +20,7 @@ EXPECTED_SUBCOMMANDS = [
     "evaluate",
     "export",
     "recommend",
+    "tune",
     "validate",
     "profiles",
     "compile",

@@ -9,6 +9,7 @@ CLI flag by running the subcommand with the flag set and catching the config it 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 
 import pytest
@@ -85,6 +86,8 @@ def test_every_component_parameter_is_an_option_with_its_default(step):
         "train_model": {
             "learning_rate",
             "l2_regularization",
+            "num_factors",
+            "mlp_layers",
             "steps_per_loop",
             "precision",
             "embedding_updates",
@@ -226,7 +229,9 @@ def _parser_flags(command: str) -> dict[str, str]:
     return {
         action.option_strings[-1]: action.dest
         for action in sub.choices[command]._actions
-        if action.option_strings and action.dest not in ("help", "verbose")  # Not options.
+        if action.option_strings
+        and action.dest not in ("help", "verbose")  # Not options.
+        and action.help != argparse.SUPPRESS  # Unlisted spellings (--learning_rate=...).
     }
 
 
@@ -288,7 +293,7 @@ def test_each_train_flag_reaches_the_config(monkeypatch, data_dir, tmp_path):
 
     seen = []
 
-    def capture(config, strategy):
+    def capture(config, strategy, on_epoch=None):
         seen.append(config)
         raise SystemExit(0)
 
@@ -302,6 +307,8 @@ def test_each_train_flag_reaches_the_config(monkeypatch, data_dir, tmp_path):
         "--batch-size": (["64"], lambda c: c.model.batch_size == 64),
         "--learning-rate": (["0.5"], lambda c: c.model.learning_rate == 0.5),
         "--l2": (["0.01"], lambda c: c.model.l2_regularization == 0.01),
+        "--num-factors": (["5"], lambda c: c.model.num_factors == 5),
+        "--mlp-layers": (["12,6"], lambda c: c.model.layers == (12, 6)),
         "--seed": (["3"], lambda c: c.seed == 3),
         "--steps-per-loop": (["9"], lambda c: c.steps_per_loop == 9),
         "--checkpoint-every": (["11"], lambda c: c.checkpoint_every_steps == 11),
@@ -320,6 +327,7 @@ def test_each_train_flag_reaches_the_config(monkeypatch, data_dir, tmp_path):
         "--tpu",
         "--all-reduce-alg",
         "--num-packs",
+        "--hypertune-metric",  # Where metrics go (training_core/tune.py), not how it trains.
     }
     assert set(_parser_flags("train")) == set(flags) | not_config
 

@@ -20,6 +20,7 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
@@ -333,7 +334,7 @@ class _Trainer:
 
     # -- the run ------------------------------------------------------------------------------
 
-    def run(self) -> TrainResult:
+    def run(self, on_epoch: Callable[[EpochResult], bool] | None = None) -> TrainResult:
         cfg, layout = self.config, self.layout
         check_model_folder(cfg.model_dir, cfg.model, self.meta)
         partial = self._restore()
@@ -381,6 +382,9 @@ class _Trainer:
                     log.info(
                         "HR@10 %.4f reached the target %.4f: stopping", result.hr_at_10, threshold
                     )
+                    stopped = True
+                if on_epoch is not None and on_epoch(result) and not stopped:
+                    log.info("stopping after epoch %d, as the caller asked", epoch + 1)
                     stopped = True
             self.writer.flush()
         return TrainResult(
@@ -507,8 +511,16 @@ def summary_metrics(result: TrainResult) -> dict[str, float]:
     }
 
 
-def train(config: TrainConfig, strategy: tf.distribute.Strategy) -> TrainResult:
+def train(
+    config: TrainConfig,
+    strategy: tf.distribute.Strategy,
+    on_epoch: Callable[[EpochResult], bool] | None = None,
+) -> TrainResult:
     """Trains (or resumes) and evaluates; returns the per-epoch history.
+
+    ``on_epoch`` is called with each epoch's result once its checkpoint is saved (on every
+    worker); returning True stops training there (a tuning trial pruned, say), as the target
+    HR@10 does.
 
     Raises:
         NonFiniteLossError: the loss became NaN/Inf (the last good checkpoint is kept).
@@ -516,6 +528,6 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy) -> TrainResult:
         ValueError: the data, the batch and the strategy do not fit together.
     """
     if not _is_chief(strategy):  # The chief holds the folder for the whole cluster.
-        return _Trainer(config, strategy).run()
+        return _Trainer(config, strategy).run(on_epoch)
     with publish.hold(config.model_dir, "train", wait=False):
-        return _Trainer(config, strategy).run()
+        return _Trainer(config, strategy).run(on_epoch)

@@ -37,6 +37,8 @@ class TrainOptions:
     batch_size: int | None = None  # Global over all replicas; None: the data's pre-batch size.
     learning_rate: float | None = None  # None: the preset's.
     l2_regularization: float | None = None  # --l2: embedding L2 penalty; None: the preset's.
+    num_factors: int | None = None  # GMF / MF width; None: the preset's.
+    mlp_layers: str | None = None  # MLP widths, "256,128,64" (first even); None: the preset's.
     target_hr: float | None = None  # Stop at this HR@10; None: the preset's; <= 0: never.
     seed: int = 0
     steps_per_loop: int = 200
@@ -119,6 +121,13 @@ _OPTION_RULES: dict[str, tuple[str, str, Any]] = {
         "must be >= 0 (0: no penalty)",
         lambda v: math.isfinite(v) and v >= 0,
     ),
+    "num_factors": ("--num-factors", "must be >= 1", lambda v: isinstance(v, int) and v >= 1),
+    "mlp_layers": (
+        "--mlp-layers",
+        "must be comma-separated widths >= 1, the first even (it splits between user and item), "
+        "e.g. 256,128,64",
+        lambda v: parse_layers(v) is not None,
+    ),
     "target_hr": (
         "--target-hr",
         "must be at most 1, an HR@10 (0 or less: never stop early)",
@@ -143,6 +152,17 @@ _OPTION_RULES: dict[str, tuple[str, str, Any]] = {
         EMBEDDING_UPDATES.__contains__,
     ),
 }
+
+
+def parse_layers(text: str) -> tuple[int, ...] | None:
+    """``"256,128,64"`` as MLP widths; ``None`` if it is not that (the first must be even)."""
+    try:
+        layers = tuple(int(p) for p in str(text).split(","))
+    except ValueError:
+        return None
+    if not layers or min(layers) < 1 or layers[0] % 2:
+        return None
+    return layers
 
 
 def check_options(preset: str | None = None, **values: Any) -> None:
@@ -217,6 +237,8 @@ def config_for(
         batch_size=meta.train_prebatch_size if opts.batch_size is None else opts.batch_size,
         learning_rate=opts.learning_rate,
         l2_regularization=opts.l2_regularization,
+        num_factors=opts.num_factors,
+        layers=parse_layers(opts.mlp_layers) if opts.mlp_layers is not None else None,
     )
     if opts.target_hr is not None:
         model = dataclasses.replace(

@@ -16,6 +16,7 @@ from training_core.train_config import (
     PRECISIONS,
     config_for,
 )
+from training_core.tune import METRICS, TUNABLE
 
 
 def add_strategy_args(p: argparse.ArgumentParser) -> None:
@@ -108,6 +109,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--learning-rate", type=float, help="Adam learning rate, > 0 (default: the preset's)"
     )
     p.add_argument(
+        "--num-factors",
+        type=int,
+        help="GMF embedding width (mf: its factors), >= 1 (default: the preset's)",
+    )
+    p.add_argument(
+        "--mlp-layers",
+        help="MLP widths, comma-separated, the first even: e.g. 256,128,64 (default: the preset's)",
+    )
+    p.add_argument(
         "--l2",
         dest="l2_regularization",
         type=float,
@@ -149,6 +159,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         const=0.0,
         help="train every epoch even after HR@10 reaches the target (--target-hr 0)",
     )
+    p.add_argument(
+        "--hypertune-metric",
+        choices=METRICS,
+        help="report this metric after every epoch to Vertex AI's hyperparameter tuning "
+        "service (cloudml-hypertune; a tuning job's trials set it)",
+    )
+    # A Vertex AI tuning job appends a trial's values as --NAME=VALUE, NAME being the search
+    # space's parameter id (a TrainOptions field): accept those spellings too, unlisted.
+    for action in list(p._actions):
+        dest = action.dest
+        if dest in TUNABLE and f"--{dest}" not in action.option_strings:
+            p.add_argument(f"--{dest}", dest=dest, type=action.type, help=argparse.SUPPRESS)
     p.add_argument("--metrics-out", help="write per-epoch metrics as JSON here")
     p.add_argument("--plots-out", help="write an HTML page of loss/HR/NDCG per epoch here")
     add_strategy_args(p)
@@ -159,13 +181,15 @@ def run(args: argparse.Namespace) -> int:
     """Checks the options and the data, builds the strategy, trains and writes the metrics."""
     from training_core import report
     from training_core.train import train
+    from training_core.tune import trial_reporter
 
     # Every option (and the data folder) is checked first, each message naming its option; no
     # TensorFlow op runs before the strategy, whose building can take long (TPU start-up,
     # waiting for the other workers).
     config = config_for(args.data, args.model_dir, **options(args, OPTIONS))
     strategy = strategy_from_args(args)  # Before any TensorFlow op.
-    result = train(config, strategy)
+    on_epoch = trial_reporter(args.hypertune_metric) if args.hypertune_metric else None
+    result = train(config, strategy, on_epoch=on_epoch)
     payload = result.to_dict()
     if args.metrics_out:
         write_json(args.metrics_out, payload)

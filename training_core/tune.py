@@ -1,0 +1,404 @@
+"""Hyperparameter tuning: one search-space file, Optuna here, Vertex AI's tuning job in the cloud.
+
+The search space (``search_space.yaml`` beside this module, or a copy given by path) names
+training options (``TrainOptions`` fields) and their ranges in Vertex AI's StudySpec terms;
+:func:`load_search_space` reads and checks it. Both runners use it:
+
+- :func:`tune` (``ncf-pipelines tune``): Optuna's TPE sampler, each trial a real training run on
+  the prepared data that reports its metric after every epoch; Optuna's median pruner stops a
+  trial whose curve falls below the median of the earlier trials at the same epoch (early
+  stopping). The preset's own values run first, outside the sampler: the best reported is
+  never worse than the preset on this data (the preset's values when nothing beats them).
+  The study lives in ``WORK_DIR/study.db`` (SQLite): a killed
+  tune resumes with the trials it finished. ``WORK_DIR/tune_results.json`` gets every trial and
+  the best options, and the ``train`` command line that uses them.
+- The pipeline (a profile's ``tune: true``): GCPC's ``HyperparameterTuningJobRunOp`` with
+  :func:`vertex_parameter_spec` and :func:`vertex_metric_spec`; each trial runs ``ncf-pipelines
+  train ... --hypertune-metric METRIC`` (:func:`trial_reporter`: ``cloudml-hypertune``, the way
+  Vertex AI reads a trial's metric), with the trial's values appended as ``--NAME=VALUE``.
+
+Why Optuna locally: it installs cleanly into this locked set (pure Python; Open Source Vizier
+needs JAX and a newer NumPy than TFDV's pin), its TPE and median pruning are well proven, and
+its study storage makes a tune resumable. Vertex AI's own tuning (Vizier) runs in the cloud.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from training_core import publish
+
+log = logging.getLogger(__name__)
+
+SEARCH_SPACE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "search_space.yaml")
+METRICS = ("hr_at_10", "ndcg_at_10", "full_catalog_hr_at_10", "full_catalog_ndcg_at_10")
+TYPES = ("double", "integer", "discrete", "categorical")
+SCALES = ("linear", "log")
+RESULTS_FILE = "tune_results.json"
+STUDY_FILE = "study.db"
+TRIALS_DIR = "trials"
+PRESET_RUN = "preset"  # TRIALS_DIR/PRESET_RUN: the preset's own values, the bar to clear.
+
+
+@dataclasses.dataclass(frozen=True)
+class Parameter:
+    """One dimension of the search space."""
+
+    name: str  # A TrainOptions field.
+    type: str  # One of TYPES.
+    min: float | None = None
+    max: float | None = None
+    scale: str = "linear"
+    values: tuple[Any, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSpace:
+    """What to search and what to maximise."""
+
+    metric: str
+    parameters: tuple[Parameter, ...]
+    path: str = SEARCH_SPACE_FILE
+
+
+# TrainOptions fields a search space may name, with the type a value must have.
+TUNABLE: dict[str, type] = {
+    "learning_rate": float,
+    "l2_regularization": float,
+    "num_factors": int,
+    "mlp_layers": str,
+    "batch_size": int,
+}
+
+
+def _tunable() -> dict[str, type]:
+    from training_core.train_config import TrainOptions
+
+    fields = {f.name for f in dataclasses.fields(TrainOptions)}
+    assert set(TUNABLE) <= fields, set(TUNABLE) - fields
+    return TUNABLE
+
+
+def load_search_space(path: str | None = None) -> SearchSpace:
+    """Reads and checks a search-space file; errors name the file, the parameter and the fix."""
+    import yaml
+
+    path = path or SEARCH_SPACE_FILE
+    try:
+        with open(path) as f:
+            raw = yaml.safe_load(f) or {}
+    except FileNotFoundError:
+        raise ValueError(f"search space {path} does not exist") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"search space {path} is not valid YAML: {e}") from None
+    if not isinstance(raw, dict) or set(raw) - {"metric", "parameters"}:
+        raise ValueError(f"{path}: expected the keys metric and parameters")
+    metric = raw.get("metric", "hr_at_10")
+    if metric not in METRICS:
+        raise ValueError(f"{path}: metric {metric!r} is not one of {', '.join(METRICS)}")
+    tunable = _tunable()
+    params = []
+    for name, spec in (raw.get("parameters") or {}).items():
+        where = f"{path}: parameter {name!r}"
+        if name not in tunable:
+            raise ValueError(f"{where} is not tunable; use one of {', '.join(tunable)}")
+        if not isinstance(spec, dict) or spec.get("type") not in TYPES:
+            raise ValueError(f"{where}: type must be one of {', '.join(TYPES)}")
+        kind = spec["type"]
+        unknown = set(spec) - {"type", "min", "max", "scale", "values"}
+        if unknown:
+            raise ValueError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
+        if kind in ("double", "integer"):
+            lo, hi, scale = spec.get("min"), spec.get("max"), spec.get("scale", "linear")
+            if not isinstance(lo, (int, float)) or not isinstance(hi, (int, float)) or lo >= hi:
+                raise ValueError(f"{where}: needs numbers min < max, got {lo!r} and {hi!r}")
+            if scale not in SCALES or (scale == "log" and lo <= 0):
+                raise ValueError(f"{where}: scale must be linear or log (log needs min > 0)")
+            if kind == "integer" and tunable[name] is not int:
+                raise ValueError(f"{where}: takes {tunable[name].__name__} values, not integers")
+            params.append(Parameter(name, kind, float(lo), float(hi), scale))
+        else:
+            values = spec.get("values")
+            want = str if kind == "categorical" else (int, float)
+            if not values or not all(isinstance(v, want) for v in values):
+                raise ValueError(
+                    f"{where}: values must be a non-empty list of "
+                    f"{'strings' if kind == 'categorical' else 'numbers'}"
+                )
+            if kind == "discrete" and tunable[name] is int and any(v != int(v) for v in values):
+                raise ValueError(f"{where}: values must be whole numbers")
+            params.append(Parameter(name, kind, values=tuple(values)))
+    if not params:
+        raise ValueError(f"{path}: no parameters to search")
+    return SearchSpace(metric, tuple(params), path)
+
+
+def option_values(space: SearchSpace, values: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's values as training options of the right types (``config_for`` keywords)."""
+    tunable = _tunable()
+    return {p.name: tunable[p.name](values[p.name]) for p in space.parameters}
+
+
+def preset_values(space: SearchSpace, preset: str, architecture: str | None) -> dict[str, Any]:
+    """The preset's own values of the searched options (the first trial)."""
+    from training_core.presets import get_preset
+
+    model = get_preset(preset, architecture=architecture)
+    own = {
+        "learning_rate": model.learning_rate,
+        "l2_regularization": model.l2_regularization,
+        "num_factors": model.num_factors,
+        "mlp_layers": ",".join(str(w) for w in model.layers),
+        "batch_size": model.batch_size,
+    }
+    return {p.name: own[p.name] for p in space.parameters}
+
+
+def train_flags(values: Mapping[str, Any]) -> list[str]:
+    """``--NAME=VALUE`` for each option: how ``train`` takes them, as Vertex AI passes them."""
+    return [f"--{name}={value}" for name, value in values.items()]
+
+
+# --- the cloud side: Vertex AI's tuning job ------------------------------------------------------
+
+
+def vertex_parameter_spec(space: SearchSpace) -> list[dict[str, Any]]:
+    """The StudySpec parameters, as GCPC's ``HyperparameterTuningJobRunOp`` takes them.
+
+    Built by ``hyperparameter_tuning_job.serialize_parameters`` over the SDK's parameter specs.
+    """
+    from google.cloud.aiplatform import hyperparameter_tuning as hpt
+    from google_cloud_pipeline_components.v1 import hyperparameter_tuning_job
+
+    scale = {"linear": "linear", "log": "log"}
+    specs = {}
+    for p in space.parameters:
+        if p.type == "double":
+            specs[p.name] = hpt.DoubleParameterSpec(min=p.min, max=p.max, scale=scale[p.scale])
+        elif p.type == "integer":
+            specs[p.name] = hpt.IntegerParameterSpec(
+                min=int(p.min), max=int(p.max), scale=scale[p.scale]
+            )
+        elif p.type == "discrete":
+            specs[p.name] = hpt.DiscreteParameterSpec(values=list(p.values), scale="linear")
+        else:
+            specs[p.name] = hpt.CategoricalParameterSpec(values=list(p.values))
+    return hyperparameter_tuning_job.serialize_parameters(specs)
+
+
+def vertex_metric_spec(space: SearchSpace) -> list[dict[str, Any]]:
+    """The StudySpec metric (maximised), as GCPC's op takes it."""
+    from google_cloud_pipeline_components.v1 import hyperparameter_tuning_job
+
+    return hyperparameter_tuning_job.serialize_metrics({space.metric: "maximize"})
+
+
+def trial_reporter(metric: str) -> Callable[[Any], bool]:
+    """An ``on_epoch`` for ``train`` that reports the epoch's ``metric`` to Vertex AI.
+
+    It writes with ``cloudml-hypertune`` (its file, ``CLOUD_ML_HP_METRIC_FILE``), which the
+    tuning service reads; it never stops training.
+    """
+    import hypertune
+
+    if metric not in METRICS:
+        raise ValueError(f"--hypertune-metric {metric!r} is not one of {', '.join(METRICS)}")
+    reporter = hypertune.HyperTune()
+
+    def report(epoch) -> bool:
+        reporter.report_hyperparameter_tuning_metric(
+            hyperparameter_metric_tag=metric,
+            metric_value=getattr(epoch, metric),
+            global_step=epoch.step,
+        )
+        return False
+
+    return report
+
+
+# --- here: Optuna -----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneConfig:
+    """A local tuning run.
+
+    Attributes:
+        data_dir: the prepared data every trial trains on.
+        work_dir: the study (``study.db``), each trial's model folder, ``tune_results.json``.
+        preset: the preset the trials start from (its other options stay).
+        architecture: ``--model`` (None: the preset's).
+        trials: trials to run (in all, counting those a resumed study already has).
+        epochs: epochs per trial (the pruner may stop a trial earlier).
+        search_space: the search-space file (None: the shipped one).
+        seed: the sampler's and every trial's training seed.
+    """
+
+    data_dir: str
+    work_dir: str
+    preset: str = "ml-1m"
+    architecture: str | None = None
+    trials: int = 20
+    epochs: int = 10
+    search_space: str | None = None
+    seed: int = 0
+
+    def check(self) -> None:
+        """Raises ``ValueError`` naming the option."""
+        if self.trials < 1:
+            raise ValueError(f"--trials must be >= 1, got {self.trials}")
+        if self.epochs < 1:
+            raise ValueError(f"--epochs must be >= 1, got {self.epochs}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneResult:
+    """The study's outcome."""
+
+    metric: str
+    best_value: float
+    best_options: dict[str, Any]
+    preset_value: float  # The preset's own values' result on this data.
+    trials: list[dict[str, Any]]
+    results_file: str
+    seconds: float
+
+
+def tune(config: TuneConfig) -> TuneResult:
+    """Runs (or resumes) the study; writes ``tune_results.json``; returns the best options."""
+    import optuna
+    import tensorflow as tf
+
+    from training_core import train, train_config
+
+    config.check()
+    space = load_search_space(config.search_space)
+    train_config.check_options(config.preset, architecture=config.architecture)
+    os.makedirs(config.work_dir, exist_ok=True)
+    t0 = time.perf_counter()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        study_name="ncf",
+        storage=f"sqlite:///{os.path.abspath(os.path.join(config.work_dir, STUDY_FILE))}",
+        load_if_exists=True,
+        direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=config.seed),
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=1),
+    )
+
+    def run(options: dict[str, Any], name: str, report=None):
+        model_dir = os.path.join(config.work_dir, TRIALS_DIR, name)
+        # A run interrupted by a kill starts again from nothing: its folder may hold a half-run
+        # with other values under the same name.
+        if os.path.exists(model_dir):
+            import shutil
+
+            shutil.rmtree(model_dir)
+        cfg = train_config.config_for(
+            config.data_dir,
+            model_dir,
+            config.preset,
+            architecture=config.architecture,
+            epochs=config.epochs,
+            seed=config.seed,
+            target_hr=0.0,  # Every epoch: the pruner decides when to stop.
+            **options,
+        )
+        return train.train(cfg, tf.distribute.get_strategy(), on_epoch=report)
+
+    # The preset's own values first, outside the sampler (they may lie outside the space, as
+    # l2 0 does on a log scale): the bar the search must clear.
+    own = option_values(space, preset_values(space, config.preset, config.architecture))
+    if "preset_value" not in study.user_attrs:
+        ran = run(own, PRESET_RUN)
+        study.set_user_attr("preset_value", max(getattr(e, space.metric) for e in ran.epochs))
+    preset_value = float(study.user_attrs["preset_value"])
+
+    def objective(trial) -> float:
+        options = option_values(space, {p.name: _suggest(trial, p) for p in space.parameters})
+
+        def report(epoch) -> bool:
+            trial.report(getattr(epoch, space.metric), epoch.epoch)
+            return trial.should_prune()
+
+        result = run(options, f"{trial.number:04d}", report)
+        trial.set_user_attr("epochs_run", len(result.epochs))
+        if result.stopped_early and len(result.epochs) < config.epochs:
+            raise optuna.TrialPruned(f"below the median after {len(result.epochs)} epochs")
+        return max(getattr(e, space.metric) for e in result.epochs)
+
+    remaining = config.trials - len([t for t in study.trials if t.state.is_finished()])
+    if remaining > 0:
+        study.optimize(objective, n_trials=remaining, catch=())
+    trials = [
+        {
+            "number": t.number,
+            "state": t.state.name,
+            "value": t.value,
+            "epochs_run": t.user_attrs.get("epochs_run"),
+            "options": option_values(space, t.params)
+            if len(t.params) == len(space.parameters)
+            else t.params,
+        }
+        for t in study.trials
+    ]
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    best = max(complete, key=lambda t: t.value) if complete else None
+    if best is None or best.value <= preset_value:
+        best_value, best_options = preset_value, own  # The preset's values stay best.
+    else:
+        best_value, best_options = float(best.value), option_values(space, best.params)
+    result = TuneResult(
+        metric=space.metric,
+        best_value=best_value,
+        best_options=best_options,
+        preset_value=preset_value,
+        trials=trials,
+        results_file=os.path.join(config.work_dir, RESULTS_FILE),
+        seconds=time.perf_counter() - t0,
+    )
+    payload = {
+        "metric": result.metric,
+        "best_value": result.best_value,
+        "best_options": result.best_options,
+        "preset": config.preset,
+        "architecture": config.architecture,
+        "preset_value": result.preset_value,
+        "epochs_per_trial": config.epochs,
+        "search_space": space.path,
+        "train_flags": train_flags(result.best_options),
+        "trials": trials,
+    }
+    publish.write_text_atomic(result.results_file, json.dumps(payload, indent=2) + "\n")
+    return result
+
+
+def _suggest(trial, p: Parameter) -> Any:
+    """The trial's value of one parameter, through Optuna's public suggest API."""
+    if p.type == "double":
+        return trial.suggest_float(p.name, p.min, p.max, log=p.scale == "log")
+    if p.type == "integer":
+        return trial.suggest_int(p.name, int(p.min), int(p.max), log=p.scale == "log")
+    return trial.suggest_categorical(p.name, list(p.values))
+
+
+def describe(result: TuneResult) -> str:
+    """Lines for the console: the best options against the preset's."""
+    lines = [
+        f"best {result.metric} {result.best_value:.4f} "
+        + (
+            f"(the preset's own values: {result.preset_value:.4f})"
+            if result.preset_value is not None and not math.isnan(result.preset_value)
+            else ""
+        ),
+        "best options: " + " ".join(train_flags(result.best_options)),
+        f"all trials: {result.results_file}",
+    ]
+    return "\n".join(lines)

@@ -23,13 +23,19 @@ def train_model(
     expect_accelerator_count: int = 0,
     checkpoint_every_steps: int = 0,
     target_hr: float = 0.0,
+    learning_rate: float = 0.0,
+    l2_regularization: float = 0.0,
+    num_factors: int = 0,
+    mlp_layers: str = "",
 ):
     """Trains NeuMF (see training_core.train); ``model`` holds checkpoints and model_config.json.
 
     The training options are ``training_core.train_config.TrainOptions``'s, with its defaults (a
     test holds them equal); 0 is "not set" (training_core.options): the preset's epochs and
     target and model architecture (``architecture``: neumf, mf, gmf or mlp, the CLI's ``--model``),
-    the data's pre-batch size. A negative ``target_hr`` never stops early. Metrics get
+    the data's pre-batch size, the preset's ``learning_rate``, ``l2_regularization``,
+    ``num_factors`` and ``mlp_layers`` ("256,128,64"; what a tuning job found, in the pipeline).
+    A negative ``target_hr`` never stops early. Metrics get
     the last epoch's HR@10, NDCG@10, loss and examples/s; ``plots`` charts them per epoch.
     ``distribution_strategy`` is the tf.distribute strategy (not named ``strategy``: the Vertex
     AI custom-job wrapper owns that input, the job's scheduling strategy).

@@ -27,6 +27,7 @@ from components.export_model import export_model, register_model
 from components.prepare_data import prepare_data
 from components.recommend import recommend
 from components.train_model import train_model
+from components.tuning import best_tuning_options, tuning_trial_spec
 from components.validate_data import validate_data
 from pipelines.compiled import TRAIN_TASK, WORKER_POOL_SPECS, run_problems
 from pipelines.profiles import (
@@ -42,6 +43,7 @@ from training_core.data import config as prepare_options
 from training_core.options import kfp_default
 
 PIPELINE_NAME = "ncf-pipeline"
+TUNE_TASK = "ncf-tuning"  # The tuning job's display name.
 # The pipeline's parameters default to the steps' own option defaults (their one home); "not set"
 # is the zero value in KFP parameters (training_core.options).
 PREP = prepare_options.DEFAULTS
@@ -205,6 +207,55 @@ def placement(profile: Profile, local: bool = False, images: Images | None = Non
     )
 
 
+def _tuning(profile, images, examples, preset, architecture, epochs, seed, trials, parallel):
+    """A Vertex AI tuning job over the profile's search space.
+
+    Returns ``train_model``'s arguments from its best trial (docs/training.md, "Tuning").
+    """
+    from google_cloud_pipeline_components import _placeholders
+    from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import (
+        HyperparameterTuningJobRunOp,
+    )
+
+    from training_core import tune
+
+    space = tune.load_search_space(profile.search_space or None)
+    with open(space.path) as f:
+        space_text = f.read()
+    t = profile.train
+    images = images or Images.for_profile(profile)
+    spec = tuning_trial_spec(
+        examples=examples,
+        image=images.train,
+        machine_type=t.machine_type,
+        accelerator_type=t.accelerator_type,
+        accelerator_count=t.accelerator_count,
+        preset=preset,
+        architecture=architecture,
+        epochs=epochs,
+        seed=seed,
+        metric=space.metric,
+    )
+    spec.set_display_name("Tuning trials' machine and command")
+    job = HyperparameterTuningJobRunOp(
+        display_name=TUNE_TASK,
+        base_output_directory=spec.outputs["base_output_directory"],
+        worker_pool_specs=spec.outputs["worker_pool_specs"],
+        study_spec_metrics=tune.vertex_metric_spec(space),
+        study_spec_parameters=tune.vertex_parameter_spec(space),
+        max_trial_count=trials,
+        parallel_trial_count=parallel,
+        location=_placeholders.LOCATION_PLACEHOLDER,
+        project=_placeholders.PROJECT_ID_PLACEHOLDER,
+        service_account=_placeholders.SERVICE_ACCOUNT_PLACEHOLDER,
+        network=_placeholders.NETWORK_PLACEHOLDER,
+    )
+    job.set_display_name("Tune (Vertex AI hyperparameter tuning job)")
+    best = best_tuning_options(gcp_resources=job.outputs["gcp_resources"], search_space=space_text)
+    best.set_display_name("Best trial's options")
+    return {name: best.outputs[name] for name in tune.TUNABLE}
+
+
 def build_pipeline(
     profile: Profile,
     local: bool = False,
@@ -254,6 +305,8 @@ def build_pipeline(
         register: bool = False,
         model_display_name: str = "ncf-neumf",
         endpoint_display_name: str = "",
+        tune_trials: int = 20,
+        tune_parallel_trials: int = 4,
         batch_recommend: bool = False,
         recommend_format: str = batch_options.DEFAULT_FORMAT,
         champion_uri: str = "",
@@ -294,6 +347,10 @@ def build_pipeline(
         prep.set_display_name("Prepare pre-batched TFRecords")
         place.apply(prep, "prepare").set_retry(RETRIES, BACKOFF)
 
+        tuned = {}
+        if profile.tune and not local:
+            tuned = _tuning(profile, images, prep.outputs["examples"], preset, architecture,
+                            epochs, seed, tune_trials, tune_parallel_trials)  # fmt: skip
         train = place.train_op(
             examples=prep.outputs["examples"],
             preset=preset,
@@ -301,6 +358,7 @@ def build_pipeline(
             epochs=epochs,
             seed=seed,
             target_hr=target_hr,
+            **tuned,
             **place.train_arguments,
         )
         train.set_display_name(f"Train NeuMF ({profile.name})")

@@ -81,6 +81,10 @@ class Profile:
     # Deploy a blessed, registered model to an endpoint (deploy_model); off by default.
     deploy: bool = False
     serve: Machine = SERVE_MACHINE  # The endpoint's machines (replica_count: how many serve).
+    # Tune before the final training (a Vertex AI tuning job, each trial on one `train` machine);
+    # search_space: a search-space file, "" for training_core/search_space.yaml.
+    tune: bool = False
+    search_space: str = ""
 
     def catalogue_row(self) -> str:
         """One line for ``ncf-pipelines profiles``."""
@@ -400,6 +404,12 @@ def preflight(
     for step, m in (("data", profile.data), ("evaluate", profile.evaluate)):
         if m.accelerator_type or m.replica_count > 1:
             problems.append(f"{step}: runs on one CPU machine; remove its accelerator/replicas")
+    if profile.tune and (profile.train.is_tpu or profile.train.replica_count > 1):
+        problems.append(
+            "tune: each tuning trial trains on one CPU or GPU machine; use tune with a "
+            "one-machine GPU or CPU profile (tune there, then train at scale with the options "
+            "it found)"
+        )
     if profile.deploy:
         problems += _machine_problems("serve", profile.serve)
         if profile.serve.is_tpu:
@@ -515,6 +525,8 @@ def load_profiles(path: str) -> dict[str, Profile]:
             "data_runner",
             "deploy",
             "serve",
+            "tune",
+            "search_space",
         }
         unknown = set(spec) - known
         if unknown:
@@ -536,6 +548,8 @@ def load_profiles(path: str) -> dict[str, Profile]:
             serve=(
                 _machine_from(spec["serve"], f"{where}.serve") if "serve" in spec else SERVE_MACHINE
             ),
+            tune=_flag(spec.get("tune", False), f"{where}.tune"),
+            search_space=str(spec.get("search_space", "")),
         )
     return out
 

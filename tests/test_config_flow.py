@@ -84,10 +84,6 @@ def test_every_component_parameter_is_an_option_with_its_default(step):
     only_cli = {
         "prepare_data": {"columns", "num_shards", "workers", "overwrite"},
         "train_model": {
-            "learning_rate",
-            "l2_regularization",
-            "num_factors",
-            "mlp_layers",
             "steps_per_loop",
             "precision",
             "embedding_updates",
@@ -195,6 +191,13 @@ def test_each_train_model_parameter_reaches_the_config(data_dir):
             lambda c: c.checkpoint_every_steps == 9,
         ),
         "target_hr": ({"target_hr": 0.4}, lambda c: c.model.hr_threshold == 0.4),
+        "learning_rate": ({"learning_rate": 0.5}, lambda c: c.model.learning_rate == 0.5),
+        "l2_regularization": (
+            {"l2_regularization": 0.01},
+            lambda c: c.model.l2_regularization == 0.01,
+        ),
+        "num_factors": ({"num_factors": 5}, lambda c: c.model.num_factors == 5),
+        "mlp_layers": ({"mlp_layers": "12,6"}, lambda c: c.model.layers == (12, 6)),
     }
     names = set(train_model.component_spec.inputs) - set(NOT_OPTIONS["train_model"])
     assert names == set(cases)
@@ -202,6 +205,7 @@ def test_each_train_model_parameter_reaches_the_config(data_dir):
         assert holds(build(**parameters)) and not holds(default), name
     # Zero is "not set": the preset's epochs and target, the data's batch; negative: never stop.
     assert build(epochs=0, target_hr=0.0, batch_size=0) == default
+    assert build(learning_rate=0.0, l2_regularization=0.0, num_factors=0, mlp_layers="") == default
     assert default.model.hr_threshold == get_preset(default_preset()).hr_threshold is not None
     assert build(target_hr=-1.0).model.hr_threshold is None
 

@@ -624,3 +624,10 @@ def test_profile_deploy_and_serve_are_checked(tmp_path):
     )
     with pytest.raises(profiles.ProfileError, match="serve: the prebuilt TensorFlow serving"):
         profiles.preflight(profiles.get_profile("tpu", str(path)))
+    path.write_text(
+        "tune-tpu:\n  train: {machine_type: cloud-tpu, accelerator_type: TPU_V3, "
+        "accelerator_count: 8}\n  strategy: tpu\n  tune: true\n"
+    )
+    with pytest.raises(profiles.ProfileError, match="tune: each tuning trial trains on one CPU"):
+        profiles.preflight(profiles.get_profile("tune-tpu", str(path)))
+    assert not any(p.tune for p in profiles.BUILTIN.values())

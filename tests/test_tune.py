@@ -155,3 +155,187 @@ def test_a_trial_takes_vertex_ai_flags_and_reports_its_metric(tiny_data, tmp_pat
     assert [float(line["ndcg_at_10"]) for line in lines] == [e["ndcg_at_10"] for e in epochs]
     assert [int(line["global_step"]) for line in lines] == [e["step"] for e in epochs]
     assert {line["trial"] for line in lines} == {"7"}
+
+
+# --- the pipeline's tuning job (a profile with tune: true) ----------------------------------------
+
+
+TUNE_PROFILE = """gpu-tune:
+  train: {machine_type: g2-standard-8, accelerator_type: NVIDIA_L4, accelerator_count: 1}
+  strategy: one_device
+  tune: true
+"""
+
+
+@pytest.fixture(scope="module")
+def tune_spec(tmp_path_factory):
+    import yaml
+
+    from pipelines import pipeline, profiles
+
+    root = tmp_path_factory.mktemp("tune-compile")
+    (root / "profiles.yaml").write_text(TUNE_PROFILE)
+    profile = profiles.get_profile("gpu-tune", str(root / "profiles.yaml"))
+    pipeline.compile_pipeline(profile, str(root / "p.yaml"))
+    return yaml.safe_load((root / "p.yaml").read_text())
+
+
+def test_the_compiled_tuning_job_is_a_valid_request_and_feeds_training(tune_spec, tmp_path):
+    """The tuning job's payload, as GCPC's launcher sends it, with the worker pool our
+    ``tuning_trial_spec`` builds, parses as the service's HyperparameterTuningJob; the best
+    trial's values are bound to train-model's options."""
+    from google.cloud.aiplatform_v1.types import HyperparameterTuningJob
+    from google.protobuf import json_format
+    from kfp import dsl
+
+    from components.tuning import tuning_trial_spec
+    from pipelines.pipeline import TUNE_TASK
+
+    tasks = tune_spec["root"]["dag"]["tasks"]
+    hpt = tasks["hyperparameter-tuning-job"]
+    consts = {k: v["runtimeValue"]["constant"] for k, v in hpt["inputs"]["parameters"].items()
+              if "runtimeValue" in v}  # fmt: skip
+    space = tune.load_search_space()
+    assert consts["study_spec_parameters"] == tune.vertex_parameter_spec(space)
+    assert consts["study_spec_metrics"] == tune.vertex_metric_spec(space)
+    assert consts["display_name"] == TUNE_TASK
+    for name, key in (("worker_pool_specs", "worker_pool_specs"),
+                      ("base_output_directory", "base_output_directory")):  # fmt: skip
+        assert hpt["inputs"]["parameters"][name]["taskOutputParameter"] == {
+            "outputParameterKey": key,
+            "producerTask": "tuning-trial-spec",
+        }
+    for name in ("max_trial_count", "parallel_trial_count"):
+        assert "componentInputParameter" in hpt["inputs"]["parameters"][name]
+
+    # The trial spec the step builds (its own function), then the launcher's payload template
+    # filled in as KFP fills it.
+    trials = dsl.Artifact(uri="gs://b/root/run/tuning-trial-spec/trials")
+    examples = dsl.Dataset(uri="gs://b/root/run/prepare-data/examples")
+    specs, base = tuning_trial_spec.python_func(
+        examples=examples, trials=trials, image="us-docker.pkg.dev/p/r/ncf:1-gpu",
+        machine_type="g2-standard-8", preset="ml-1m", metric="hr_at_10",
+        accelerator_type="NVIDIA_L4", accelerator_count=1, epochs=5, seed=3,
+    )  # fmt: skip
+    assert base == trials.uri
+    command = specs[0]["container_spec"]["command"]
+    assert command[:4] == [
+        "ncf-pipelines",
+        "train",
+        "--data",
+        "/gcs/b/root/run/prepare-data/examples",
+    ]
+    assert command[-2:] == ["--hypertune-metric", "hr_at_10"]
+    executor = tune_spec["deploymentSpec"]["executors"][hpt["componentRef"]["name"].replace(
+        "comp-", "exec-")]["container"]  # fmt: skip
+    from pipelines.verify import placeholders
+
+    values = {
+        "display_name": TUNE_TASK, "worker_pool_specs": specs, "base_output_directory": base,
+        "study_spec_metrics": consts["study_spec_metrics"],
+        "study_spec_parameters": consts["study_spec_parameters"],
+        "max_trial_count": 20, "parallel_trial_count": 4, "max_failed_trial_count": 0,
+        "study_spec_algorithm": "ALGORITHM_UNSPECIFIED",
+        "study_spec_measurement_selection_type": "BEST_MEASUREMENT",
+        "encryption_spec_key_name": "", "service_account": "", "network": "",
+    }  # fmt: skip
+    # The launcher's arguments with KFP's own placeholder resolution (kfp.local's, as verify).
+    executor_input = {
+        "inputs": {"parameterValues": {**values, "location": "us-central1", "project": "p"}},
+        "outputs": {"parameters": {"gcp_resources": {"outputFile": str(tmp_path / "gcp")}}},
+    }
+    args = placeholders.resolve_command(executor["args"], executor_input, {})
+    payload = args[args.index("--payload") + 1]
+    job = json_format.ParseDict(json.loads(payload), HyperparameterTuningJob()._pb)
+    assert job.trial_job_spec.worker_pool_specs[0].container_spec.command == command
+    assert job.trial_job_spec.base_output_directory.output_uri_prefix == base
+    assert [p.parameter_id for p in job.study_spec.parameters] == [p.name for p in space.parameters]
+
+    train = tasks["train-model"]["inputs"]["parameters"]
+    for name in tune.TUNABLE:
+        assert train[name]["taskOutputParameter"] == {
+            "outputParameterKey": name,
+            "producerTask": "best-tuning-options",
+        }
+
+
+def test_the_best_trial_is_read_from_the_service_and_handed_to_training(standin, adc):
+    """``best_tuning_options``' own function reads the finished job through the SDK (REST, the
+    Vertex stand-in) and returns the best succeeded trial's values, typed for train_model."""
+    from google.cloud import aiplatform
+    from kfp import dsl
+    from vertex_standin import PROJECT
+
+    from components.tuning import best_tuning_options
+
+    aiplatform.init(api_endpoint=standin.url, api_transport="rest")
+    name = f"projects/{PROJECT}/locations/us-central1/hyperparameterTuningJobs/42"
+
+    def trial(i, state, hr, lr, layers):
+        return {
+            "id": str(i), "state": state,
+            "parameters": [{"parameterId": "learning_rate", "value": lr},
+                           {"parameterId": "mlp_layers", "value": layers},
+                           {"parameterId": "num_factors", "value": 16.0},
+                           {"parameterId": "batch_size", "value": 1024.0},
+                           {"parameterId": "l2_regularization", "value": 1e-5}],
+            "finalMeasurement": {"stepCount": "100",
+                                 "metrics": [{"metricId": "hr_at_10", "value": hr}]},
+        }  # fmt: skip
+
+    standin.tuning_jobs[name] = {
+        "displayName": "ncf-tuning",
+        "state": "JOB_STATE_SUCCEEDED",
+        "trials": [
+            trial(1, "SUCCEEDED", 0.61, 0.001, "64,32,16"),
+            trial(2, "SUCCEEDED", 0.66, 0.004, "128,64,32"),
+            trial(3, "INFEASIBLE", 0.99, 0.009, "32,16,8"),  # Not a result.
+        ],
+    }
+    with open(tune.SEARCH_SPACE_FILE) as f:
+        space_text = f.read()
+    gcp_resources = json.dumps({"resources": [{
+        "resourceType": "HyperparameterTuningJob",
+        "resourceUri": f"https://us-central1-aiplatform.googleapis.com/v1/{name}",
+    }]})  # fmt: skip
+    tuned = dsl.Metrics(uri="gs://b/tuned")
+    best = best_tuning_options.python_func(
+        gcp_resources=gcp_resources, search_space=space_text, tuned=tuned
+    )
+    assert best.learning_rate == 0.004 and best.mlp_layers == "128,64,32"
+    assert (best.num_factors, best.batch_size) == (16, 1024)
+    assert isinstance(best.num_factors, int) and isinstance(best.batch_size, int)
+    assert tuned.metadata["trial"] == "2" and tuned.metadata["hr_at_10"] == 0.66
+    assert standin.find("GET", r"/hyperparameterTuningJobs/42$")
+
+
+@pytest.mark.slow
+def test_a_trial_runs_the_compiled_command_as_vertex_ai_runs_it(tiny_data, tmp_path):
+    """The trial command ``tuning_trial_spec`` builds, with what Vertex AI adds: the trial's
+    --NAME=VALUE values, AIP_MODEL_DIR and the metric file; a real process. (On Vertex AI the
+    folder is gs://..., which train reads as its /gcs/ mount path.)"""
+    import os
+    import subprocess
+    import sys
+
+    command = tune.trial_command(tiny_data, "tiny", "", 2, 0, "hr_at_10")
+    values = {"learning_rate": 0.004, "num_factors": 4, "mlp_layers": "8,4",
+              "l2_regularization": 1e-6, "batch_size": 128}  # fmt: skip
+    metric_file = tmp_path / "output.metrics"
+    model_dir = tmp_path / "tuning" / "7" / "model"
+    env = {
+        **os.environ,
+        "AIP_MODEL_DIR": f"{model_dir}/",
+        "CLOUD_ML_HP_METRIC_FILE": str(metric_file),
+        "CLOUD_ML_TRIAL_ID": "7",
+    }
+    argv = [sys.executable, "-m", "pipelines.cli", *command[1:], *tune.train_flags(values)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    model, _, _ = read_model_config(str(model_dir))
+    assert (model.num_factors, model.layers, model.batch_size) == (4, (8, 4), 128)
+    lines = [json.loads(line) for line in metric_file.read_text().splitlines()]
+    assert len(lines) == 2 and {line["trial"] for line in lines} == {"7"}
+    from training_core.registry import mounted_path
+
+    assert mounted_path("gs://bucket/tuning/7/model/") == "/gcs/bucket/tuning/7/model/"

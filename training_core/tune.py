@@ -200,6 +200,71 @@ def vertex_metric_spec(space: SearchSpace) -> list[dict[str, Any]]:
     return hyperparameter_tuning_job.serialize_metrics({space.metric: "maximize"})
 
 
+def trial_command(
+    data_path: str, preset: str, architecture: str, epochs: int, seed: int, metric: str
+) -> list[str]:
+    """A tuning trial's container command.
+
+    Vertex AI appends the trial's ``--NAME=VALUE`` s and sets ``AIP_MODEL_DIR`` (the trial's
+    own folder, where ``train`` writes when no ``--model-dir`` is given). ``architecture`` ""
+    and ``epochs`` 0: the preset's.
+    """
+    command = ["ncf-pipelines", "train", "--data", data_path, "--preset", preset]
+    if architecture:
+        command += ["--model", architecture]
+    if epochs:
+        command += ["--epochs", str(epochs)]
+    return command + ["--seed", str(seed), "--no-early-stop", "--hypertune-metric", metric]
+
+
+def trial_worker_pool_specs(
+    command: list[str],
+    image: str,
+    machine_type: str,
+    accelerator_type: str = "",
+    accelerator_count: int = 0,
+) -> list[dict[str, Any]]:
+    """A trial's one worker pool: the training image on the profile's training machine.
+
+    As ``CustomJobSpec.worker_pool_specs``, snake_case, the way GCPC's tuning op takes it.
+    """
+    machine: dict[str, Any] = {"machine_type": machine_type}
+    if accelerator_type:
+        machine.update(accelerator_type=accelerator_type, accelerator_count=accelerator_count or 1)
+    return [
+        {
+            "machine_spec": machine,
+            "replica_count": 1,
+            "container_spec": {"image_uri": image, "command": command},
+        }
+    ]
+
+
+def best_vertex_trial(trials: list[Any], space: SearchSpace) -> tuple[dict[str, Any], float, str]:
+    """The best succeeded trial of a Vertex AI tuning job: its options, its metric and its id.
+
+    ``trials`` are the job's ``Trial`` messages; each one's ``final_measurement`` holds the
+    value the service kept (the best measurement, with ``BEST_MEASUREMENT``).
+    """
+    best = None
+    for trial in trials:
+        if trial.state.name != "SUCCEEDED":
+            continue
+        values = {m.metric_id: m.value for m in trial.final_measurement.metrics}
+        if space.metric not in values:
+            continue
+        if best is None or values[space.metric] > best[1]:
+            params = {p.parameter_id: p.value for p in trial.parameters}
+            best = (params, values[space.metric], trial.id)
+    if best is None:
+        raise RuntimeError(
+            f"no trial of the tuning job succeeded with a {space.metric} measurement; see the "
+            "trials' logs in the Vertex AI console"
+        )
+    params, value, trial_id = best
+    return option_values(space, params), float(value), str(trial_id)
+
+
 def trial_reporter(metric: str) -> Callable[[Any], bool]:
     """An ``on_epoch`` for ``train`` that reports the epoch's ``metric`` to Vertex AI.
 

@@ -18,6 +18,9 @@ from training_core.train_config import (
 )
 from training_core.tune import METRICS, TUNABLE
 
+# Where Vertex AI tells a job's container to write its model (a tuning trial's own folder).
+MODEL_DIR_ENV = "AIP_MODEL_DIR"
+
 
 def add_strategy_args(p: argparse.ArgumentParser) -> None:
     """Strategy options shared by train and evaluate."""
@@ -86,7 +89,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--data", required=True, help="prepared dataset folder (metadata.json)")
-    p.add_argument("--model-dir", required=True, help="checkpoints and summaries folder")
+    p.add_argument(
+        "--model-dir",
+        help="checkpoints and summaries folder (default: $AIP_MODEL_DIR, which Vertex AI sets "
+        "for a tuning trial; required otherwise)",
+    )
     # Each option's dest is its TrainOptions field; None (not given) keeps the field's default.
     p.add_argument(
         "--preset",
@@ -186,7 +193,13 @@ def run(args: argparse.Namespace) -> int:
     # Every option (and the data folder) is checked first, each message naming its option; no
     # TensorFlow op runs before the strategy, whose building can take long (TPU start-up,
     # waiting for the other workers).
-    config = config_for(args.data, args.model_dir, **options(args, OPTIONS))
+    model_dir = args.model_dir or os.environ.get(MODEL_DIR_ENV, "")
+    if not model_dir:
+        raise ValueError(f"--model-dir is required (or ${MODEL_DIR_ENV}, as Vertex AI sets it)")
+    from training_core.registry import mounted_path
+
+    model_dir = mounted_path(model_dir) if not args.model_dir else model_dir
+    config = config_for(args.data, model_dir, **options(args, OPTIONS))
     strategy = strategy_from_args(args)  # Before any TensorFlow op.
     on_epoch = trial_reporter(args.hypertune_metric) if args.hypertune_metric else None
     result = train(config, strategy, on_epoch=on_epoch)

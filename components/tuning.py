@@ -45,6 +45,7 @@ def tuning_trial_spec(
 @dsl.component(base_image=DEFAULT_IMAGE, install_kfp_package=False)
 def best_tuning_options(
     gcp_resources: str,
+    trials: Input[Artifact],
     search_space: str,
     tuned: Output[Metrics],
 ) -> NamedTuple(
@@ -55,8 +56,10 @@ def best_tuning_options(
     mlp_layers=str,
     batch_size=int,
 ):
-    """The best trial's values of the tuning job ``gcp_resources`` names (GCPC's output).
+    """The best trial's values of the finished tuning job (``gcp_resources``, GCPC's output).
 
+    Read from the trials' own folders under ``trials`` (the job's base output directory:
+    each trial's model config and per-epoch history), so no API call is needed.
     ``search_space`` is the search-space file's text (compiled in). An option the space does
     not search comes out as its zero value, "the preset's" for ``train_model``.
     """
@@ -64,23 +67,15 @@ def best_tuning_options(
     import json
     import tempfile
 
-    from training_core import console
-
-    console.setup()
-    from google.cloud import aiplatform
-
     from training_core import tune
 
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(search_space)
     space = tune.load_search_space(f.name)
-    resource = json.loads(gcp_resources)["resources"][0]["resourceUri"]
-    name = resource.split("/v1/", 1)[1]
-    location = name.split("/")[3]
-    job = aiplatform.HyperparameterTuningJob.get(name, location=location)
-    options, value, trial_id = tune.best_vertex_trial(job.trials, space)
+    job = json.loads(gcp_resources)["resources"][0]["resourceUri"].split("/v1/", 1)[-1]
+    options, value, trial_id = tune.best_trial_folder(trials.path, space)
     tuned.log_metric(space.metric, value)
-    tuned.metadata.update({"trial": trial_id, "job": name, **options})
+    tuned.metadata.update({"trial": trial_id, "job": job, **options})
     zero = {
         "learning_rate": 0.0,
         "l2_regularization": 0.0,
@@ -89,6 +84,6 @@ def best_tuning_options(
         "batch_size": 0,
     }
     zero.update(options)
-    print(f"best trial {trial_id} of {name}: {space.metric} {value:.4f} with {options}")
+    print(f"best trial {trial_id} of {job}: {space.metric} {value:.4f} with {options}")
     out = collections.namedtuple("Best", list(zero))
     return out(**zero)

@@ -251,7 +251,11 @@ def _tuning(profile, images, examples, preset, architecture, epochs, seed, trial
         network=_placeholders.NETWORK_PLACEHOLDER,
     )
     job.set_display_name("Tune (Vertex AI hyperparameter tuning job)")
-    best = best_tuning_options(gcp_resources=job.outputs["gcp_resources"], search_space=space_text)
+    best = best_tuning_options(
+        gcp_resources=job.outputs["gcp_resources"],
+        trials=spec.outputs["trials"],
+        search_space=space_text,
+    )
     best.set_display_name("Best trial's options")
     return {name: best.outputs[name] for name in tune.TUNABLE}
 

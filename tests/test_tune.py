@@ -259,54 +259,49 @@ def test_the_compiled_tuning_job_is_a_valid_request_and_feeds_training(tune_spec
         }
 
 
-def test_the_best_trial_is_read_from_the_service_and_handed_to_training(standin, adc):
-    """``best_tuning_options``' own function reads the finished job through the SDK (REST, the
-    Vertex stand-in) and returns the best succeeded trial's values, typed for train_model."""
-    from google.cloud import aiplatform
+@pytest.mark.slow
+def test_the_best_trial_is_read_from_the_trials_folders_and_handed_to_training(tiny_data, tmp_path):
+    """``best_tuning_options``' own function on a tuning job's output folder as Vertex AI lays
+    it out (``<base>/<trial id>/model/``, what each trial's train wrote): the trial with the
+    best epoch wins, a trial that never finished an epoch is left out, the values come typed
+    for train_model."""
     from kfp import dsl
-    from vertex_standin import PROJECT
 
     from components.tuning import best_tuning_options
 
-    aiplatform.init(api_endpoint=standin.url, api_transport="rest")
-    name = f"projects/{PROJECT}/locations/us-central1/hyperparameterTuningJobs/42"
-
-    def trial(i, state, hr, lr, layers):
-        return {
-            "id": str(i), "state": state,
-            "parameters": [{"parameterId": "learning_rate", "value": lr},
-                           {"parameterId": "mlp_layers", "value": layers},
-                           {"parameterId": "num_factors", "value": 16.0},
-                           {"parameterId": "batch_size", "value": 1024.0},
-                           {"parameterId": "l2_regularization", "value": 1e-5}],
-            "finalMeasurement": {"stepCount": "100",
-                                 "metrics": [{"metricId": "hr_at_10", "value": hr}]},
-        }  # fmt: skip
-
-    standin.tuning_jobs[name] = {
-        "displayName": "ncf-tuning",
-        "state": "JOB_STATE_SUCCEEDED",
-        "trials": [
-            trial(1, "SUCCEEDED", 0.61, 0.001, "64,32,16"),
-            trial(2, "SUCCEEDED", 0.66, 0.004, "128,64,32"),
-            trial(3, "INFEASIBLE", 0.99, 0.009, "32,16,8"),  # Not a result.
-        ],
-    }
+    base = tmp_path / "trials"
+    runs = {"1": {"learning_rate": 1e-7, "num_factors": 4}, "2": {"learning_rate": 0.01}}
+    results = {}
+    for trial_id, options in runs.items():
+        config = train_config.config_for(
+            tiny_data, str(base / trial_id / "model"), "tiny", epochs=1, steps_per_loop=50,
+            **options,
+        )  # fmt: skip
+        results[trial_id] = train.train(config, tf.distribute.get_strategy()).best.hr_at_10
+    (base / "3" / "model").mkdir(parents=True)  # Failed before its first epoch.
+    winner = max(results, key=results.get)
+    assert results["2"] > results["1"]  # An untrained model cannot win.
     with open(tune.SEARCH_SPACE_FILE) as f:
         space_text = f.read()
     gcp_resources = json.dumps({"resources": [{
         "resourceType": "HyperparameterTuningJob",
-        "resourceUri": f"https://us-central1-aiplatform.googleapis.com/v1/{name}",
+        "resourceUri": "https://us-central1-aiplatform.googleapis.com/v1/projects/p/locations/"
+                       "us-central1/hyperparameterTuningJobs/42",
     }]})  # fmt: skip
+    trials = dsl.Artifact(uri="gs://b/trials")
+    trials.path = str(base)  # Where /gcs/b/trials is here.
     tuned = dsl.Metrics(uri="gs://b/tuned")
     best = best_tuning_options.python_func(
-        gcp_resources=gcp_resources, search_space=space_text, tuned=tuned
+        gcp_resources=gcp_resources, trials=trials, search_space=space_text, tuned=tuned
     )
-    assert best.learning_rate == 0.004 and best.mlp_layers == "128,64,32"
-    assert (best.num_factors, best.batch_size) == (16, 1024)
+    assert winner == "2" and tuned.metadata["trial"] == "2"
+    assert tuned.metadata["hr_at_10"] == pytest.approx(results["2"])
+    assert tuned.metadata["job"].endswith("/hyperparameterTuningJobs/42")
+    assert (best.learning_rate, best.num_factors, best.mlp_layers) == (0.01, 8, "16,16,8")
+    assert (best.batch_size, best.l2_regularization) == (256, 0.0)
     assert isinstance(best.num_factors, int) and isinstance(best.batch_size, int)
-    assert tuned.metadata["trial"] == "2" and tuned.metadata["hr_at_10"] == 0.66
-    assert standin.find("GET", r"/hyperparameterTuningJobs/42$")
+    with pytest.raises(RuntimeError, match="no trial under .* finished an epoch"):
+        tune.best_trial_folder(str(tmp_path / "none"), tune.load_search_space())
 
 
 @pytest.mark.slow

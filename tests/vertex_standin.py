@@ -18,8 +18,6 @@ Endpoints:
     POST/GET  /v1/projects/P/locations/L/endpoints[/ID] (list: ``filter`` display_name="...")
     POST      /v1/.../endpoints/ID:deployModel, :undeployModel (operations; the traffic rules of
               the v1 reference: a split adds up to 100, a model with traffic is not undeployed)
-    GET       /v1/projects/P/locations/L/hyperparameterTuningJobs/ID (a job a test put in
-              ``tuning_jobs``, with its trials)
     POST      /v1/.../endpoints/ID:predict, :rawPredict (answered by ``predictor``, a test's
               function that serves the deployed version's artifact the way its container does)
     GET       /v1/projects/P/locations/L/metadataStores/default
@@ -117,8 +115,6 @@ class VertexStandIn:
         self.model_versions: dict[str, list[dict]] = {}  # Model name -> versions, oldest first.
         self.operations: dict[str, dict] = {}
         self.endpoints: dict[str, dict] = {}  # Endpoint name -> Endpoint (REST JSON).
-        # HyperparameterTuningJob name -> the job (REST JSON), put here by a test.
-        self.tuning_jobs: dict[str, dict] = {}
         # (deployed model as the endpoint lists it, model version, request body) -> the response
         # body (``{"predictions": [...]}``): serves :predict and :rawPredict. None: 400.
         self.predictor: Any = None
@@ -246,11 +242,6 @@ class VertexStandIn:
                 "POST",
                 _LOC + r"/models/(?P<id>[^/:@]+)@(?P<version>[^/:]+):mergeVersionAliases",
                 self._merge_version_aliases,
-            ),
-            (
-                "GET",
-                _LOC + r"/hyperparameterTuningJobs/(?P<id>[^/:]+)",
-                self._get_tuning_job,
             ),
             ("POST", _LOC + r"/endpoints", self._create_endpoint),
             ("GET", _LOC + r"/endpoints", self._list_endpoints),
@@ -513,14 +504,6 @@ class VertexStandIn:
             done["response"] = response
         self.operations[op] = done
         return {"name": op, "metadata": meta, "done": False}
-
-    def _get_tuning_job(self, req: Request, loc: str, id: str) -> tuple[int, dict]:
-        name = f"{loc}/hyperparameterTuningJobs/{id}"
-        if name not in self.tuning_jobs:
-            return _error(404, f"HyperparameterTuningJob {name} not found.")
-        job = {**self.tuning_jobs[name], "name": name}
-        _parse(json.dumps(job).encode(), _v1().HyperparameterTuningJob, "")  # A valid message.
-        return 200, job
 
     def _create_endpoint(self, req: Request, loc: str) -> tuple[int, dict]:
         # HTTP rule: POST /v1/{parent}/endpoints, body "endpoint", ?endpointId=.

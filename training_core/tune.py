@@ -147,18 +147,10 @@ def option_values(space: SearchSpace, values: Mapping[str, Any]) -> dict[str, An
 
 
 def preset_values(space: SearchSpace, preset: str, architecture: str | None) -> dict[str, Any]:
-    """The preset's own values of the searched options (the first trial)."""
+    """The preset's own values of the searched options (the bar a tune must clear)."""
     from training_core.presets import get_preset
 
-    model = get_preset(preset, architecture=architecture)
-    own = {
-        "learning_rate": model.learning_rate,
-        "l2_regularization": model.l2_regularization,
-        "num_factors": model.num_factors,
-        "mlp_layers": ",".join(str(w) for w in model.layers),
-        "batch_size": model.batch_size,
-    }
-    return {p.name: own[p.name] for p in space.parameters}
+    return trial_options(get_preset(preset, architecture=architecture), space)
 
 
 def train_flags(values: Mapping[str, Any]) -> list[str]:
@@ -240,29 +232,51 @@ def trial_worker_pool_specs(
     ]
 
 
-def best_vertex_trial(trials: list[Any], space: SearchSpace) -> tuple[dict[str, Any], float, str]:
-    """The best succeeded trial of a Vertex AI tuning job: its options, its metric and its id.
+def trial_options(model: Any, space: SearchSpace) -> dict[str, Any]:
+    """The searched options a trained model folder's config records (``NeuMFConfig``)."""
+    own = {
+        "learning_rate": model.learning_rate,
+        "l2_regularization": model.l2_regularization,
+        "num_factors": model.num_factors,
+        "mlp_layers": ",".join(str(w) for w in model.layers),
+        "batch_size": model.batch_size,
+    }
+    return {p.name: own[p.name] for p in space.parameters}
 
-    ``trials`` are the job's ``Trial`` messages; each one's ``final_measurement`` holds the
-    value the service kept (the best measurement, with ``BEST_MEASUREMENT``).
+
+def best_trial_folder(trials_dir: str, space: SearchSpace) -> tuple[dict[str, Any], float, str]:
+    """The best trial of a Vertex AI tuning job, read from its trials' folders.
+
+    Vertex AI gives each trial ``TRIALS_DIR/<trial id>/`` (the job's ``base_output_directory``)
+    and sets ``AIP_MODEL_DIR`` to its ``model/``, where ``train`` writes its config and its
+    per-epoch history. The best trial is the one whose best epoch has the highest metric (the
+    job's ``BEST_MEASUREMENT``); a trial without one finished epoch is left out. Returns its
+    options, that metric and the trial's id.
     """
-    best = None
-    for trial in trials:
-        if trial.state.name != "SUCCEEDED":
+    from training_core.model_dir import history_files, read_model_config
+
+    best: tuple[dict[str, Any], float, str] | None = None
+    looked = []
+    for trial_id in sorted(os.listdir(trials_dir)) if os.path.isdir(trials_dir) else []:
+        model_dir = os.path.join(trials_dir, trial_id, "model")
+        histories = history_files(model_dir) if os.path.isdir(model_dir) else {}
+        looked.append(trial_id)
+        if not histories:
             continue
-        values = {m.metric_id: m.value for m in trial.final_measurement.metrics}
-        if space.metric not in values:
+        with open(histories[max(histories)]) as f:
+            epochs = json.load(f)["epochs"]
+        if not epochs:
             continue
-        if best is None or values[space.metric] > best[1]:
-            params = {p.parameter_id: p.value for p in trial.parameters}
-            best = (params, values[space.metric], trial.id)
+        value = max(float(e[space.metric]) for e in epochs)
+        if best is None or value > best[1]:
+            model, _, _ = read_model_config(model_dir)
+            best = (trial_options(model, space), value, trial_id)
     if best is None:
         raise RuntimeError(
-            f"no trial of the tuning job succeeded with a {space.metric} measurement; see the "
-            "trials' logs in the Vertex AI console"
+            f"no trial under {trials_dir} finished an epoch (trial folders: "
+            f"{', '.join(looked) or 'none'}); see the tuning job's trials in the Vertex AI console"
         )
-    params, value, trial_id = best
-    return option_values(space, params), float(value), str(trial_id)
+    return best
 
 
 def trial_reporter(metric: str) -> Callable[[Any], bool]:

@@ -142,7 +142,7 @@ def test_a_trial_takes_vertex_ai_flags_and_reports_its_metric(tiny_data, tmp_pat
             "--epochs", "2", "--hypertune-metric", "ndcg_at_10", "--metrics-out",
             str(metrics_out),
             # Appended by the tuning service:
-            "--learning_rate=0.005", "--num_factors=4", "--mlp_layers=8,4",
+            "--learning_rate=0.005", "--num_factors=4.0", "--mlp_layers=8,4",
             "--l2_regularization=1e-05", "--batch_size=128",
         ]
     )  # fmt: skip

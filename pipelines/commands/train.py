@@ -174,14 +174,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     # A Vertex AI tuning job appends a trial's values as --NAME=VALUE, NAME being the search
     # space's parameter id (a TrainOptions field): accept those spellings too, unlisted.
+    # A discrete value is a double in the StudySpec: 64 may come as 64.0 for an integer option.
     for action in list(p._actions):
         dest = action.dest
         if dest in TUNABLE and f"--{dest}" not in action.option_strings:
-            p.add_argument(f"--{dest}", dest=dest, type=action.type, help=argparse.SUPPRESS)
+            kind = _whole_number if action.type is int else action.type
+            p.add_argument(f"--{dest}", dest=dest, type=kind, help=argparse.SUPPRESS)
     p.add_argument("--metrics-out", help="write per-epoch metrics as JSON here")
     p.add_argument("--plots-out", help="write an HTML page of loss/HR/NDCG per epoch here")
     add_strategy_args(p)
     p.set_defaults(func=run)
+
+
+def _whole_number(text: str) -> int:
+    """``64`` or ``64.0`` as 64; anything else is refused as argparse refuses a bad int."""
+    value = float(text)
+    if not value.is_integer():
+        raise ValueError(text)
+    return int(value)
 
 
 def run(args: argparse.Namespace) -> int:

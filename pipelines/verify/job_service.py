@@ -1,15 +1,18 @@
 """A local stand-in for Vertex AI's JobService (gRPC on 127.0.0.1) that runs custom jobs here.
 
 It serves ``CreateCustomJob``, ``GetCustomJob`` and ``CancelCustomJob`` of
-``google.cloud.aiplatform.v1.JobService`` with the aiplatform proto-plus types' own
-(de)serializers, so the launcher's real ``JobServiceClient`` talks to it unchanged apart from its
-channel. A request is checked as the service checks it (``custom_job.service_problems``) and
-refused with ``INVALID_ARGUMENT`` if it fails; an accepted job runs each worker pool's container
-``command + args`` as one local process per replica, with the ``CLUSTER_SPEC`` Vertex AI gives each
-(``workerpoolN`` names, loopback addresses on free ports) and the ``AIP_*`` variables it sets. The
-job is ``RUNNING`` until every replica has exited, then ``SUCCEEDED``, or ``FAILED`` with the
-failing replica's last lines of output. The container image is not pulled: this Python
-environment stands in for it.
+``google.cloud.aiplatform.v1.JobService``, and the same three for ``HyperparameterTuningJob`` (a
+tuning job runs its trials one after another, each as a custom job of its trial spec with the
+trial's values appended as ``--NAME=VALUE``, sampled from the study spec with a fixed seed; each
+trial's metric is read from the file ``cloudml-hypertune`` writes, its best measurement kept), with
+the aiplatform proto-plus types' own (de)serializers, so the launcher's real ``JobServiceClient``
+talks to it unchanged apart from its channel. A request is checked as the service checks it
+(``custom_job.service_problems``) and refused with ``INVALID_ARGUMENT`` if it fails; an accepted
+job runs each worker pool's container ``command + args`` as one local process per replica, with the
+``CLUSTER_SPEC`` Vertex AI gives each (``workerpoolN`` names, loopback addresses on free ports) and
+the ``AIP_*`` variables it sets. The job is ``RUNNING`` until every replica has exited, then
+``SUCCEEDED``, or ``FAILED`` with the failing replica's last lines of output. The container image
+is not pulled: this Python environment stands in for it.
 """
 
 from __future__ import annotations
@@ -43,6 +46,80 @@ ADDRESS_IN_USE = "Address already in use"
 _PORT_ATTEMPTS = 3
 
 ReplicaEnv = Callable[[str], dict[str, str]]
+
+
+def tuning_problems(job) -> list[str]:
+    """What Vertex AI's CreateHyperparameterTuningJob would reject beyond the trial spec."""
+    problems = []
+    if job.max_trial_count < 1:
+        problems.append("max_trial_count must be at least 1")
+    if job.parallel_trial_count < 1:
+        problems.append("parallel_trial_count must be at least 1")
+    if not job.study_spec.metrics:
+        problems.append("study_spec.metrics is required")
+    if not job.study_spec.parameters:
+        problems.append("study_spec.parameters is required")
+    for p in job.study_spec.parameters:
+        kinds = [
+            k
+            for k in ("double_value_spec", "integer_value_spec", "categorical_value_spec",
+                      "discrete_value_spec")
+            if p._pb.HasField(k)
+        ]  # fmt: skip
+        if len(kinds) != 1:
+            problems.append(f"parameter {p.parameter_id!r} needs exactly one value spec")
+    return problems
+
+
+def sample_trial(study, rng) -> dict:
+    """A trial's values from the study spec's parameters (uniform, log-uniform on LOG scale)."""
+    import math
+
+    from google.cloud.aiplatform_v1 import types
+
+    log = types.StudySpec.ParameterSpec.ScaleType.UNIT_LOG_SCALE
+    values = {}
+    for p in study.parameters:
+        if p._pb.HasField("double_value_spec"):
+            lo, hi = p.double_value_spec.min_value, p.double_value_spec.max_value
+            if p.scale_type == log:
+                values[p.parameter_id] = math.exp(rng.uniform(math.log(lo), math.log(hi)))
+            else:
+                values[p.parameter_id] = rng.uniform(lo, hi)
+        elif p._pb.HasField("integer_value_spec"):
+            values[p.parameter_id] = rng.randint(
+                p.integer_value_spec.min_value, p.integer_value_spec.max_value
+            )
+        elif p._pb.HasField("discrete_value_spec"):
+            value = rng.choice(list(p.discrete_value_spec.values))
+            values[p.parameter_id] = int(value) if float(value).is_integer() else value
+        else:
+            values[p.parameter_id] = rng.choice(list(p.categorical_value_spec.values))
+    return values
+
+
+def read_measurements(path: str, metric_ids: list[str]) -> list:
+    """The measurements a trial reported (cloudml-hypertune's file: one JSON object a line)."""
+    from google.cloud.aiplatform_v1 import types
+
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            metrics = [
+                types.Measurement.Metric(metric_id=m, value=float(row[m]))
+                for m in metric_ids
+                if m in row
+            ]
+            if metrics:
+                out.append(
+                    types.Measurement(step_count=int(row.get("global_step", 0)), metrics=metrics)
+                )
+    return out
 
 
 def free_port() -> int:
@@ -93,12 +170,14 @@ class JobServiceStandIn:
         project_number: str,
         allow_missing_accelerator_env: str,
         timeout_s: float = 1800.0,
+        local_path: Callable[[str], str] | None = None,
     ) -> None:
         self.work_dir = work_dir
         self.replica_env = replica_env
         self.project_number = project_number
         self.allow_env = allow_missing_accelerator_env
         self.timeout_s = timeout_s
+        self.local_path = local_path
         self.jobs: dict[str, JobRecord] = {}
         self.rejections: list[str] = []
         self._lock = threading.Lock()
@@ -131,6 +210,21 @@ class JobServiceStandIn:
             "CancelCustomJob": grpc.unary_unary_rpc_method_handler(
                 self._cancel,
                 request_deserializer=types.CancelCustomJobRequest.deserialize,
+                response_serializer=empty_pb2.Empty.SerializeToString,
+            ),
+            "CreateHyperparameterTuningJob": grpc.unary_unary_rpc_method_handler(
+                self._create_tuning,
+                request_deserializer=types.CreateHyperparameterTuningJobRequest.deserialize,
+                response_serializer=types.HyperparameterTuningJob.serialize,
+            ),
+            "GetHyperparameterTuningJob": grpc.unary_unary_rpc_method_handler(
+                self._get_tuning,
+                request_deserializer=types.GetHyperparameterTuningJobRequest.deserialize,
+                response_serializer=types.HyperparameterTuningJob.serialize,
+            ),
+            "CancelHyperparameterTuningJob": grpc.unary_unary_rpc_method_handler(
+                self._cancel,
+                request_deserializer=types.CancelHyperparameterTuningJobRequest.deserialize,
                 response_serializer=empty_pb2.Empty.SerializeToString,
             ),
         }
@@ -212,10 +306,140 @@ class JobServiceStandIn:
 
         record = self.jobs.get(request.name)
         if record is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"CustomJob {request.name} not found")
+            context.abort(grpc.StatusCode.NOT_FOUND, f"job {request.name} not found")
+        self._finish(record, "JOB_STATE_CANCELLED", "cancelled")  # Stops a tuning job's loop.
         self._kill(request.name)
-        self._finish(record, "JOB_STATE_CANCELLED", "cancelled")
+        for trial_job, _ in record.trials:
+            self._kill(trial_job.name)
+            self._finish(trial_job, "JOB_STATE_CANCELLED", "cancelled")
         return empty_pb2.Empty()
+
+    # --- tuning jobs --------------------------------------------------------------------------
+
+    def _create_tuning(self, request, context):
+        import grpc
+        from google.cloud.aiplatform_v1 import types
+
+        metadata = dict(context.invocation_metadata())
+        endpoint = metadata.get("x-ncf-verify-endpoint", "")
+        match = _ENDPOINT.fullmatch(endpoint)
+        job = request.hyperparameter_tuning_job
+        as_custom_job = types.CreateCustomJobRequest(
+            parent=request.parent,
+            custom_job=types.CustomJob(display_name=job.display_name, job_spec=job.trial_job_spec),
+        )
+        problems = custom_job.service_problems(as_custom_job, match["region"] if match else None)
+        problems += tuning_problems(job)
+        if problems:
+            message = "; ".join(problems)
+            self.rejections.append(message)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+        location = request.parent.split("/")[3]
+        name = (
+            f"projects/{self.project_number}/locations/{location}/"
+            f"hyperparameterTuningJobs/{next(self._ids)}"
+        )
+        record = JobRecord(name=name, endpoint=endpoint, request=request, state="JOB_STATE_RUNNING")
+        record.notes.append(
+            f"{job.max_trial_count} trials run one after another here ({job.parallel_trial_count} "
+            "at a time on Vertex AI), values drawn at random with a fixed seed (Vertex AI's "
+            "algorithm decides there)"
+        )
+        with self._lock:
+            self.jobs[name] = record
+        thread = threading.Thread(target=self._run_tuning, args=(record,), daemon=True)
+        self._threads.append(thread)
+        thread.start()
+        return self._tuning_job(name)
+
+    def _get_tuning(self, request, context):
+        import grpc
+
+        if request.name not in self.jobs:
+            context.abort(
+                grpc.StatusCode.NOT_FOUND, f"HyperparameterTuningJob {request.name} not found"
+            )
+        return self._tuning_job(request.name)
+
+    def _tuning_job(self, name: str):
+        from google.cloud.aiplatform_v1 import types
+        from google.rpc import status_pb2
+
+        record = self.jobs[name]
+        job = types.HyperparameterTuningJob(record.request.hyperparameter_tuning_job)
+        job.name = name
+        job.state = types.JobState[record.state]
+        if record.error:
+            job.error = status_pb2.Status(code=3, message=record.error)
+        job.trials = [trial for _, trial in record.trials]
+        return job
+
+    def _run_tuning(self, record: JobRecord) -> None:
+        try:
+            self._run_trials(record)
+        except Exception as e:  # A failure of the stand-in itself fails the job, visibly.
+            self._finish(record, "JOB_STATE_FAILED", f"verify could not run the job: {e!r}")
+
+    def _run_trials(self, record: JobRecord) -> None:
+        import random
+
+        from google.cloud.aiplatform_v1 import types
+
+        job = record.request.hyperparameter_tuning_job
+        study = job.study_spec
+        metric_ids = [m.metric_id for m in study.metrics]
+        base = job.trial_job_spec.base_output_directory.output_uri_prefix.rstrip("/")
+        best_only = study.measurement_selection_type != (
+            types.StudySpec.MeasurementSelectionType.LAST_MEASUREMENT
+        )
+        failed = 0
+        for number in range(1, job.max_trial_count + 1):
+            if record.state != "JOB_STATE_RUNNING":
+                return  # Cancelled.
+            trial_id = str(number)
+            values = sample_trial(study, random.Random(number))
+            spec = types.CustomJobSpec(job.trial_job_spec)
+            if base:
+                spec.base_output_directory.output_uri_prefix = f"{base}/{trial_id}"
+            for pool in spec.worker_pool_specs:
+                pool.container_spec.args.extend(f"--{k}={v}" for k, v in values.items())
+            trial_name = f"{record.name}-trial-{trial_id}"
+            metric_file = os.path.join(self.work_dir, f"{trial_name.rsplit('/', 1)[-1]}.metrics")
+            trial_job = JobRecord(
+                name=trial_name,
+                endpoint=record.endpoint,
+                request=types.CreateCustomJobRequest(
+                    parent=record.request.parent,
+                    custom_job=types.CustomJob(display_name=trial_name, job_spec=spec),
+                ),
+                state="JOB_STATE_RUNNING",
+                extra_env={"CLOUD_ML_HP_METRIC_FILE": metric_file, "CLOUD_ML_TRIAL_ID": trial_id},
+            )
+            trial = types.Trial(
+                id=trial_id,
+                state=types.Trial.State.ACTIVE,
+                parameters=[
+                    types.Trial.Parameter(parameter_id=k, value=v) for k, v in values.items()
+                ],
+            )
+            record.trials.append((trial_job, trial))
+            self._run_replicas(trial_job)
+            measurements = read_measurements(metric_file, metric_ids)
+            if trial_job.state == "JOB_STATE_SUCCEEDED" and measurements:
+                chosen = measurements[-1]
+                if best_only:
+                    chosen = max(measurements, key=lambda m: m.metrics[0].value)
+                trial.measurements = measurements
+                trial.final_measurement = chosen
+                trial.state = types.Trial.State.SUCCEEDED
+            else:
+                failed += 1
+                trial.state = types.Trial.State.FAILED
+                trial.infeasible_reason = trial_job.error or "no metric was reported"
+        if failed == job.max_trial_count:
+            self._finish(record, "JOB_STATE_FAILED", "every trial failed; see their logs")
+        else:
+            self._finish(record, "JOB_STATE_SUCCEEDED")
 
     def _job(self, name: str, job):
         from google.cloud.aiplatform_v1 import types
@@ -299,6 +523,7 @@ class JobServiceStandIn:
             for r in range(pool.replica_count):
                 name = f"workerpool{i}-{r}"
                 vertex_env = self._vertex_env(spec, cluster, i, r)
+                vertex_env.update(record.extra_env)
                 if missing:
                     vertex_env[self.allow_env] = "1"
                 scratch = os.path.join(job_dir, name)
@@ -343,9 +568,12 @@ class JobServiceStandIn:
         }
         prefix = spec.base_output_directory.output_uri_prefix.rstrip("/")
         if prefix:
-            env["AIP_MODEL_DIR"] = f"{prefix}/model/"
-            env["AIP_CHECKPOINT_DIR"] = f"{prefix}/checkpoints/"
-            env["AIP_TENSORBOARD_LOG_DIR"] = f"{prefix}/logs/"
+            # gs:// folders as Vertex AI gives them, except that TensorFlow's own gs:// file
+            # system cannot reach the stand-in: here they are the stand-in's local folders.
+            local = self.local_path or (lambda uri: uri)
+            env["AIP_MODEL_DIR"] = local(f"{prefix}/model/")
+            env["AIP_CHECKPOINT_DIR"] = local(f"{prefix}/checkpoints/")
+            env["AIP_TENSORBOARD_LOG_DIR"] = local(f"{prefix}/logs/")
         return env
 
     def _wait(

@@ -14,6 +14,8 @@ FAST_PARAMETERS: dict[str, Any] = {
     "epochs": 1,
     "data_epochs": 1,
     "eval_negatives": 20,
+    "tune_trials": 2,  # A profile with tune: true; trials run one after another here.
+    "tune_parallel_trials": 1,
 }
 DATA_URI = "data_uri"
 

@@ -77,6 +77,10 @@ class JobRecord:
     error: str = ""
     replicas: list[ProcessRecord] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    # A tuning job's trials (each a job record of its own), and what a trial's replicas get
+    # beyond a custom job's variables (the metric file and the trial id).
+    trials: list[Any] = dataclasses.field(default_factory=list)
+    extra_env: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -212,6 +216,20 @@ def format_report(report: VerifyReport, verbose: bool = False) -> str:
                     f"{cluster.get('index')}): exit {r.returncode}, {r.seconds:.1f}s, "
                     f"log {r.stdout_path}"
                 )
+            for trial_job, trial in job.trials:
+                values = ", ".join(f"{p.parameter_id}={p.value}" for p in trial.parameters)
+                measured = ", ".join(
+                    f"{m.metric_id} {m.value:.4f}" for m in trial.final_measurement.metrics
+                )
+                out.append(
+                    f"      trial {trial.id} {trial.state.name} ({values})"
+                    + (f": {measured}" if measured else "")
+                )
+                out.extend(f"        | {line}" for line in trial_job.error.splitlines()[:3])
+                for r in trial_job.replicas:
+                    out.append(
+                        f"        replica {r.name}: exit {r.returncode}, log {r.stdout_path}"
+                    )
         for name, artifact in t.artifacts.items():
             out.append(f"    output {name}: {artifact.get('uri', '')}")
         if t.status == FAILED and t.process and t.process.stderr_tail():

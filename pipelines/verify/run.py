@@ -153,6 +153,7 @@ class Verification:
             project_number=self.ctx.project_number,
             allow_missing_accelerator_env=ALLOW_MISSING_ACCELERATOR_ENV,
             timeout_s=self.task_timeout_s,
+            local_path=self.local_path,
         )
         address = self.job_service.start()
         self.notes += [
@@ -239,7 +240,7 @@ class Verification:
 
     def _run_one(self, task: template.Task, scope: Scope, use_cache: bool = True) -> TaskRecord:
         record = self._attempt(task, scope, use_cache)
-        if not self.retries or task.kind not in ("container", "custom_job"):
+        if not self.retries or task.kind not in ("container", *template.JOB_KINDS):
             return record
         limit = int((task.spec.get("retryPolicy") or {}).get("maxRetryCount", 0))
         earlier: list[TaskRecord] = []
@@ -319,8 +320,8 @@ class Verification:
             if self._from_cache(key, record):
                 return
         before = len(self.job_service.jobs)
-        record.process = self._process(task.name, command, task.kind == "custom_job")
-        if task.kind == "custom_job":
+        record.process = self._process(task.name, command, task.kind in template.JOB_KINDS)
+        if task.kind in template.JOB_KINDS:
             record.jobs = self._jobs_of(executor_input, before)
         if record.process.returncode != 0:
             record.status, record.reason = FAILED, self._failure(record, diagnosis)
@@ -417,7 +418,7 @@ class Verification:
             parts += job_errors
         elif last:
             parts.append(last[-1])
-        if record.kind == "custom_job" and not record.jobs and self.job_service.rejections:
+        if record.kind in template.JOB_KINDS and not record.jobs and self.job_service.rejections:
             parts.append(f"the JobService stand-in refused it: {self.job_service.rejections[-1]}")
         if diagnosis:
             parts.append(f"diagnosis: {diagnosis}")

@@ -12,6 +12,11 @@ from collections.abc import Mapping
 from typing import Any
 
 CUSTOM_JOB_LAUNCHER = "google_cloud_pipeline_components.container.v1.custom_job.launcher"
+TUNING_JOB_LAUNCHER = (
+    "google_cloud_pipeline_components.container.v1.hyperparameter_tuning_job.launcher"
+)
+# Tasks whose launcher creates a Vertex AI job (run against the JobService stand-in).
+JOB_KINDS = ("custom_job", "tuning_job")
 
 
 class TemplateError(ValueError):
@@ -40,14 +45,17 @@ class Task:
 
     @property
     def kind(self) -> str:
-        """``importer``, ``custom_job``, ``container`` or ``dag``."""
+        """``importer``, ``custom_job``, ``tuning_job``, ``container`` or ``dag``."""
         if self.executor is None:
             return "dag"
         if "importer" in self.executor:
             return "importer"
         if "container" not in self.executor:
             raise TemplateError(f"task {self.name!r}: unsupported executor {sorted(self.executor)}")
-        return "custom_job" if is_custom_job_launcher(self.executor["container"]) else "container"
+        container = self.executor["container"]
+        if TUNING_JOB_LAUNCHER in [str(c) for c in container.get("command") or []]:
+            return "tuning_job"
+        return "custom_job" if is_custom_job_launcher(container) else "container"
 
     @property
     def condition(self) -> str | None:

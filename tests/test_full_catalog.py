@@ -36,6 +36,14 @@ class TableScorer(tf.Module):
         found = tf.gather_nd(self.table, tf.cast(pairs, tf.int64))
         return tf.reshape(found, tf.shape(user_ids))
 
+    def item_side(self, compute_dtype=tf.float32):
+        del compute_dtype
+        return {}
+
+    def score_grid(self, user_ids, items, compute_dtype=tf.float32):
+        del items, compute_dtype
+        return tf.gather(self.table, tf.reshape(tf.cast(user_ids, tf.int64), [-1]))
+
 
 @pytest.fixture(scope="module")
 def model_dir(tiny_data, tmp_path_factory):

@@ -243,3 +243,35 @@ def test_l2_trains_smaller_embeddings_through_the_cli_options(tiny_data, tmp_pat
     assert norms[0.01] < 0.9 * norms[0.0], norms
     with pytest.raises(ValueError, match=r"--l2 must be >= 0 \(0: no penalty\), got -1.0"):
         train_config.config_for(tiny_data, str(tmp_path / "bad"), "tiny", l2_regularization=-1.0)
+
+
+@pytest.mark.parametrize(
+    "architecture, layers",
+    [("neumf", None), ("mf", None), ("gmf", None), ("mlp", None), ("neumf", (16,)), ("mlp", (8,))],
+)
+def test_score_grid_is_score_over_every_pair(tiny_data, architecture, layers):
+    """The per-side grid (item side once, NeuMF's first layer split) gives ``score``'s logits
+    for every user x item pair, with and without hidden MLP layers; the popularity baseline's
+    grid is its counts."""
+    import dataclasses
+
+    from training_core.baselines import popularity
+
+    meta = read_metadata(tiny_data)
+    config = model.get_preset("tiny", architecture=architecture)
+    if layers:
+        config = dataclasses.replace(config, layers=layers)
+    net = train.build_model(config, meta, seed=2)
+    users = tf.constant([0, 3, 7], tf.int64)
+    n = net.num_items
+    grid = net.score_grid(users, net.item_side()).numpy()
+    pairs = net.score(tf.repeat(users, n), tf.tile(tf.range(n, dtype=tf.int64), [3]))
+    np.testing.assert_allclose(grid, pairs.numpy().reshape(3, n), rtol=1e-5, atol=1e-5)
+    # And the NumPy formula for a few pairs (the grid is not read back from score alone).
+    u, i = np.array([3, 3, 7]), np.array([0, 5, n - 1])
+    np.testing.assert_allclose(grid[[1, 1, 2], i], _numpy_logits(net, u, i), rtol=1e-5, atol=1e-5)
+    pop = popularity(meta, tiny_data)
+    np.testing.assert_array_equal(
+        pop.score_grid(users, pop.item_side()).numpy(),
+        np.tile(pop.item_counts.numpy(), (3, 1)),
+    )

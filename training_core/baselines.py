@@ -35,6 +35,22 @@ class Popularity(tf.Module):
         del user_ids, compute_dtype
         return tf.gather(self.item_counts, item_ids)
 
+    def item_side(self, compute_dtype: tf.DType = tf.float32) -> dict[str, tf.Tensor]:
+        """Every item's count (``score_grid``'s input, as NCFModel's)."""
+        del compute_dtype
+        return {"counts": self.item_counts}
+
+    def score_grid(
+        self,
+        user_ids: tf.Tensor,
+        items: dict[str, tf.Tensor],
+        compute_dtype: tf.DType = tf.float32,
+    ) -> tf.Tensor:
+        """The counts for each user, ``[len(user_ids), num_items]``."""
+        del compute_dtype
+        n = tf.size(user_ids)
+        return tf.tile(items["counts"][None, :], [n, 1])
+
 
 def item_counts(meta: DatasetMetadata, items: np.ndarray) -> np.ndarray:
     """Training positives per item index, from the training positives' item indices."""

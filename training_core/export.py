@@ -241,9 +241,9 @@ class ServingModule(tf.Module):
             {"user_id": user_id, "exclude_seen": exclude_seen},
             "pass one exclude_seen flag per user_id",
         )
-        k, n = self.top_k, self.num_items
+        k = self.top_k
         users = self.user_table.lookup(user_id)
-        all_items = tf.range(n, dtype=tf.int64)
+        items = self.model.item_side()  # Every item's share of the score, once per call.
         neg_inf = tf.constant(-np.inf, tf.float32)
 
         def one_user(args):
@@ -251,7 +251,7 @@ class ServingModule(tf.Module):
             known = user >= 0
             user = tf.maximum(user, 0)
             # One user at a time against every item: memory stays [num_items, width].
-            logits = self.model.score(tf.fill([n], user), all_items)
+            logits = self.model.score_grid(user[None], items)[0]
             seen = self.seen_items[self.seen_row_splits[user] : self.seen_row_splits[user + 1]]
             masked = tf.where(exclude, neg_inf, tf.gather(logits, seen))
             logits = tf.tensor_scatter_nd_update(logits, seen[:, None], masked)

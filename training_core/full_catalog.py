@@ -89,7 +89,7 @@ class FullCatalogEval:
     training run pays for that once.
 
     Args:
-        model: a scorer with NeuMF's interface (``score``, ``num_items``).
+        model: a scorer with NeuMF's interface (``item_side``, ``score_grid``, ``num_items``).
         strategy: the strategy ``model`` lives under; users are split over its replicas.
         meta: the prepared dataset.
         data_dir: its folder.
@@ -206,10 +206,8 @@ class FullCatalogEval:
         return dataset_fn
 
     def _step(self, batch):
-        b, n = self.users_per_step, self.num_items
-        user_ids = tf.repeat(batch["user"], n)
-        item_ids = tf.tile(tf.range(n, dtype=batch["user"].dtype), [b])
-        scores = tf.reshape(self.model.score(user_ids, item_ids, self.dtype), [b, n])
+        items = self.model.item_side(self.dtype)
+        scores = self.model.score_grid(batch["user"], items, self.dtype)
         return metrics.full_catalog_sums(
             scores, batch["excluded"], batch["positive"], batch["evaluated"]
         )

@@ -84,6 +84,88 @@ class NCFModel(tf.Module):
         head = [self.logit_kernel] if self.logit_kernel is not None else []
         return [*self.mlp_kernels, *self.mlp_biases, *head, self.logit_bias]
 
+    def item_side(self, compute_dtype: tf.DType = tf.float32) -> dict[str, tf.Tensor]:
+        """What ``score_grid`` needs of every item, computed once.
+
+        The item table's parts and, with an MLP, its half of the first layer
+        (``v_mlp @ W1[item rows] + b1``).
+        """
+        c = self.config
+        v = tf.cast(self.item_embedding, compute_dtype)
+        if c.architecture == "mf":
+            return {"table": v}
+        out: dict[str, tf.Tensor] = {}
+        k, half = c.num_factors, c.layers[0] // 2
+        if c.architecture == "neumf":
+            out["gmf"], v_mlp = tf.split(v, [k, half], axis=1)
+        elif c.architecture == "gmf":
+            out["gmf"], v_mlp = v, None
+        else:
+            v_mlp = v
+        if v_mlp is not None:
+            if self.mlp_kernels:
+                kernel = tf.cast(self.mlp_kernels[0], compute_dtype)
+                bias = tf.cast(self.mlp_biases[0], compute_dtype)
+                out["mlp"] = tf.matmul(v_mlp, kernel[half:]) + bias
+            else:  # No hidden layer: the concatenation feeds the logit directly.
+                out["mlp"] = v_mlp
+        return out
+
+    def score_grid(
+        self,
+        user_ids: tf.Tensor,
+        items: dict[str, tf.Tensor],
+        compute_dtype: tf.DType = tf.float32,
+    ) -> tf.Tensor:
+        """Logits of each user against every item, float32 ``[len(user_ids), num_items]``.
+
+        The function ``score`` computes, over the whole grid, with each side's share done once:
+        ``items`` is ``item_side(compute_dtype)``. MF and GMF are one matrix product; NeuMF's
+        and MLP's first layer is split into its user half and its item half, added per pair,
+        so a pair costs only the layers after the first (``score`` over the same grid pays the
+        first layer, the widest, for every pair). Same values up to float rounding.
+        """
+        c = self.config
+        u = tf.cast(tf.gather(self.user_embedding, tf.reshape(user_ids, [-1])), compute_dtype)
+        if c.architecture == "mf":
+            k = c.num_factors
+            v = items["table"]
+            logits = (
+                tf.matmul(u[:, :k], v[:, :k], transpose_b=True)
+                + u[:, k : k + 1]
+                + tf.transpose(v[:, k : k + 1])
+            )
+            return tf.cast(logits, tf.float32) + self.logit_bias
+        k, half = c.num_factors, c.layers[0] // 2
+        if c.architecture == "neumf":
+            u_gmf, u_mlp = tf.split(u, [k, half], axis=1)
+        elif c.architecture == "gmf":
+            u_gmf, u_mlp = u, None
+        else:
+            u_gmf, u_mlp = None, u
+        w = tf.cast(self.logit_kernel, compute_dtype)
+        logits = tf.zeros([tf.shape(u)[0], self.num_items], compute_dtype)
+        if u_gmf is not None:
+            logits += tf.matmul(u_gmf * w[:k, 0], items["gmf"], transpose_b=True)
+            w = w[k:]
+        if u_mlp is not None:
+            if not self.mlp_kernels:
+                logits += tf.matmul(u_mlp, w[:half]) + tf.transpose(
+                    tf.matmul(items["mlp"], w[half:])
+                )
+            else:
+                kernel = tf.cast(self.mlp_kernels[0], compute_dtype)
+                first = tf.matmul(u_mlp, kernel[:half])  # [users, width]
+                h = tf.nn.relu(first[:, None, :] + items["mlp"][None, :, :])
+                shape = tf.shape(h)
+                h = tf.reshape(h, [-1, shape[2]])
+                for kernel, bias in zip(self.mlp_kernels[1:], self.mlp_biases[1:], strict=True):
+                    h = tf.nn.relu(
+                        tf.matmul(h, tf.cast(kernel, compute_dtype)) + tf.cast(bias, compute_dtype)
+                    )
+                logits += tf.reshape(tf.matmul(h, w), [shape[0], shape[1]])
+        return tf.cast(logits, tf.float32) + self.logit_bias
+
     def score(
         self,
         user_ids: tf.Tensor,

@@ -4,8 +4,9 @@ The sampled metrics (``evaluate.run_eval``) rank each user's held-out item again
 user never saw that data prep sampled for the eval records (999 by default). Krichene & Rendle
 ("On Sampled Metrics for Item Recommendation", KDD 2020) show that sampled metrics can order
 models differently from the ranking a user is shown, so evaluation also reports this one: for
-batches of users, the model scores user x every item on the device (``score`` over the grid, so
-any scorer with NeuMF's interface works), the user's training positives are masked out, and the
+batches of users, the model scores user x every item on the device (``score_grid``: each item's
+share once, NeuMF's first layer split per side; any scorer with that interface works), the
+user's training positives are masked out, and the
 held-out item's rank among the rest gives the metrics (``metrics.full_catalog_sums``; ties count
 against it, as in the sampled ones).
 

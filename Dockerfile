@@ -10,7 +10,8 @@
 #                below survive source edits)
 #   wheels-<v>   the variant's locked set exported from uv.lock and turned into a hash-checked
 #                wheelhouse: locked wheels downloaded, the sdist-only packages (crcmod,
-#                google-apitools, kfp, kfp-server-api, pyfarmhash) built from their locked sdists
+#                google-apitools, kfp, kfp-server-api, pyfarmhash, cloudml-hypertune) built from
+#                their locked sdists
 #   project      the project's own wheel (training_core, components, pipelines)
 #   cpu|gpu|tpu  python:3.11-slim + a venv at /opt/venv holding exactly the wheelhouse's wheels,
 #                installed offline with --no-build; no compiler, no pip, no wheel files left behind

@@ -13,7 +13,8 @@
 #       The variant's wheelhouse -> OUT: `pip wheel --require-hashes --no-deps` downloads every
 #       locked wheel (hash-checked against uv.lock) and builds a wheel from the hash-checked sdist
 #       of each package that the lock has only as a source distribution (crcmod, google-apitools,
-#       kfp, kfp-server-api, pyfarmhash; pyfarmhash needs a C++ compiler). Network and compiler.
+#       kfp, kfp-server-api, pyfarmhash, cloudml-hypertune; pyfarmhash needs a C++ compiler).
+#       Network and compiler.
 #   install_locked.sh install VARIANT REQ WHEELS DIST VENV
 #       A fresh venv at VENV from `python3`, then exactly the pinned set from the wheelhouse:
 #       `uv pip install --no-index --no-build` (offline; refuses to build anything), then the

@@ -19,11 +19,14 @@ import sysconfig
 NO_LIBTPU = 3
 
 # What each environment must be able to run with `python3 -m`: KFP lightweight components
-# (executor_main), GCPC's custom-job launcher and ours, which wraps it.
+# (executor_main), GCPC's custom-job launcher and ours, which wraps it, GCPC's tuning-job
+# launcher; and what a tuning trial imports to report its metric (cloudml-hypertune).
 ENTRY_MODULES = (
     "kfp.dsl.executor_main",
     "google_cloud_pipeline_components.container.v1.custom_job.launcher",
     "components.custom_job_launcher",
+    "google_cloud_pipeline_components.container.v1.hyperparameter_tuning_job.launcher",
+    "hypertune",
 )
 
 # The CUDA libraries TensorFlow loads from the nvidia-* wheels (through its RUNPATH into

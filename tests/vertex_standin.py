@@ -417,15 +417,7 @@ class VertexStandIn:
 
     def _list_models(self, req: Request, loc: str) -> tuple[int, dict]:
         # HTTP rule: GET /v1/{parent}/models; each model once, as its default version.
-        wanted = None
-        for expression in req.query.get("filter", []):
-            m = re.fullmatch(r'\s*display_name\s*=\s*"([^"]*)"\s*', expression)
-            if not m:
-                raise Invalid(
-                    f'The stand-in understands only display_name="..." filters: {expression!r}',
-                    "filter",
-                )
-            wanted = m.group(1)
+        wanted = _display_name_filter(req)
         models = [
             m
             for name, m in self.models.items()
@@ -526,15 +518,7 @@ class VertexStandIn:
         return 200, self._operation(name, "CreateEndpoint", response)
 
     def _list_endpoints(self, req: Request, loc: str) -> tuple[int, dict]:
-        wanted = None
-        for expression in req.query.get("filter", []):
-            m = re.fullmatch(r'\s*display_name\s*=\s*"([^"]*)"\s*', expression)
-            if not m:
-                raise Invalid(
-                    f'The stand-in understands only display_name="..." filters: {expression!r}',
-                    "filter",
-                )
-            wanted = m.group(1)
+        wanted = _display_name_filter(req)
         found = [
             e
             for name, e in self.endpoints.items()
@@ -948,6 +932,20 @@ def _whole_numbers(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _whole_numbers(v) for k, v in value.items()}
     return value
+
+
+def _display_name_filter(req: Request) -> str | None:
+    """The display name a list request's ``filter`` asks for (None: no filter), else 400."""
+    wanted = None
+    for expression in req.query.get("filter", []):
+        m = re.fullmatch(r'\s*display_name\s*=\s*"([^"]*)"\s*', expression)
+        if not m:
+            raise Invalid(
+                f'The stand-in understands only display_name="..." filters: {expression!r}',
+                "filter",
+            )
+        wanted = m.group(1)
+    return wanted
 
 
 def _now() -> str:

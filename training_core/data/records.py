@@ -12,6 +12,7 @@ and that the bytes equal ``tf.train.Example.SerializeToString(deterministic=True
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from collections.abc import Iterable, Mapping, Sequence
@@ -87,36 +88,68 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _varint_lengths(values: np.ndarray) -> np.ndarray:
-    """Bytes taken by each value as a protobuf varint."""
-    top = int(values.max()) if values.size else 0
-    lengths = np.ones(values.shape, dtype=np.uint8)
-    k = 1
-    while top >= 1 << (7 * k):
-        lengths += values >= (1 << (7 * k))
-        k += 1
-    return lengths
+def _varint_width(top: int) -> int:
+    """Bytes a protobuf varint takes for the non-negative ``top``."""
+    width = 1
+    while top >= 1 << (7 * width):
+        width += 1
+    return width
 
 
-def _encode_varints(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Varint-encodes a flat array of non-negative ints; returns the concatenated bytes as uint8."""
-    max_len = int(lengths.max()) if len(lengths) else 0
-    if max_len <= 1:
-        return values.astype(np.uint8)
-    work = values.astype(np.uint32 if max_len <= 4 else np.uint64)
-    groups = np.empty((len(values), max_len), dtype=np.uint8)
-    for k in range(max_len):
-        groups[:, k] = (work >> (7 * k)) & 0x7F
-        groups[:, k] |= (lengths > k + 1).view(np.uint8) << 7
-    return groups[np.arange(max_len, dtype=np.uint8)[None, :] < lengths[:, None]]
+def _encode_varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Varint-encodes a flat array of non-negative ints.
+
+    Returns:
+        The concatenated encodings as uint8, and the bytes each value took.
+
+    Every value's bytes go to its start position in one vectorised store per byte position,
+    highest position first: a value's unused high positions spill into the next values' first
+    positions, and those are stored later (the spill of value i lands on value j > i at a lower
+    position than its own store for j), so the last store at each position is the right byte.
+    """
+    n = len(values)
+    width = _varint_width(int(values.max())) if n else 1
+    if width == 1:
+        return values.astype(np.uint8), np.ones(n, dtype=np.uint8)
+    work = values.astype(np.uint32 if width <= 4 else np.uint64, copy=False)
+    lengths = np.ones(n, dtype=np.uint8)
+    for k in range(1, width):
+        lengths += work >= (1 << (7 * k))
+    starts = np.cumsum(lengths, dtype=np.int64)
+    total = int(starts[-1])
+    starts -= lengths
+    out = np.empty(total + width - 1, dtype=np.uint8)
+    for k in reversed(range(width)):
+        byte = ((work >> (7 * k)) & 0x7F).astype(np.uint8)
+        if k + 1 < width:
+            byte |= (lengths > k + 1).view(np.uint8) << 7
+        out[k:][starts] = byte
+    return out[:total], lengths
+
+
+@functools.lru_cache(maxsize=65536)
+def _feature_header(key: bytes, payload_len: int) -> bytes:
+    """The bytes of one ``Features.feature`` map entry before its packed payload."""
+    int64_list = 1 + len(_varint(payload_len)) + payload_len  # Int64List.value, packed
+    feature = 1 + len(_varint(int64_list)) + int64_list  # Feature.int64_list
+    entry = 1 + len(_varint(len(key))) + len(key) + 1 + len(_varint(feature)) + feature
+    return b"".join(
+        (
+            b"\x0a" + _varint(entry),  # Features.feature (map entry)
+            b"\x0a" + _varint(len(key)) + key,  # entry.key
+            b"\x12" + _varint(feature),  # entry.value
+            b"\x1a" + _varint(int64_list),  # Feature.int64_list
+            b"\x0a" + _varint(payload_len),  # Int64List.value, packed
+        )
+    )
 
 
 def encode_examples(columns: Mapping[str, np.ndarray], batch_size: int) -> list[bytes]:
     """Encodes equal-length int64 columns as serialized Examples of ``batch_size`` rows each.
 
     Args:
-        columns: feature name to a 1-D array of non-negative integers; every array has the same
-            length, a multiple of ``batch_size``.
+        columns: feature name to a 1-D array of non-negative integers (any integer dtype);
+            every array has the same length, a multiple of ``batch_size``.
         batch_size: rows per Example.
 
     Returns:
@@ -129,7 +162,7 @@ def encode_examples(columns: Mapping[str, np.ndarray], batch_size: int) -> list[
     num_batches = n // batch_size
     if num_batches == 0:
         return []
-    # Per feature: packed payload bytes for every batch, as one uint8 array plus per-batch sizes.
+    # Per feature: packed payload bytes of every batch, and where each batch's bytes end.
     payloads = []
     for name in names:
         col = np.asarray(columns[name])
@@ -137,24 +170,20 @@ def encode_examples(columns: Mapping[str, np.ndarray], batch_size: int) -> list[
             raise ValueError(f"feature {name!r} has {len(col)} rows, expected {n}")
         if col.size and col.min() < 0:
             raise ValueError(f"feature {name!r} holds negative values; the encoder takes ids >= 0")
-        lengths = _varint_lengths(col)
-        data = _encode_varints(col, lengths)
-        per_batch = lengths.reshape(num_batches, batch_size).sum(axis=1, dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(per_batch)])
-        payloads.append((name, data.tobytes(), per_batch, offsets))
+        data, lengths = _encode_varints(col)
+        ends = np.cumsum(lengths.reshape(num_batches, batch_size).sum(axis=1, dtype=np.int64))
+        payloads.append((name.encode(), data.tobytes(), ends.tolist()))
 
     records = []
+    starts = [0] * len(payloads)
     for b in range(num_batches):
-        entries = []
-        for name, data, per_batch, offsets in payloads:
-            packed = data[offsets[b] : offsets[b + 1]]
-            plen = int(per_batch[b])
-            int64_list = b"\x0a" + _varint(plen) + packed  # Int64List.value, packed
-            feature = b"\x1a" + _varint(len(int64_list)) + int64_list  # Feature.int64_list
-            key = name.encode()
-            entry = b"\x0a" + _varint(len(key)) + key + b"\x12" + _varint(len(feature)) + feature
-            entries.append(b"\x0a" + _varint(len(entry)) + entry)  # Features.feature (map)
-        features = b"".join(entries)
+        pieces = []
+        for f, (key, data, ends) in enumerate(payloads):
+            lo, hi = starts[f], ends[b]
+            pieces.append(_feature_header(key, hi - lo))
+            pieces.append(data[lo:hi])
+            starts[f] = hi
+        features = b"".join(pieces)
         records.append(b"\x0a" + _varint(len(features)) + features)  # Example.features
     return records
 

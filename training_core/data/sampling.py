@@ -66,9 +66,13 @@ class Complement:
 
     def items(self, rows: np.ndarray, ranks: np.ndarray) -> np.ndarray:
         """Item index of never-seen rank ``ranks[j]`` of shard-local user ``rows[j]``."""
-        q = rows * self.num_items + ranks
-        below = np.searchsorted(self._keys, q, side="right") - self.offsets[rows]
-        return ranks + below
+        rows = rows.astype(np.int64, copy=False)
+        q = rows * self.num_items
+        q += ranks
+        below = np.searchsorted(self._keys, q, side="right")
+        below -= self.offsets[rows]
+        below += ranks
+        return below
 
 
 def short_train_users(comp: Complement, num_neg: int) -> int:
@@ -90,11 +94,15 @@ def complement(shard: Shard) -> Complement:
 
 @dataclasses.dataclass(frozen=True)
 class TrainRows:
-    """One epoch of a shard's training rows, shuffled (not yet padded)."""
+    """One epoch of a shard's training rows, shuffled (not yet padded).
 
-    users: np.ndarray
-    items: np.ndarray
-    labels: np.ndarray
+    Narrow integer types (the values are the same as int64 ones) keep the shuffle's random
+    gathers and the encoder's passes short.
+    """
+
+    users: np.ndarray  # int64 user indices (gathered from the shard's few users).
+    items: np.ndarray  # int32 item indices.
+    labels: np.ndarray  # uint8, 1 for a positive.
 
 
 def train_rows(shard: Shard, comp: Complement, num_neg: int, seed: int, epoch: int) -> TrainRows:
@@ -102,26 +110,31 @@ def train_rows(shard: Shard, comp: Complement, num_neg: int, seed: int, epoch: i
 
     The held-out (last) interaction of each user is not a training positive, and negatives exclude
     it as well as every training positive. Each epoch draws afresh.
+
+    Row ``j`` before the shuffle is positive ``j`` for ``j < P`` and else negative ``j - P`` of
+    positive ``(j - P) // num_neg``; the shuffle is one permutation of those rows.
     """
     rng = shard_rng(seed, shard.index, _PURPOSE_TRAIN, epoch)
     counts = shard.counts
-    local = np.arange(len(shard.users), dtype=np.int64)
+    local = np.arange(len(shard.users), dtype=np.int32)
     # Training positives: all but the last interaction of each user.
     keep = np.ones(len(shard.items), dtype=bool)
     keep[shard.offsets[1:] - 1] = False
     pos_rows = np.repeat(local, counts)[keep]
-    pos_items = shard.items[keep]
+    num_pos = len(pos_rows)
 
     neg_rows = np.repeat(pos_rows, num_neg)
-    sizes = comp.sizes[neg_rows]
-    ranks = np.floor(rng.random(len(neg_rows)) * sizes).astype(np.int64)
-    neg_items = comp.items(neg_rows, ranks)
+    ranks = rng.random(len(neg_rows))
+    ranks *= comp.sizes[neg_rows]
+    np.floor(ranks, out=ranks)
+    neg_items = comp.items(neg_rows, ranks.astype(np.int64))
+    del ranks
 
     rows = np.concatenate([pos_rows, neg_rows])
-    items = np.concatenate([pos_items, neg_items])
-    labels = np.concatenate([np.ones(len(pos_rows), np.int64), np.zeros(len(neg_rows), np.int64)])
+    items = np.concatenate([shard.items[keep], neg_items], dtype=np.int32, casting="unsafe")
+    del neg_rows, neg_items
     perm = rng.permutation(len(rows))
-    return TrainRows(shard.users[rows[perm]], items[perm], labels[perm])
+    return TrainRows(shard.users[rows[perm]], items[perm], (perm < num_pos).view(np.uint8))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,16 +204,23 @@ def _distinct_negatives(comp: Complement, n: int, rng: np.random.Generator):
 
     idx = np.flatnonzero(sparse)
     if len(idx):
-        s = sizes[idx][:, None]
-        draw = np.floor(rng.random((len(idx), n)) * s).astype(np.int64)
-        while True:
-            draw.sort(axis=1)
-            clash = np.zeros(draw.shape, dtype=bool)
-            clash[:, 1:] = draw[:, 1:] == draw[:, :-1]
-            if not clash.any():
-                break
+        s = sizes[idx]
+        draw = rng.random((len(idx), n))
+        draw *= s[:, None]
+        np.floor(draw, out=draw)
+        draw = draw.astype(np.int64)
+        # Sort each row, redraw the later copy of each repeat, and again for the rows that had
+        # one (the others stay sorted and distinct), until no row repeats.
+        todo = np.arange(len(idx))
+        while len(todo):
+            part = draw[todo]
+            part.sort(axis=1)
+            clash = np.zeros(part.shape, dtype=bool)
+            clash[:, 1:] = part[:, 1:] == part[:, :-1]
             r, c = np.nonzero(clash)
-            draw[r, c] = np.floor(rng.random(len(r)) * sizes[idx][r]).astype(np.int64)
+            part[r, c] = np.floor(rng.random(len(r)) * s[todo][r]).astype(np.int64)
+            draw[todo] = part
+            todo = todo[np.unique(r)]
         ranks[idx] = draw
 
     rows = np.repeat(np.arange(n_users, dtype=np.int64), n)

@@ -35,8 +35,10 @@ RecordWriter = Callable[[str, Iterable[bytes]], int]
 
 
 def _pad(arr: np.ndarray, total: int, value: int = 0) -> np.ndarray:
-    out = np.full(total, value, dtype=np.int64)
+    """``arr`` followed by ``value`` up to ``total`` entries, in ``arr``'s dtype."""
+    out = np.empty(total, dtype=arr.dtype)
     out[: len(arr)] = arr
+    out[len(arr) :] = value
     return out
 
 
@@ -57,7 +59,7 @@ def write_train_shard(
         [
             _pad(rows.users, total),
             _pad(rows.items, total),
-            _pad(np.ones(n, np.int64), total),
+            _pad(np.ones(n, np.uint8), total),
             _pad(rows.labels, total),
         ],
         training=True,

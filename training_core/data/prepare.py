@@ -12,6 +12,7 @@ over the same ``plan`` and ``shards``; ``run`` picks one by the runner's name.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
@@ -77,32 +78,29 @@ def index_interactions(data: rio.Interactions, min_ratings: int) -> IndexedData:
     """
     n = len(data)
     stats = {"rows_read": n}
-    row = np.arange(n, dtype=np.int64)
-    user_vocab, users = _factorize(data.users)
-    item_vocab, items = _factorize(data.items)
     ts = data.timestamps
-
-    # Keep the latest of repeated (user, item) pairs. Most tables have none: one sort tells.
-    pair = users * len(item_vocab) + items
-    sorted_pair = np.sort(pair)
-    if n > 1 and (sorted_pair[1:] == sorted_pair[:-1]).any():
-        order = np.lexsort((ts, items, users))  # Stable: equal keys stay in file order.
-        pair = pair[order]
-        last_of_pair = np.ones(n, dtype=bool)
-        last_of_pair[:-1] = pair[1:] != pair[:-1]
-        keep = np.sort(order[last_of_pair])  # Back to file order.
-    else:
-        keep = row
-    del pair, sorted_pair
-    stats["duplicate_pairs_dropped"] = int(n - len(keep))
+    # Work in pairs on two threads: pandas' hashing and NumPy's sorts release the GIL. The
+    # grouping order, by (user, time) with ties in file order, is taken over every row while
+    # the check for repeated pairs runs; every later step only drops rows, which keeps the
+    # order of the rest, so the grouping order of the rows kept is this order restricted to
+    # them.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        item_codes = pool.submit(_factorize, data.items)
+        user_vocab, users = _factorize(data.users)
+        item_vocab, items = item_codes.result()
+        grouping = pool.submit(_stable_order, users, ts)
+        kept = _latest_of_each_pair(users, items, ts, len(item_vocab))
+        order = grouping.result()
+    stats["duplicate_pairs_dropped"] = 0 if kept is None else int(n - kept.sum())
     if stats["duplicate_pairs_dropped"]:
         log.warning(
             "%d repeated (user, item) rows dropped; the latest of each pair is kept",
             stats["duplicate_pairs_dropped"],
         )
-    users, items, ts, row = users[keep], items[keep], ts[keep], row[keep]
+    if kept is None:
+        kept = np.ones(n, dtype=bool)
 
-    counts = np.bincount(users, minlength=len(user_vocab))
+    counts = np.bincount(users[kept], minlength=len(user_vocab))
     threshold = max(min_ratings, 2)
     good_user = counts >= threshold
     few = int(((counts > 0) & (counts < min_ratings)).sum())
@@ -120,12 +118,11 @@ def index_interactions(data: rio.Interactions, min_ratings: int) -> IndexedData:
 
     # Items are indexed over the users kept; users with every item are then dropped too.
     while True:
-        mask = good_user[users]
-        users, items, ts, row = users[mask], items[mask], ts[mask], row[mask]
+        kept &= good_user[users]
         present = np.zeros(len(item_vocab), dtype=bool)
-        present[items] = True
+        present[items[kept]] = True
         num_items = int(present.sum())
-        counts = np.bincount(users, minlength=len(user_vocab))
+        counts = np.bincount(users[kept], minlength=len(user_vocab))
         full = (counts >= num_items) & (counts > 0)
         if not full.any():
             break
@@ -135,25 +132,36 @@ def index_interactions(data: rio.Interactions, min_ratings: int) -> IndexedData:
             int(full.sum()),
         )
         good_user &= ~full
-    if len(users) == 0:
+    if not kept.any():
         raise nothing_left(stats, min_ratings)
     item_map = np.cumsum(present) - 1
-    items = item_map[items]
-    item_vocab = item_vocab[present]
-    user_present = np.zeros(len(user_vocab), dtype=bool)
-    user_present[users] = True
-    user_map = np.cumsum(user_present) - 1
-    users = user_map[users]
-    user_vocab = user_vocab[user_present]
-
-    # Group by user in time order; ties keep file order, so the held-out item is well defined.
-    # Rows are in file order here, so a stable sort on (user, time) is that order.
-    order = _stable_order(users, ts)
-    items = items[order]
-    counts = np.bincount(users, minlength=len(user_vocab))
+    user_present = counts > 0
+    order = order[kept[order]]
+    stats["rows_kept"] = int(len(order))
+    counts = counts[user_present]
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    stats["rows_kept"] = int(len(items))
-    return IndexedData(user_vocab, item_vocab, offsets, items.astype(np.int64), stats)
+    return IndexedData(
+        user_vocab[user_present], item_vocab[present], offsets, item_map[items[order]], stats
+    )
+
+
+def _latest_of_each_pair(
+    users: np.ndarray, items: np.ndarray, ts: np.ndarray, num_items: int
+) -> np.ndarray | None:
+    """The rows to keep when a user rated an item more than once (the latest; ties: the later
+    row), or None when no (user, item) pair repeats, which one sort tells for most tables."""
+    pair = users * num_items + items
+    sorted_pair = np.sort(pair)
+    if len(pair) < 2 or not (sorted_pair[1:] == sorted_pair[:-1]).any():
+        return None
+    del sorted_pair
+    order = np.lexsort((ts, items, users))  # Stable: equal keys stay in file order.
+    pair = pair[order]
+    last_of_pair = np.ones(len(pair), dtype=bool)
+    last_of_pair[:-1] = pair[1:] != pair[:-1]
+    kept = np.zeros(len(pair), dtype=bool)
+    kept[order[last_of_pair]] = True
+    return kept
 
 
 def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -308,8 +316,10 @@ def _read_and_index(config: PrepareConfig, timings: dict) -> tuple[_Source, Inde
     """Reads the input (``io``) and cleans and indexes it (:func:`index_interactions`)."""
     t0 = time.perf_counter()
     files, fmt = rio.resolve_input(config.input_path, config.format)
-    source = _Source(files, fmt, rio.file_sha256(files))
-    data = rio.read_interactions(config.input_path, fmt, config.columns)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # hashlib releases the GIL.
+        sha256 = pool.submit(rio.file_sha256, files)
+        data = rio.read_interactions(config.input_path, fmt, config.columns)
+        source = _Source(files, fmt, sha256.result())
     timings["read"] = time.perf_counter() - t0
     log.info(
         "read %d interactions from %s (%s) in %.1fs",

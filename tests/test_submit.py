@@ -501,7 +501,7 @@ def _ncf_dry_run(template, *extra: str, region: str | None = "us-central1") -> l
         (
             ["--param", "preset=nosuch"],
             "parameter 'preset': unknown preset 'nosuch'; choose one of reference, tiny, "
-            "ml-100k, ml-1m, ml-20m",
+            "quick, ml-100k, ml-1m, ml-20m",
         ),
         (["--param", "preset=ml1m"], "unknown preset 'ml1m' (did you mean 'ml-1m'?)"),
         (["--param", "eval_negatives=-5"], "parameter 'eval_negatives' must be >= 0, got -5"),

@@ -117,7 +117,8 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_data, tmp_path):
         # MLP 256 -> 256 -> 128 -> 64, logit over 64 GMF + 64 MLP features.
         ("ml-20m", 64 + 128, [(256, 256), (256, 128), (128, 64)], 64 + 64),
         ("ml-1m", 64 + 128, [(256, 256), (256, 128), (128, 64)], 64 + 64),
-        ("ml-100k", 16 + 32, [(64, 32), (32, 16)], 16 + 16),
+        ("ml-100k", 64 + 128, [(256, 256), (256, 128), (128, 64)], 64 + 64),
+        ("quick", 16 + 32, [(64, 32), (32, 16)], 16 + 16),
         ("tiny", 8 + 8, [(16, 16), (16, 8)], 8 + 8),
         ("reference", 8 + 32, [(64, 32), (32, 16), (16, 8)], 8 + 8),
     ],
@@ -222,7 +223,7 @@ def test_a_refused_run_leaves_the_earlier_model_intact(tiny_data, tmp_path):
         if os.path.isfile(os.path.join(model_dir, p))
     }
     with pytest.raises(ValueError) as exc:
-        tr.train(train_config.config_for(tiny_data, model_dir, "ml-100k", epochs=1), strategy)
+        tr.train(train_config.config_for(tiny_data, model_dir, "quick", epochs=1), strategy)
     message = str(exc.value)
     assert model_dir in message and "num_factors 8 here, 16 now" in message
     assert "Nothing in it was changed" in message

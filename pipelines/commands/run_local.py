@@ -12,7 +12,7 @@ from pipelines.cli import add_param_option, example_epilog
 # What a local run changes from the pipeline's defaults: small enough to finish in minutes on
 # 2 CPU cores, on the embedded sample; and it registers a blessed model in the local registry
 # (--registry), so that the next run has a champion to beat.
-LOCAL_DEFAULTS = {"preset": "ml-100k", "epochs": 4, "register": True, "batch_recommend": True}
+LOCAL_DEFAULTS = {"preset": "quick", "epochs": 4, "register": True, "batch_recommend": True}
 DEFAULT_REGISTRY = "out/registry"
 
 

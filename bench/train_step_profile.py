@@ -70,9 +70,7 @@ def main() -> int:
     variables = t.variables
     batch = float(t.layout.global_batch)
     grads_dense = train_step._loss_and_grads_fn(t.model, variables, None, batch, tf.float32, True)
-    grads_sparse = train_step._loss_and_grads_fn(
-        t.model, variables, None, batch, tf.float32, False
-    )
+    grads_sparse = train_step._loss_and_grads_fn(t.model, variables, None, batch, tf.float32, False)
 
     def consume(grads):
         return tf.add_n(

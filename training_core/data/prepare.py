@@ -148,8 +148,11 @@ def index_interactions(data: rio.Interactions, min_ratings: int) -> IndexedData:
 def _latest_of_each_pair(
     users: np.ndarray, items: np.ndarray, ts: np.ndarray, num_items: int
 ) -> np.ndarray | None:
-    """The rows to keep when a user rated an item more than once (the latest; ties: the later
-    row), or None when no (user, item) pair repeats, which one sort tells for most tables."""
+    """The rows to keep when a user rated an item more than once, or None when none did.
+
+    Of each repeated (user, item) pair the latest row is kept (ties: the later row in the
+    file). One sort tells that no pair repeats, which is the case for most tables.
+    """
     pair = users * num_items + items
     sorted_pair = np.sort(pair)
     if len(pair) < 2 or not (sorted_pair[1:] == sorted_pair[:-1]).any():

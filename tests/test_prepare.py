@@ -307,13 +307,10 @@ def _digest(folder: str) -> str:
     import hashlib
 
     h = hashlib.sha256()
-    for dirpath, _, files in sorted(os.walk(folder)):
-        for name in sorted(files):
-            if name.endswith(records.RECORD_SUFFIX) or "vocab" in dirpath:
-                path = os.path.join(dirpath, name)
-                h.update(os.path.relpath(path, folder).split(os.sep, 1)[1].encode())
-                with open(path, "rb") as f:
-                    h.update(f.read())
+    for rel, data in sorted(tree_bytes(folder).items()):
+        if rel.endswith(records.RECORD_SUFFIX) or "vocab" in os.path.dirname(rel):
+            h.update(rel.split(os.sep, 1)[1].encode())
+            h.update(data)
     return h.hexdigest()
 
 

@@ -135,6 +135,24 @@ def test_synth_writes_requested_shape(tmp_path, capsys):
     assert len({line.split("::")[0] for line in lines}) == 50
 
 
+def test_synth_structure_changes_how_users_pick(tmp_path, capsys):
+    """--structure movielens weakens the latent signal: the same seed picks other items; an
+    unknown name is refused with the names to use."""
+    written = {}
+    for structure in ("planted", "movielens"):
+        out = tmp_path / structure
+        args = ["synth", "--shape", "tiny", "--layout", "csv", "--output", str(out)]
+        assert cli.main([*args, "--structure", structure]) == 0
+        written[structure] = out.read_text()
+    assert written["planted"] != written["movielens"]
+    rows = [line.split(",") for line in written["movielens"].splitlines()[1:]]
+    assert len({r[0] for r in rows}) == synthetic.SHAPES["tiny"].num_users
+    assert cli.main(["synth", "--structure", "real", "--output", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown structure 'real'" in err and "movielens" in err
+    assert not (tmp_path / "x").exists()
+
+
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
     """``code`` in a fresh Python, without this process's logging or verbosity settings."""
     base = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "NCF_VERBOSE")}

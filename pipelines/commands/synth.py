@@ -21,6 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "ncf-pipelines synth --shape ml-20m --layout ml-20m --output /tmp/ml-20m-synth",
             "ncf-pipelines synth --users 5000 --items 2000 --interactions 300000 "
             "--layout parquet --output /tmp/events.parquet",
+            "ncf-pipelines synth --shape ml-100k --structure movielens --output /tmp/ml-100k-like",
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -36,6 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--output", required=True, help="folder for MovieLens layouts, file for csv/parquet"
+    )
+    p.add_argument(
+        "--structure",
+        default="planted",
+        help="how strong the planted structure is: planted (default; easy to learn) or "
+        "movielens (as hard as real MovieLens-100k for NCF models: tune on this)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)
@@ -60,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     config = dataclasses.replace(
         config, seed=args.seed, **{k: v for k, v in overrides.items() if v is not None}
     )
+    config = synthetic.with_structure(config, args.structure)
     data = synthetic.generate(config)
     path = synthetic.write(data, args.output, args.layout, seed=args.seed)
     print(

@@ -41,8 +41,12 @@ class TableScorer(tf.Module):
         return {}
 
     def score_grid(self, user_ids, items, compute_dtype=tf.float32):
+        return self.score_candidates(user_ids, items, None, compute_dtype)
+
+    def score_candidates(self, user_ids, items, item_ids=None, compute_dtype=tf.float32):
         del items, compute_dtype
-        return tf.gather(self.table, tf.reshape(tf.cast(user_ids, tf.int64), [-1]))
+        rows = tf.gather(self.table, tf.reshape(tf.cast(user_ids, tf.int64), [-1]))
+        return rows if item_ids is None else tf.gather(rows, item_ids, batch_dims=1)
 
 
 @pytest.fixture(scope="module")

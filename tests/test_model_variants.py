@@ -251,8 +251,8 @@ def test_l2_trains_smaller_embeddings_through_the_cli_options(tiny_data, tmp_pat
 )
 def test_score_grid_is_score_over_every_pair(tiny_data, architecture, layers):
     """The per-side grid (item side once, NeuMF's first layer split) gives ``score``'s logits
-    for every user x item pair, with and without hidden MLP layers; the popularity baseline's
-    grid is its counts."""
+    for every user x item pair, and for each user's own candidates, with and without hidden MLP
+    layers; the popularity baseline's grid and candidates are its counts."""
     import dataclasses
 
     from training_core.baselines import popularity
@@ -270,8 +270,18 @@ def test_score_grid_is_score_over_every_pair(tiny_data, architecture, layers):
     # And the NumPy formula for a few pairs (the grid is not read back from score alone).
     u, i = np.array([3, 3, 7]), np.array([0, 5, n - 1])
     np.testing.assert_allclose(grid[[1, 1, 2], i], _numpy_logits(net, u, i), rtol=1e-5, atol=1e-5)
+    # Each user's own candidates (as evaluation scores the eval records): score's logits too.
+    cand = tf.constant([[n - 1, 0, 4, 4], [2, 9, 1, 0], [7, 7, 3, n - 2]], tf.int64)
+    got = net.score_candidates(users, net.item_side(), cand).numpy()
+    want = net.score(tf.repeat(users, 4), tf.reshape(cand, [-1])).numpy().reshape(3, 4)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert got.shape == (3, 4)
     pop = popularity(meta, tiny_data)
     np.testing.assert_array_equal(
         pop.score_grid(users, pop.item_side()).numpy(),
         np.tile(pop.item_counts.numpy(), (3, 1)),
+    )
+    np.testing.assert_array_equal(
+        pop.score_candidates(users, pop.item_side(), cand).numpy(),
+        pop.item_counts.numpy()[cand.numpy()],
     )

@@ -1,9 +1,10 @@
 """The popularity baseline: every user's items ranked by how often they were trained on.
 
 A model that does not beat it has learned nothing personal. ``Popularity`` has the scorer
-interface of ``training_core.model.NCFModel`` (``score(user_ids, item_ids)``, ``num_users``,
-``num_items``), so evaluation ranks it by exactly the code, protocol and tie rule that rank the
-trained model (ties count against the held-out item), on the same eval set.
+interface of ``training_core.model.NCFModel`` (``score``, ``item_side``, ``score_candidates``,
+``score_grid``, ``num_users``, ``num_items``), so evaluation ranks it by exactly the code,
+protocol and tie rule that rank the trained model (ties count against the held-out item), on the
+same eval set.
 """
 
 from __future__ import annotations
@@ -47,9 +48,20 @@ class Popularity(tf.Module):
         compute_dtype: tf.DType = tf.float32,
     ) -> tf.Tensor:
         """The counts for each user, ``[len(user_ids), num_items]``."""
+        return self.score_candidates(user_ids, items, None, compute_dtype)
+
+    def score_candidates(
+        self,
+        user_ids: tf.Tensor,
+        items: dict[str, tf.Tensor],
+        item_ids: tf.Tensor | None = None,
+        compute_dtype: tf.DType = tf.float32,
+    ) -> tf.Tensor:
+        """The candidates' counts, ``[len(user_ids), C]`` (``item_ids`` None: every item)."""
         del compute_dtype
-        n = tf.size(user_ids)
-        return tf.tile(items["counts"][None, :], [n, 1])
+        if item_ids is None:
+            return tf.tile(items["counts"][None, :], [tf.size(user_ids), 1])
+        return tf.gather(items["counts"], item_ids)
 
 
 def item_counts(meta: DatasetMetadata, items: np.ndarray) -> np.ndarray:

@@ -119,22 +119,43 @@ class NCFModel(tf.Module):
     ) -> tf.Tensor:
         """Logits of each user against every item, float32 ``[len(user_ids), num_items]``.
 
-        The function ``score`` computes, over the whole grid, with each side's share done once:
-        ``items`` is ``item_side(compute_dtype)``. MF and GMF are one matrix product; NeuMF's
-        and MLP's first layer is split into its user half and its item half, added per pair,
-        so a pair costs only the layers after the first (``score`` over the same grid pays the
-        first layer, the widest, for every pair). Same values up to float rounding.
+        ``score_candidates`` with every item as each user's candidates.
+        """
+        return self.score_candidates(user_ids, items, None, compute_dtype)
+
+    def score_candidates(
+        self,
+        user_ids: tf.Tensor,
+        items: dict[str, tf.Tensor],
+        item_ids: tf.Tensor | None = None,
+        compute_dtype: tf.DType = tf.float32,
+    ) -> tf.Tensor:
+        """Logits of each user against its candidates, float32 ``[len(user_ids), C]``.
+
+        The function ``score`` computes, with each side's share done once: ``items`` is
+        ``item_side(compute_dtype)``, ``item_ids`` is ``[len(user_ids), C]`` (each user's own
+        candidates, as the eval records hold them) or ``None`` (every item, C = num_items). MF
+        and GMF are a product per pair; NeuMF's and MLP's first layer is split into its user
+        half (once per user) and its item half (once per item), added per pair, so a pair costs
+        only the layers after the first (``score`` pays the first layer, the widest, for every
+        pair). Same values up to float rounding.
         """
         c = self.config
         u = tf.cast(tf.gather(self.user_embedding, tf.reshape(user_ids, [-1])), compute_dtype)
+        grid = item_ids is None
+
+        def pick(side: tf.Tensor) -> tf.Tensor:  # [users or 1, C, width]
+            return side[None] if grid else tf.gather(side, item_ids)
+
+        def dot(user_part: tf.Tensor, side: tf.Tensor) -> tf.Tensor:  # [users, C]
+            if grid:  # One matrix product over the whole grid.
+                return tf.matmul(user_part, side, transpose_b=True)
+            return tf.reduce_sum(user_part[:, None, :] * pick(side), axis=2)
+
         if c.architecture == "mf":
             k = c.num_factors
             v = items["table"]
-            logits = (
-                tf.matmul(u[:, :k], v[:, :k], transpose_b=True)
-                + u[:, k : k + 1]
-                + tf.transpose(v[:, k : k + 1])
-            )
+            logits = dot(u[:, :k], v[:, :k]) + u[:, k : k + 1] + pick(v[:, k : k + 1])[..., 0]
             return tf.cast(logits, tf.float32) + self.logit_bias
         k, half = c.num_factors, c.layers[0] // 2
         if c.architecture == "neumf":
@@ -144,19 +165,18 @@ class NCFModel(tf.Module):
         else:
             u_gmf, u_mlp = None, u
         w = tf.cast(self.logit_kernel, compute_dtype)
-        logits = tf.zeros([tf.shape(u)[0], self.num_items], compute_dtype)
+        logits = 0.0
         if u_gmf is not None:
-            logits += tf.matmul(u_gmf * w[:k, 0], items["gmf"], transpose_b=True)
+            logits = dot(u_gmf * w[:k, 0], items["gmf"])
             w = w[k:]
         if u_mlp is not None:
             if not self.mlp_kernels:
-                logits += tf.matmul(u_mlp, w[:half]) + tf.transpose(
-                    tf.matmul(items["mlp"], w[half:])
-                )
+                item_part = tf.matmul(items["mlp"], w[half:])[:, 0]  # [num_items]
+                logits += tf.matmul(u_mlp, w[:half]) + pick(item_part[:, None])[..., 0]
             else:
                 kernel = tf.cast(self.mlp_kernels[0], compute_dtype)
                 first = tf.matmul(u_mlp, kernel[:half])  # [users, width]
-                h = tf.nn.relu(first[:, None, :] + items["mlp"][None, :, :])
+                h = tf.nn.relu(first[:, None, :] + pick(items["mlp"]))
                 shape = tf.shape(h)
                 h = tf.reshape(h, [-1, shape[2]])
                 for kernel, bias in zip(self.mlp_kernels[1:], self.mlp_biases[1:], strict=True):

@@ -350,6 +350,11 @@ class TuneResult:
     seconds: float
 
 
+def pruner_warmup_epochs(epochs: int) -> int:
+    """Epochs a trial runs before the median pruner may stop it: a quarter of them, at least 1."""
+    return max(1, epochs // 4)
+
+
 def tune(config: TuneConfig) -> TuneResult:
     """Runs (or resumes) the study; writes ``tune_results.json``; returns the best options."""
     import optuna
@@ -369,7 +374,13 @@ def tune(config: TuneConfig) -> TuneResult:
         load_if_exists=True,
         direction="maximize",
         sampler=optuna.samplers.TPESampler(seed=config.seed),
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=1),
+        # No stop in the first quarter of the epochs: a low learning rate or a wide model starts
+        # slowly (on MovieLens-like data a 64-factor NeuMF at lr 0.0022 was stopped after epoch
+        # 1 at HR@10 0.097, below the median; the preset's 64-factor model, at HR@10 0.140 after
+        # epoch 1, reached 0.247, second of the first eight).
+        pruner=optuna.pruners.MedianPruner(
+            n_startup_trials=3, n_warmup_steps=pruner_warmup_epochs(config.epochs)
+        ),
     )
 
     def run(options: dict[str, Any], name: str, report=None):

@@ -36,21 +36,26 @@ CLI = os.path.join(os.path.dirname(sys.executable), "ncf-pipelines")
 DOC = os.path.join(ROOT, "docs", "model-quality.md")
 
 
-def prepare_data(work: str, shape: str, epochs: int, batch_size: int, data_seed: int) -> str:
+def prepare_data(
+    work: str, shape: str, epochs: int, batch_size: int, data_seed: int, structure: str = "planted"
+) -> str:
     """The raw set and its prepared dataset, reused when already there with enough epochs."""
     from training_core.data import prepare, synthetic
     from training_core.data.config import PrepareConfig
     from training_core.data.metadata import read_metadata
 
-    data = os.path.join(work, f"data-{shape}-b{batch_size}-s{data_seed}")
+    tag = "" if structure == "planted" else f"-{structure}"
+    data = os.path.join(work, f"data-{shape}{tag}-b{batch_size}-s{data_seed}")
     try:
         if read_metadata(data).num_epochs >= epochs:
             return data
     except FileNotFoundError:
         pass
     shutil.rmtree(data, ignore_errors=True)
-    raw = os.path.join(work, f"{shape}-s{data_seed}.csv")
-    config = dataclasses.replace(synthetic.SHAPES[shape], seed=data_seed)
+    raw = os.path.join(work, f"{shape}{tag}-s{data_seed}.csv")
+    config = synthetic.with_structure(
+        dataclasses.replace(synthetic.SHAPES[shape], seed=data_seed), structure
+    )
     synthetic.write(synthetic.generate(config), raw, "csv")
     prepare.prepare(
         PrepareConfig(
@@ -160,8 +165,9 @@ def write_docs(res: dict) -> None:
         f"Written by `bench/model_quality.py` (`{res['command']}`; {res['minutes']:.0f} min on a "
         f"shared 2-core CPU host, {res['date']}). One synthetic {args['shape']}-shaped raw set "
         "(Zipf-like item popularity, log-normal user activity, a planted latent-factor "
-        "structure; `training_core/data/synthetic.py`), prepared once: 4 training negatives per "
-        f"positive drawn afresh each epoch, 999 distinct never-seen eval negatives, batch "
+        f"structure, `{args.get('structure', 'planted')}`; `training_core/data/synthetic.py`), "
+        "prepared once: 4 training negatives per positive drawn afresh each epoch, 999 "
+        "distinct never-seen eval negatives, batch "
         f"{args['batch_size']}, {args['epochs']} epochs. Every model trains with the "
         f"`{args['preset']}` preset's hyperparameters (only `--model` and `--seed` change), "
         f"seeds {', '.join(map(str, args['seeds']))}. This is synthetic data: it ranks the "
@@ -256,6 +262,12 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--shape", default="ml-100k", help="synthetic shape (default ml-100k)")
+    p.add_argument(
+        "--structure",
+        default="planted",
+        help="synthetic structure (training_core/data/synthetic.py STRUCTURES): planted "
+        "(default) or movielens (as hard as real MovieLens-100k)",
+    )
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -273,7 +285,9 @@ def main() -> int:
         return 0
     os.makedirs(args.work, exist_ok=True)
     t0 = time.perf_counter()
-    data = prepare_data(args.work, args.shape, args.epochs, args.batch_size, args.data_seed)
+    data = prepare_data(
+        args.work, args.shape, args.epochs, args.batch_size, args.data_seed, args.structure
+    )
     runs = []
     for seed in args.seeds:  # Seeds outermost: a stopped run still has every model once.
         for arch in args.models:

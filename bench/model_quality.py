@@ -36,26 +36,21 @@ CLI = os.path.join(os.path.dirname(sys.executable), "ncf-pipelines")
 DOC = os.path.join(ROOT, "docs", "model-quality.md")
 
 
-def prepare_data(
-    work: str, shape: str, epochs: int, batch_size: int, data_seed: int, structure: str = "planted"
-) -> str:
-    """The raw set and its prepared dataset, reused when already there with enough epochs."""
+def prepare_data(work: str, name: str, config, epochs: int, batch_size: int) -> str:
+    """The raw set ``config`` generates (a ``synthetic.SyntheticConfig``) and its prepared
+    dataset, named ``name`` and the seed under ``work``; reused when there with enough epochs."""
     from training_core.data import prepare, synthetic
     from training_core.data.config import PrepareConfig
     from training_core.data.metadata import read_metadata
 
-    tag = "" if structure == "planted" else f"-{structure}"
-    data = os.path.join(work, f"data-{shape}{tag}-b{batch_size}-s{data_seed}")
+    data = os.path.join(work, f"data-{name}-b{batch_size}-s{config.seed}")
     try:
         if read_metadata(data).num_epochs >= epochs:
             return data
     except FileNotFoundError:
         pass
     shutil.rmtree(data, ignore_errors=True)
-    raw = os.path.join(work, f"{shape}{tag}-s{data_seed}.csv")
-    config = synthetic.with_structure(
-        dataclasses.replace(synthetic.SHAPES[shape], seed=data_seed), structure
-    )
+    raw = os.path.join(work, f"{name}-s{config.seed}.csv")
     synthetic.write(synthetic.generate(config), raw, "csv")
     prepare.prepare(
         PrepareConfig(
@@ -285,9 +280,13 @@ def main() -> int:
         return 0
     os.makedirs(args.work, exist_ok=True)
     t0 = time.perf_counter()
-    data = prepare_data(
-        args.work, args.shape, args.epochs, args.batch_size, args.data_seed, args.structure
+    from training_core.data import synthetic
+
+    config = synthetic.with_structure(
+        dataclasses.replace(synthetic.SHAPES[args.shape], seed=args.data_seed), args.structure
     )
+    tag = "" if args.structure == "planted" else f"-{args.structure}"
+    data = prepare_data(args.work, args.shape + tag, config, args.epochs, args.batch_size)
     runs = []
     for seed in args.seeds:  # Seeds outermost: a stopped run still has every model once.
         for arch in args.models:

@@ -20,7 +20,6 @@ import argparse
 import dataclasses
 import json
 import os
-import shutil
 import statistics
 import sys
 
@@ -28,40 +27,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import model_quality  # noqa: E402  (bench/model_quality.py: one train run, popularity)
+import model_quality  # noqa: E402  (bench/model_quality.py: data, one train run, popularity)
 
 # Best HR@10 on real MovieLens-100k under this protocol (issue 15's figures).
 REAL = {"reference": 0.215, "ml-1m": 0.25}
 
 
 def prepare(work: str, strength: float, skew: float, epochs: int) -> str:
-    from training_core.data import prepare as prep
     from training_core.data import synthetic
-    from training_core.data.config import PrepareConfig
-    from training_core.data.metadata import read_metadata
 
-    data = os.path.join(work, f"data-s{strength}-p{skew}")
-    try:
-        if read_metadata(data).num_epochs >= epochs:
-            return data
-    except FileNotFoundError:
-        pass
-    shutil.rmtree(data, ignore_errors=True)
-    raw = os.path.join(work, f"raw-s{strength}-p{skew}.csv")
     config = dataclasses.replace(
         synthetic.SHAPES["ml-100k"], strength=strength, popularity_skew=skew
     )
-    synthetic.write(synthetic.generate(config), raw, "csv")
-    prep.prepare(
-        PrepareConfig(
-            input_path=raw,
-            output_dir=data,
-            num_epochs=epochs,
-            eval_negatives=999,
-            train_batch_size=1024,
-        )
-    )
-    return data
+    return model_quality.prepare_data(work, f"s{strength}-p{skew}", config, epochs, 1024)
 
 
 def main() -> int:

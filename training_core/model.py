@@ -171,8 +171,8 @@ class NCFModel(tf.Module):
             w = w[k:]
         if u_mlp is not None:
             if not self.mlp_kernels:
-                item_part = tf.matmul(items["mlp"], w[half:])[:, 0]  # [num_items]
-                logits += tf.matmul(u_mlp, w[:half]) + pick(item_part[:, None])[..., 0]
+                item_part = tf.matmul(items["mlp"], w[half:])  # [num_items, 1]
+                logits += tf.matmul(u_mlp, w[:half]) + pick(item_part)[..., 0]
             else:
                 kernel = tf.cast(self.mlp_kernels[0], compute_dtype)
                 first = tf.matmul(u_mlp, kernel[:half])  # [users, width]

@@ -12,7 +12,7 @@ def train_model(
     model: Output[Model],
     metrics: Output[Metrics],
     plots: Output[HTML],
-    preset: str = "ml-1m",
+    preset: str = "auto",
     architecture: str = "",
     epochs: int = 0,
     batch_size: int = 0,

@@ -433,9 +433,9 @@ _EPOCHS = "epochs"  # 0 (not set, training_core.options): the preset's epochs.
 @functools.cache
 def preset_names() -> tuple[str, ...]:
     """The names of the training presets (``training_core.presets``: no TensorFlow import)."""
-    from training_core.presets import PRESETS
+    from training_core.presets import PRESET_NAMES
 
-    return tuple(PRESETS)
+    return PRESET_NAMES
 
 
 def parameter_problems(values: Mapping[str, Any]) -> list[str]:

@@ -21,7 +21,8 @@ from components.train_model import train_model
 from pipelines import cli
 from training_core import eval_config, options, train_config
 from training_core.data import config as prep_config
-from training_core.presets import get_preset
+from training_core.data.metadata import read_metadata
+from training_core.presets import get_preset, resolve_preset
 
 # Component parameters that are not step options, and why; any other must be an option.
 NOT_OPTIONS = {
@@ -206,8 +207,14 @@ def test_each_train_model_parameter_reaches_the_config(data_dir):
     # Zero is "not set": the preset's epochs and target, the data's batch; negative: never stop.
     assert build(epochs=0, target_hr=0.0, batch_size=0) == default
     assert build(learning_rate=0.0, l2_regularization=0.0, num_factors=0, mlp_layers="") == default
-    assert default.model.hr_threshold == get_preset(default_preset()).hr_threshold is not None
-    assert build(target_hr=-1.0).model.hr_threshold is None
+    # The default preset (auto) is the one for this data's size, its target included.
+    size = read_metadata(data_dir).num_train_positives
+    want = get_preset(resolve_preset(default_preset(), size), batch_size=default.model.batch_size)
+    assert default.model == want
+    # A preset with a target keeps it unless told otherwise; negative: never stop.
+    assert build(preset="ml-1m").model.hr_threshold == get_preset("ml-1m").hr_threshold
+    assert get_preset("ml-1m").hr_threshold is not None
+    assert build(preset="ml-1m", target_hr=-1.0).model.hr_threshold is None
 
 
 def test_each_evaluate_model_parameter_reaches_the_options():
@@ -343,9 +350,12 @@ def test_each_train_flag_reaches_the_config(monkeypatch, data_dir, tmp_path):
 
     default = run()
     assert default == train_config.config_for(data_dir, str(tmp_path / "m"))
+    # Each flag against a preset with an HR@10 target (auto picks ml-100k here, which has
+    # none), so that --no-early-stop changes something; a later --preset replaces it.
+    base = run("--preset", "ml-1m")
     for flag, (values, holds) in flags.items():
-        config = run(flag, *values)
-        assert holds(config) and not holds(default), flag
+        config = run("--preset", "ml-1m", flag, *values)
+        assert holds(config) and not holds(base), flag
 
 
 def test_each_evaluate_flag_reaches_the_options(monkeypatch, tmp_path):

@@ -76,7 +76,8 @@ def test_submit_dry_run_refuses_what_vertex_ai_would_refuse_later(tmp_path, caps
 
 
 def test_preset_names_for_submit_are_the_presets_and_need_no_tensorflow():
-    assert vs.preset_names() == tuple(model.PRESETS)
+    # Every preset, and auto (the default: picked by the data's size).
+    assert vs.preset_names() == ("auto", *model.PRESETS)
     code = (
         "import sys; from pipelines import submit; names = submit.preset_names(); "
         "assert 'tensorflow' not in sys.modules, 'TensorFlow was imported'; print(names)"
@@ -85,7 +86,7 @@ def test_preset_names_for_submit_are_the_presets_and_need_no_tensorflow():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    assert "ml-1m" in done.stdout
+    assert "'auto'" in done.stdout and "'ml-1m'" in done.stdout
 
 
 def test_verify_names_a_region_vertex_ai_does_not_have(tmp_path, capsys):

@@ -500,7 +500,7 @@ def _ncf_dry_run(template, *extra: str, region: str | None = "us-central1") -> l
     [
         (
             ["--param", "preset=nosuch"],
-            "parameter 'preset': unknown preset 'nosuch'; choose one of reference, tiny, "
+            "parameter 'preset': unknown preset 'nosuch'; choose one of auto, reference, tiny, "
             "quick, ml-100k, ml-1m, ml-20m",
         ),
         (["--param", "preset=ml1m"], "unknown preset 'ml1m' (did you mean 'ml-1m'?)"),

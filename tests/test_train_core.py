@@ -10,6 +10,7 @@ import tensorflow as tf
 from training_core import input_pipeline, model, train, train_config
 from training_core.data.metadata import read_metadata
 from training_core.model_dir import CHECKPOINT_SUBDIR, MODEL_CONFIG_FILE, checkpoint_dir
+from training_core.presets import resolve_preset
 
 
 def _rows(ds, key="item_id"):
@@ -117,7 +118,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_data, tmp_path):
         # MLP 256 -> 256 -> 128 -> 64, logit over 64 GMF + 64 MLP features.
         ("ml-20m", 64 + 128, [(256, 256), (256, 128), (128, 64)], 64 + 64),
         ("ml-1m", 64 + 128, [(256, 256), (256, 128), (128, 64)], 64 + 64),
-        ("ml-100k", 64 + 64, [(128, 64), (64, 32)], 64 + 32),
+        ("ml-100k", 256 + 64, [(128, 64), (64, 32)], 256 + 32),
         ("quick", 16 + 32, [(64, 32), (32, 16)], 16 + 16),
         ("tiny", 8 + 8, [(16, 16), (16, 8)], 8 + 8),
         ("reference", 8 + 32, [(64, 32), (32, 16), (16, 8)], 8 + 8),
@@ -153,6 +154,32 @@ def test_preset_overrides_and_unknown_names():
     assert model.get_preset("tiny", batch_size=None).batch_size == tiny.batch_size  # None: kept.
     with pytest.raises(ValueError, match="unknown preset 'ml-2m'; choose one of"):
         model.get_preset("ml-2m")
+
+
+@pytest.mark.parametrize(
+    "positives, preset",
+    [
+        (99_057, "ml-100k"),  # MovieLens-100k's training positives (one held out per user).
+        (316_228, "ml-100k"),
+        (316_229, "ml-1m"),
+        (994_169, "ml-1m"),  # MovieLens-1m's.
+        (4_472_137, "ml-20m"),
+        (19_861_770, "ml-20m"),  # MovieLens-20m's.
+    ],
+)
+def test_auto_picks_the_preset_for_the_nearest_movielens_size(positives, preset):
+    assert resolve_preset("auto", positives) == preset
+    assert resolve_preset("quick", positives) == "quick"  # A name is kept as given.
+
+
+def test_the_default_preset_is_resolved_against_the_data(tiny_data):
+    """Left out, --preset is auto: the tiny set (8,000 ratings) trains with ml-100k's values,
+    and the run's config holds those values, not the name."""
+    assert train_config.DEFAULTS["preset"] == "auto"
+    got = train_config.config_for(tiny_data, "m").model
+    prebatch = read_metadata(tiny_data).train_prebatch_size
+    assert got == model.get_preset("ml-100k", batch_size=prebatch)
+    assert train_config.config_for(tiny_data, "m", "auto", num_factors=5).model.num_factors == 5
 
 
 def test_target_hr_stops_training_early(tiny_data, tmp_path):

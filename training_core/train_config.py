@@ -31,7 +31,7 @@ SUMMARIES_ENV = "AIP_TENSORBOARD_LOG_DIR"
 class TrainOptions:
     """What a user sets for a training run; each field's default is the option's default."""
 
-    preset: str = "ml-1m"
+    preset: str = "auto"  # A presets.PRESET_NAMES name; auto: by the data's size.
     architecture: str | None = None  # --model: a key of presets.ARCHITECTURES; None: the preset's.
     epochs: int | None = None  # None: the preset's.
     batch_size: int | None = None  # Global over all replicas; None: the data's pre-batch size.
@@ -178,13 +178,15 @@ def check_options(preset: str | None = None, **values: Any) -> None:
     """
     import difflib
 
-    from training_core.presets import PRESETS
+    from training_core.presets import PRESET_NAMES
 
     problems = []
-    if preset is not None and preset not in PRESETS:
-        close = difflib.get_close_matches(str(preset), list(PRESETS), n=1)
+    if preset is not None and preset not in PRESET_NAMES:
+        close = difflib.get_close_matches(str(preset), list(PRESET_NAMES), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        problems.append(f"--preset {preset!r} is unknown{hint}; choose one of {', '.join(PRESETS)}")
+        problems.append(
+            f"--preset {preset!r} is unknown{hint}; choose one of {', '.join(PRESET_NAMES)}"
+        )
     for field, value in values.items():
         option, rule, ok = _OPTION_RULES[field]
         if value is not None and not ok(value):
@@ -206,7 +208,8 @@ def config_for(
     """The ``TrainConfig`` for these options (``TrainOptions`` fields; ``None``: the default).
 
     Every value is checked first (``check_options``), before the data is read; then the preset
-    is resolved, ``batch_size`` defaulting to the data's pre-batch size. ``summaries_dir``
+    is resolved (``auto``: by the data's training positives, ``presets.resolve_preset``),
+    ``batch_size`` defaulting to the data's pre-batch size. ``summaries_dir``
     defaults to ``$AIP_TENSORBOARD_LOG_DIR`` when Vertex AI sets it, else ``model_dir/summaries``.
 
     Raises:
@@ -215,7 +218,7 @@ def config_for(
         FileNotFoundError: ``data_dir`` holds no prepared dataset.
     """
     from training_core.data.metadata import read_metadata
-    from training_core.presets import get_preset
+    from training_core.presets import get_preset, resolve_preset
 
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
@@ -231,7 +234,7 @@ def config_for(
     opts = TrainOptions(**{"preset": preset or TrainOptions.preset, **given})
     meta = read_metadata(data_dir)
     model = get_preset(
-        opts.preset,
+        resolve_preset(opts.preset, meta.num_train_positives),
         architecture=opts.architecture,
         epochs=opts.epochs,
         batch_size=meta.train_prebatch_size if opts.batch_size is None else opts.batch_size,

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from training_core import publish
+from training_core.train_config import TrainOptions
 
 log = logging.getLogger(__name__)
 
@@ -322,7 +323,7 @@ class TuneConfig:
 
     data_dir: str
     work_dir: str
-    preset: str = "ml-1m"
+    preset: str = TrainOptions.preset
     architecture: str | None = None
     trials: int = 20
     epochs: int = 10
@@ -361,10 +362,14 @@ def tune(config: TuneConfig) -> TuneResult:
     import tensorflow as tf
 
     from training_core import train, train_config
+    from training_core.data.metadata import read_metadata
+    from training_core.presets import resolve_preset
 
     config.check()
     space = load_search_space(config.search_space)
     train_config.check_options(config.preset, architecture=config.architecture)
+    # auto: the preset for this data's size, named in the results.
+    preset = resolve_preset(config.preset, read_metadata(config.data_dir).num_train_positives)
     os.makedirs(config.work_dir, exist_ok=True)
     t0 = time.perf_counter()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -394,7 +399,7 @@ def tune(config: TuneConfig) -> TuneResult:
         cfg = train_config.config_for(
             config.data_dir,
             model_dir,
-            config.preset,
+            preset,
             architecture=config.architecture,
             epochs=config.epochs,
             seed=config.seed,
@@ -405,7 +410,7 @@ def tune(config: TuneConfig) -> TuneResult:
 
     # The preset's own values first, outside the sampler (they may lie outside the space, as
     # l2 0 does on a log scale): the bar the search must clear.
-    own = option_values(space, preset_values(space, config.preset, config.architecture))
+    own = option_values(space, preset_values(space, preset, config.architecture))
     if "preset_value" not in study.user_attrs:
         ran = run(own, PRESET_RUN)
         study.set_user_attr("preset_value", max(getattr(e, space.metric) for e in ran.epochs))
@@ -458,7 +463,7 @@ def tune(config: TuneConfig) -> TuneResult:
         "metric": result.metric,
         "best_value": result.best_value,
         "best_options": result.best_options,
-        "preset": config.preset,
+        "preset": preset,
         "architecture": config.architecture,
         "preset_value": result.preset_value,
         "epochs_per_trial": config.epochs,

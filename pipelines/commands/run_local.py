@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.pipeline import LOCAL_PROFILE, build_pipeline, run_problems
     from pipelines.profiles import BUILTIN
     from training_core.data.sample_data import sample_path
-    from training_core.presets import PRESETS
+    from training_core.presets import PRESET_NAMES
 
     started = time.perf_counter()
     registry = os.path.abspath(args.registry)
@@ -84,9 +84,9 @@ def run(args: argparse.Namespace) -> int:
         **given,
     }
     problems = run_problems(spec, arguments)
-    if arguments.get("preset", "") not in PRESETS:  # Found now, not after validate and prepare.
+    if arguments.get("preset", "") not in PRESET_NAMES:  # Now, not after validate and prepare.
         problems.append(
-            f"preset {arguments.get('preset')!r} is unknown; use one of {', '.join(PRESETS)}"
+            f"preset {arguments.get('preset')!r} is unknown; use one of {', '.join(PRESET_NAMES)}"
         )
     if problems:
         raise ValueError("these parameter values cannot run:\n  - " + "\n  - ".join(problems))

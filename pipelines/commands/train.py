@@ -7,7 +7,7 @@ import json
 import os
 
 from pipelines.cli import example_epilog, options
-from training_core.presets import ARCHITECTURES, PRESETS
+from training_core.presets import ARCHITECTURES, PRESET_NAMES
 from training_core.strategy import ALL_REDUCE_ALGS, STRATEGIES
 from training_core.train_config import (
     DEFAULTS,
@@ -97,7 +97,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     # Each option's dest is its TrainOptions field; None (not given) keeps the field's default.
     p.add_argument(
         "--preset",
-        help=f"hyperparameter preset: {', '.join(PRESETS)} (default {DEFAULTS['preset']})",
+        help=f"hyperparameter preset: {', '.join(PRESET_NAMES)} (default {DEFAULTS['preset']}: "
+        "the one tuned for the MovieLens size nearest the data's)",
     )
     p.add_argument(
         "--model",

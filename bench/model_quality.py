@@ -36,6 +36,30 @@ CLI = os.path.join(os.path.dirname(sys.executable), "ncf-pipelines")
 DOC = os.path.join(ROOT, "docs", "model-quality.md")
 
 
+def data_dir(work: str, name: str, seed: int, batch_size: int) -> str:
+    """Where ``prepare_data`` puts the prepared set ``name`` of raw-data seed ``seed``."""
+    return os.path.join(work, f"data-{name}-b{batch_size}-s{seed}")
+
+
+def set_name(args: dict) -> str:
+    """The set's name: the shape, and the structure unless it is the generator's default."""
+    structure = args.get("structure", "planted")
+    return args["shape"] + ("" if structure == "planted" else f"-{structure}")
+
+
+def preset_words(args: dict) -> str:
+    """The preset as the page names it: ``auto`` with the preset it picked for the set."""
+    from training_core.data.metadata import read_metadata
+    from training_core.presets import AUTO, resolve_preset
+
+    preset = args["preset"]
+    if preset != AUTO:
+        return f"`{preset}` preset's"
+    data = data_dir(args["work"], set_name(args), args["data_seed"], args["batch_size"])
+    picked = resolve_preset(preset, read_metadata(data).num_train_positives)
+    return f"default preset's (`auto`, which picks `{picked}` for this set)"
+
+
 def prepare_data(work: str, name: str, config, epochs: int, batch_size: int) -> str:
     """The raw set ``config`` generates (a ``synthetic.SyntheticConfig``) and its prepared
     dataset, named ``name`` and the seed under ``work``; reused when there with enough epochs."""
@@ -43,7 +67,7 @@ def prepare_data(work: str, name: str, config, epochs: int, batch_size: int) -> 
     from training_core.data.config import PrepareConfig
     from training_core.data.metadata import read_metadata
 
-    data = os.path.join(work, f"data-{name}-b{batch_size}-s{config.seed}")
+    data = data_dir(work, name, config.seed, batch_size)
     try:
         if read_metadata(data).num_epochs >= epochs:
             return data
@@ -164,7 +188,7 @@ def write_docs(res: dict) -> None:
         "prepared once: 4 training negatives per positive drawn afresh each epoch, 999 "
         "distinct never-seen eval negatives, batch "
         f"{args['batch_size']}, {args['epochs']} epochs. Every model trains with the "
-        f"`{args['preset']}` preset's hyperparameters (only `--model` and `--seed` change), "
+        f"{preset_words(args)} hyperparameters (only `--model` and `--seed` change), "
         f"seeds {', '.join(map(str, args['seeds']))}. This is synthetic data: it ranks the "
         "models on data of this shape; run the script on your own prepared data "
         "(`ncf-pipelines train --model ...` on each) to rank them on yours.",
@@ -285,8 +309,7 @@ def main() -> int:
     config = synthetic.with_structure(
         dataclasses.replace(synthetic.SHAPES[args.shape], seed=args.data_seed), args.structure
     )
-    tag = "" if args.structure == "planted" else f"-{args.structure}"
-    data = prepare_data(args.work, args.shape + tag, config, args.epochs, args.batch_size)
+    data = prepare_data(args.work, set_name(vars(args)), config, args.epochs, args.batch_size)
     runs = []
     for seed in args.seeds:  # Seeds outermost: a stopped run still has every model once.
         for arch in args.models:

@@ -190,8 +190,8 @@ def write_docs(res: dict) -> None:
         f"{args['batch_size']}, {args['epochs']} epochs. Every model trains with the "
         f"{preset_words(args)} hyperparameters (only `--model` and `--seed` change), "
         f"seeds {', '.join(map(str, args['seeds']))}. This is synthetic data: it ranks the "
-        "models on data of this shape; run the script on your own prepared data "
-        "(`ncf-pipelines train --model ...` on each) to rank them on yours.",
+        "models on data of this shape; to rank them on yours, train each on it "
+        "(`ncf-pipelines train --data <yours> --model neumf|mf|gmf|mlp`).",
         "",
         "HR@10 and NDCG@10 rank each user's held-out item against its 999 sampled negatives; "
         "**full catalog** ranks it against every item the user did not train on (Krichene & "

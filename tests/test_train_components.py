@@ -30,6 +30,7 @@ def test_train_then_evaluate_components(tiny_data, tmp_path):
         assert key in m
     assert m["epochs"] == 2 and 0 < m["hr_at_10"] <= 1 and m["examples_per_sec"] > 0
     assert os.path.exists(config_path(model.path))
+    assert model.metadata["preset"] == "tiny"
     html = open(plots.path).read()
     assert html.count("<svg") == 3 and "HR@10" in html and "NDCG@10" in html
 
@@ -37,6 +38,25 @@ def test_train_then_evaluate_components(tiny_data, tmp_path):
     evaluate_model.python_func(examples=examples, model=model, metrics=ev)
     assert ev.metadata["hr_at_10"] == pytest.approx(m["hr_at_10"], abs=1e-9)
     assert ev.metadata["step"] == m["global_step"]
+
+
+def test_train_component_names_the_preset_auto_picked(tiny_data, tmp_path):
+    """Left at its default (auto), the component records the preset it trained with: the tiny
+    set's size picks ml-100k, whose GMF width the model's config holds."""
+    import json
+
+    model = dsl.Model(uri=str(tmp_path / "model"))
+    train_model.python_func(
+        examples=dsl.Dataset(uri=tiny_data),
+        model=model,
+        metrics=dsl.Metrics(uri=str(tmp_path / "metrics")),
+        plots=dsl.HTML(uri=str(tmp_path / "plots.html")),
+        epochs=1,
+        distribution_strategy="default",
+    )
+    assert model.metadata["preset"] == "ml-100k"
+    with open(config_path(model.path)) as f:
+        assert json.load(f)["model"]["num_factors"] == 256
 
 
 def test_cli_help_lists_train_and_evaluate(monkeypatch):

@@ -66,11 +66,7 @@ def train_model(
         metrics.log_metric(key, value)
     with open(plots.path, "w") as f:
         f.write(report.training_plots_html(result.to_dict()["epochs"]))
-    from training_core.data.metadata import read_metadata
-    from training_core.presets import resolve_preset
-
-    # The preset by name as it trained: auto's pick for this data (its values: model_config.json).
-    trained = resolve_preset(preset, read_metadata(examples.path).num_train_positives)
+    # The preset by name as it trained (auto's pick for this data; its values: model_config.json).
     model.metadata.update(
-        {"framework": "tensorflow", "preset": trained, "global_step": result.global_step}
+        {"framework": "tensorflow", "preset": config.preset, "global_step": result.global_step}
     )

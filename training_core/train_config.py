@@ -70,6 +70,7 @@ class TrainConfig:
         jit_compile: XLA-compile the forward/backward pass (with dense gradients, not on TPU,
             which compiles everything anyway).
         summaries_dir: TensorBoard folder; ``None``: ``model_dir/summaries``.
+        preset: the preset ``model`` came from, by name (``auto`` resolved); ``None``: not one.
     """
 
     data_dir: str
@@ -83,6 +84,7 @@ class TrainConfig:
     dense_gradients: bool | None = EMBEDDING_UPDATES[TrainOptions.embedding_updates]
     summaries_dir: str | None = None
     jit_compile: bool = False
+    preset: str | None = None
 
     def __post_init__(self) -> None:
         m = self.model
@@ -233,8 +235,9 @@ def config_for(
     )
     opts = TrainOptions(**{"preset": preset or TrainOptions.preset, **given})
     meta = read_metadata(data_dir)
+    preset_name = resolve_preset(opts.preset, meta.num_train_positives)
     model = get_preset(
-        resolve_preset(opts.preset, meta.num_train_positives),
+        preset_name,
         architecture=opts.architecture,
         epochs=opts.epochs,
         batch_size=meta.train_prebatch_size if opts.batch_size is None else opts.batch_size,
@@ -259,6 +262,7 @@ def config_for(
         dense_gradients=EMBEDDING_UPDATES[opts.embedding_updates],
         summaries_dir=summaries_dir or os.environ.get(SUMMARIES_ENV) or None,
         jit_compile=jit_compile,
+        preset=preset_name,
     )
 
 

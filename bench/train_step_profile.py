@@ -13,7 +13,14 @@ part of the step on the prepared data (bench/train_speed.py prepares it once und
   adam: tables      the optimizer on the two embedding tables alone (dense; 1,024 touched rows)
   adam: 8 small     the optimizer on the MLP and output variables alone
 
-Prints microseconds per step (median over rounds) as JSON lines and a table.
+Prints microseconds per step (median over rounds) as JSON lines and a table. ``--parts`` times
+only the parts named (by the start of their names, e.g. ``--parts "full step"``).
+
+Two versions of the code, side by side: ``--code DIR [DIR ...]`` takes ``training_core`` from
+each checkout in turn (e.g. ``git worktree add /tmp/before <commit>`` and ``.``), one process per
+round and checkout, alternating, and prints each part's median per checkout:
+
+    uv run python bench/train_step_profile.py --code /tmp/before . --parts "full step (dense)"
 """
 
 from __future__ import annotations
@@ -24,10 +31,15 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.environ.get("NCF_PROFILE_CODE"):  # A --code checkout (set by compare_checkouts).
+    sys.path.insert(0, os.environ["NCF_PROFILE_CODE"])
+else:
+    sys.path.insert(0, ROOT)
 
 
 def main() -> int:
@@ -39,7 +51,11 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=1500)
     p.add_argument("--work", default="/tmp/ncf-bench")
+    p.add_argument("--parts", nargs="+", help="only the parts whose names start with these")
+    p.add_argument("--code", nargs="+", help="checkouts to compare, alternating (see above)")
     args = p.parse_args()
+    if args.code:
+        return compare_checkouts(args)
     data = os.path.join(args.work, f"data-{args.shape}")
     if not os.path.exists(os.path.join(data, "metadata.json")):
         sys.exit(f"{data} is missing: run bench/train_speed.py --shape {args.shape} once first")
@@ -139,6 +155,11 @@ def main() -> int:
         "adam: tables (1,024 touched rows)": (adam_loop(adam_tables, g_rows, tables), dense_t),
         "adam: 8 small variables": (adam_loop(adam_small, g_small, small), dense_t),
     }
+    if args.parts:
+        names = list(parts)
+        parts = {k: v for k, v in parts.items() if any(k.startswith(q) for q in args.parts)}
+        if not parts:
+            sys.exit(f"--parts {args.parts} names none of: {', '.join(names)}")
     times: dict[str, list[float]] = {k: [] for k in parts}
     for rnd in range(args.rounds):
         for name, (fn, owner) in parts.items():
@@ -154,6 +175,36 @@ def main() -> int:
     for name, ts in times.items():
         rounds = ", ".join(f"{x:.0f}" for x in ts)
         print(f"{name:36} {statistics.median(ts):>17.0f} {rounds:>24}")
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+def compare_checkouts(args) -> int:
+    """Each round runs one process per ``--code`` checkout (this script, one round, that
+    checkout's ``training_core``), in turn; prints each part's median per checkout."""
+    codes = [os.path.abspath(c) for c in args.code]
+    for code in codes:
+        if not os.path.isdir(os.path.join(code, "training_core")):
+            sys.exit(f"--code {code}: no training_core/ there (a checkout of this project?)")
+    cmd = [sys.executable, os.path.abspath(__file__), "--shape", args.shape,
+           "--batch", str(args.batch), "--rounds", "1", "--steps", str(args.steps),
+           "--work", args.work]  # fmt: skip
+    if args.parts:
+        cmd += ["--parts", *args.parts]
+    times: dict[tuple[str, str], list[float]] = {}
+    for rnd in range(args.rounds):
+        for code in codes:
+            env = dict(os.environ, NCF_PROFILE_CODE=code, TF_CPP_MIN_LOG_LEVEL="2")
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+            for line in out.splitlines():
+                if line.startswith("{"):
+                    row = json.loads(line)
+                    times.setdefault((row["part"], code), []).append(row["us_per_step"])
+                    print(json.dumps({"round": rnd, "code": code, **row}), flush=True)
+    print(f"\n{'part':36} {'checkout':40} {'us/step (median)':>17}  rounds")
+    for (part, code), ts in times.items():
+        rounds = ", ".join(f"{x:.0f}" for x in ts)
+        print(f"{part:36} {code:40} {statistics.median(ts):>17.0f}  {rounds}")
     print(f"load average {os.getloadavg()[0]:.1f}")
     return 0
 

@@ -60,9 +60,11 @@ def preset_words(args: dict) -> str:
     return f"default preset's (`auto`, which picks `{picked}` for this set)"
 
 
-def prepare_data(work: str, name: str, config, epochs: int, batch_size: int) -> str:
+def prepare_data(work: str, name: str, config, epochs: int, batch_size: int, generate=None) -> str:
     """The raw set ``config`` generates (a ``synthetic.SyntheticConfig``) and its prepared
-    dataset, named ``name`` and the seed under ``work``; reused when there with enough epochs."""
+    dataset, named ``name`` and the seed under ``work``; reused when there with enough epochs.
+    ``generate``: a function that makes the interactions instead (a variant of the generator;
+    ``config`` still names the seed and bounds the eval negatives)."""
     from training_core.data import prepare, synthetic
     from training_core.data.config import PrepareConfig
     from training_core.data.metadata import read_metadata
@@ -74,8 +76,10 @@ def prepare_data(work: str, name: str, config, epochs: int, batch_size: int) -> 
     except FileNotFoundError:
         pass
     shutil.rmtree(data, ignore_errors=True)
+    os.makedirs(work, exist_ok=True)
     raw = os.path.join(work, f"{name}-s{config.seed}.csv")
-    synthetic.write(synthetic.generate(config), raw, "csv")
+    interactions = generate() if generate is not None else synthetic.generate(config)
+    synthetic.write(interactions, raw, "csv")
     prepare.prepare(
         PrepareConfig(
             input_path=raw,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -39,11 +40,18 @@ VARIANTS = ("movielens", "shuffled", "mixture", "dim32")
 MIXTURE_TASTES = 3
 
 
+def base_config():
+    """The ``movielens`` set's generator settings, which every variant starts from."""
+    from training_core.data import synthetic
+
+    return synthetic.with_structure(synthetic.SHAPES["ml-100k"], "movielens")
+
+
 def generate(variant: str):
     """The variant's interactions (``training_core.data.io.Interactions``)."""
     from training_core.data import synthetic
 
-    base = synthetic.with_structure(synthetic.SHAPES["ml-100k"], "movielens")
+    base = base_config()
     if variant == "movielens":
         return synthetic.generate(base)
     if variant == "shuffled":
@@ -100,34 +108,6 @@ def _mixture(c):
     )
 
 
-def prepare(work: str, variant: str, epochs: int) -> str:
-    """The variant's prepared dataset under ``work`` (reused when there with enough epochs)."""
-    from training_core.data import prepare as prep
-    from training_core.data import synthetic
-    from training_core.data.config import PrepareConfig
-    from training_core.data.metadata import read_metadata
-
-    out = os.path.join(work, f"data-{variant}")
-    try:
-        if read_metadata(out).num_epochs >= epochs:
-            return out
-    except FileNotFoundError:
-        pass
-    os.makedirs(work, exist_ok=True)
-    raw = os.path.join(work, f"{variant}.csv")
-    synthetic.write(generate(variant), raw, "csv")
-    prep.prepare(
-        PrepareConfig(
-            input_path=raw,
-            output_dir=out,
-            num_epochs=epochs,
-            eval_negatives=999,
-            train_batch_size=1024,
-        )
-    )
-    return out
-
-
 def main() -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -143,7 +123,10 @@ def main() -> int:
 
     rows = []
     for variant in args.variants:
-        data = prepare(args.work, variant, args.epochs)
+        make = functools.partial(generate, variant)
+        data = model_quality.prepare_data(
+            args.work, variant, base_config(), args.epochs, 1024, generate=make
+        )
         for seed in args.seeds:
             for preset in args.presets:
                 work = os.path.join(args.work, f"{variant}-{preset}")

@@ -34,22 +34,27 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ML20M_USERS, ML20M_ITEMS = 138_493, 26_744
 
 
-def batch_pool(batch: int, pool: int, seed: int = 0) -> dict:
-    """``pool`` training batches as NumPy arrays ``[pool, batch, 1]`` (the records' layout)."""
+def batch_pool(
+    batch: int, pool: int, seed: int = 0, users: int = ML20M_USERS, items: int = ML20M_ITEMS
+) -> dict:
+    """``pool`` training batches as NumPy arrays ``[pool, batch, 1]`` (the records' layout).
+
+    Uniform users, Zipf-like items (a few take most interactions, as in MovieLens), 1 positive
+    to 4 negatives. ``bench/gpu_ceiling_jax.py`` times its steps on the same batches.
+    """
     import numpy as np
 
     rng = np.random.default_rng(seed)
     n = batch * pool
-    users = rng.integers(0, ML20M_USERS, n, dtype=np.int64)
-    # Zipf-like popularity: a few items take most interactions, as in MovieLens.
-    ranks = np.arange(1, ML20M_ITEMS + 1, dtype=np.float64)
+    user_ids = rng.integers(0, users, n, dtype=np.int64)
+    ranks = np.arange(1, items + 1, dtype=np.float64)
     weights = 1.0 / ranks**0.8
-    items = rng.choice(ML20M_ITEMS, n, p=weights / weights.sum()).astype(np.int64)
+    item_ids = rng.choice(items, n, p=weights / weights.sum()).astype(np.int64)
     labels = (rng.random(n) < 0.2).astype(np.int32)  # 1 positive : 4 negatives.
     shape = (pool, batch, 1)
     return {
-        "user_id": users.reshape(shape),
-        "item_id": items.reshape(shape),
+        "user_id": user_ids.reshape(shape),
+        "item_id": item_ids.reshape(shape),
         "labels": labels.reshape(shape),
         "valid_point_mask": np.ones(shape, dtype=bool),
     }

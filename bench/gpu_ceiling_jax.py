@@ -1,0 +1,328 @@
+"""The same NeuMF training step in JAX: an accelerator's examples/s where TensorFlow is missing.
+
+    uv run python bench/gpu_ceiling_jax.py tf-reference check.npz   # here: TF writes 3 steps
+    python3 bench/gpu_ceiling_jax.py check check.npz                # JAX repeats them, compares
+    python3 bench/gpu_ceiling_jax.py measure --out gpu-jax.jsonl    # examples/s, ml-20m shape
+
+Why it exists: the GPU machines lent to this project's sessions carry JAX and PyTorch but no
+TensorFlow, reach no package index, and take 64 MiB per call, while TensorFlow 2.16 with its
+CUDA 12 libraries is about 3 GB; ``bench/gpu_train_speed.py`` (this project's own step) cannot run
+there. This script is the step ``make_train_loop`` compiles, written again in JAX: the ``ml-20m``
+preset's NeuMF (64 factors, MLP 256-256-128-64; one user and one item table of 192 columns, sliced
+into the GMF and MLP parts), sigmoid cross-entropy over the global batch, L2 on the rows used,
+dense gradients for the tables and the reference's Adam (``ResourceApplyAdam``'s formula) over
+every variable, float16 with dynamic loss scaling (a step that overflows is skipped) or bfloat16
+with float32 variables. Both go through XLA (the TF step XLA-compiles its forward and backward
+pass on an accelerator); here the whole loop of ``n`` steps is one compiled program.
+
+``tf-reference`` runs the project's own TF step (``make_train_loop``) three times on a small
+model and fixed batches and saves the initial weights, the batches, the losses and the final
+weights; ``check`` loads the same initial weights, takes the same three steps in JAX and fails
+unless losses and weights agree to float32 rounding. Its numbers therefore measure this
+project's arithmetic on the accelerator, not its TensorFlow code: a ceiling for the TF path
+(``bench/gpu_train_speed.py``) once TensorFlow is installed on such a machine.
+
+``measure``: for each batch size and precision, data resident on the device (a pool of batches,
+1 positive to 4 negatives, Zipf-like items, as ``gpu_train_speed.batch_pool``), a compiled and
+warmed loop, then ``--steps`` timed steps in one call; one JSON line each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(BENCH))
+sys.path.insert(0, BENCH)
+
+from gpu_train_speed import ML20M_ITEMS, ML20M_USERS, batch_pool  # noqa: E402
+
+from training_core.presets import NeuMFConfig, get_preset  # noqa: E402 (pure Python, no TF)
+
+PRESET = "ml-20m"  # MLPerf v0.5's model and Adam settings, as bench/gpu_train_speed.py trains.
+
+
+def to_arrays(pool: dict) -> dict:
+    """``batch_pool``'s ``[pool, batch, 1]`` records as the port's ``[pool, batch]`` arrays."""
+    return {
+        "user_id": pool["user_id"][..., 0].astype(np.int32),
+        "item_id": pool["item_id"][..., 0].astype(np.int32),
+        "labels": pool["labels"][..., 0].astype(np.float32),
+        "mask": pool["valid_point_mask"][..., 0].astype(np.float32),
+    }
+
+
+# --- JAX -------------------------------------------------------------------------------------
+
+
+def init_params(users: int, items: int, config: NeuMFConfig, seed: int = 0) -> dict:
+    """Glorot-uniform tables and layers, lecun-uniform logit (the project's initializers)."""
+    rng = np.random.default_rng(seed)
+
+    def glorot(shape):
+        limit = np.sqrt(6.0 / (shape[0] + shape[1]))
+        return rng.uniform(-limit, limit, shape).astype(np.float32)
+
+    layers, k = config.layers, config.num_factors
+    dim = k + layers[0] // 2
+    n_in = k + layers[-1]
+    return {
+        "user_embedding": glorot((users, dim)),
+        "item_embedding": glorot((items, dim)),
+        "kernels": [glorot((a, b)) for a, b in zip(layers[:-1], layers[1:], strict=True)],
+        "biases": [np.zeros(b, np.float32) for b in layers[1:]],
+        "logit_kernel": rng.uniform(-np.sqrt(3 / n_in), np.sqrt(3 / n_in), (n_in, 1)).astype(
+            np.float32
+        ),
+        "logit_bias": np.zeros(1, np.float32),
+    }
+
+
+def make_loop(config: NeuMFConfig, global_batch: int, dtype_name: str):
+    """``loop(state, pool, start, n) -> (state, summed loss)``: ``n`` compiled steps."""
+    import jax
+    import jax.numpy as jnp
+
+    dtype = jnp.dtype(dtype_name)
+    k, half = config.num_factors, config.layers[0] // 2
+    b1, b2, eps, lr = config.beta1, config.beta2, config.epsilon, config.learning_rate
+    l2 = config.l2_regularization
+    scaled = dtype_name == "float16"
+
+    def loss_fn(params, users, items, labels, mask, scale):
+        u_rows = jnp.take(params["user_embedding"], users, axis=0)
+        v_rows = jnp.take(params["item_embedding"], items, axis=0)
+        u, v = u_rows.astype(dtype), v_rows.astype(dtype)
+        gmf = u[:, :k] * v[:, :k]
+        h = jnp.concatenate([u[:, k : k + half], v[:, k : k + half]], axis=1)
+        for kernel, bias in zip(params["kernels"], params["biases"], strict=True):
+            h = jax.nn.relu(h @ kernel.astype(dtype) + bias.astype(dtype))
+        features = jnp.concatenate([gmf, h], axis=1)
+        logits = (features @ params["logit_kernel"].astype(dtype)).astype(jnp.float32)
+        logits = logits[:, 0] + params["logit_bias"][0]
+        # TF's sigmoid_cross_entropy_with_logits formula.
+        per_row = jnp.maximum(logits, 0) - logits * labels + jnp.log1p(jnp.exp(-jnp.abs(logits)))
+        if l2 > 0:
+            per_row += l2 * (jnp.sum(u_rows**2, axis=1) + jnp.sum(v_rows**2, axis=1))
+        loss = jnp.sum(per_row * mask) / global_batch
+        return loss * scale, loss
+
+    grad_fn = jax.grad(loss_fn, has_aux=True)
+
+    def step(state, batch):
+        params, m, v, t, scale, good = state
+        grads, loss = grad_fn(params, *batch, scale)
+        grads = jax.tree_util.tree_map(lambda g: g / scale, grads)
+        finite = jnp.all(
+            jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grads)])
+        )
+        tt = (t + 1).astype(jnp.float32)
+        lr_t = lr * jnp.sqrt(1 - b2**tt) / (1 - b1**tt)
+        new_m = jax.tree_util.tree_map(lambda m_, g: b1 * m_ + (1 - b1) * g, m, grads)
+        new_v = jax.tree_util.tree_map(lambda v_, g: b2 * v_ + (1 - b2) * g * g, v, grads)
+        new_p = jax.tree_util.tree_map(
+            lambda p, m_, v_: p - lr_t * m_ / (jnp.sqrt(v_) + eps), params, new_m, new_v
+        )
+        if scaled:  # DynamicLossScale: skip on overflow, halve; double after 2000 good steps.
+            keep = lambda new, old: jax.tree_util.tree_map(  # noqa: E731
+                lambda a, b: jnp.where(finite, a, b), new, old
+            )
+            new_p, new_m, new_v = keep(new_p, params), keep(new_m, m), keep(new_v, v)
+            grow = finite & (good + 1 >= 2000)
+            scale = jnp.where(finite, jnp.where(grow, scale * 2, scale), jnp.maximum(scale / 2, 1))
+            good = jnp.where(finite & ~grow, good + 1, 0)
+            t = t + finite.astype(t.dtype)
+        else:
+            t = t + 1
+        return (new_p, new_m, new_v, t, scale, good), loss
+
+    def loop(state, pool, start, n):
+        size = pool["user_id"].shape[0]
+
+        def body(i, carry):
+            state, total = carry
+            j = (start + i) % size
+            batch = tuple(pool[key][j] for key in ("user_id", "item_id", "labels", "mask"))
+            state, loss = step(state, batch)
+            return state, total + loss
+
+        return jax.lax.fori_loop(0, n, body, (state, jnp.float32(0)))
+
+    return jax.jit(loop, static_argnums=(3,), donate_argnums=(0,))
+
+
+def initial_state(params: dict, dtype_name: str):
+    import jax
+    import jax.numpy as jnp
+
+    params = jax.tree_util.tree_map(jnp.asarray, params)
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+    scale = jnp.float32(2.0**15 if dtype_name == "float16" else 1.0)
+    return (params, zeros, jax.tree_util.tree_map(jnp.zeros_like, params), jnp.int32(0), scale,
+            jnp.int32(0))  # fmt: skip
+
+
+# --- the check against this project's TF step --------------------------------------------------
+
+CHECK_SHAPE = dict(users=500, items=300, batch=1024, steps=3)
+
+
+def tf_reference(path: str) -> int:
+    """This project's TF step (make_train_loop), 3 steps on a small model; saved to ``path``."""
+    import tensorflow as tf
+
+    from training_core.model import NCFModel
+    from training_core.optim import Adam
+    from training_core.train_step import make_train_loop
+
+    config = get_preset(PRESET, batch_size=CHECK_SHAPE["batch"])
+    users, items, batch, steps = (CHECK_SHAPE[k] for k in ("users", "items", "batch", "steps"))
+    strategy = tf.distribute.get_strategy()
+    model = NCFModel(config, users, items, seed=0)
+    variables = [model.user_embedding, model.item_embedding, *model.dense_variables()]
+    optimizer = Adam(variables, config.learning_rate, config.beta1, config.beta2, config.epsilon)
+    step = tf.Variable(0, dtype=tf.int64)
+    loop = make_train_loop(
+        strategy, model, variables, optimizer, None, step,
+        global_batch=batch, dtype=tf.float32, dense=True, jit=False,
+    )  # fmt: skip
+    names = _flat_names(model)
+    saved = {f"init/{name}": v.numpy() for name, v in zip(names, variables, strict=True)}
+    pool = batch_pool(batch, steps, seed=1, users=users, items=items)
+    iterator = iter(tf.data.Dataset.from_tensor_slices(pool))
+    losses = [float(loop(iterator, tf.constant(1, tf.int64))) for _ in range(steps)]
+    saved.update({f"final/{name}": v.numpy() for name, v in zip(names, variables, strict=True)})
+    saved.update({f"pool/{key}": value for key, value in pool.items()})
+    saved["losses"] = np.array(losses, np.float32)
+    np.savez(path, **saved)
+    print(f"TF step: losses {losses}; saved {path}")
+    return 0
+
+
+def _flat_names(model) -> list[str]:
+    n = len(model.mlp_kernels)
+    return ["user_embedding", "item_embedding", *[f"kernels/{i}" for i in range(n)],
+            *[f"biases/{i}" for i in range(n)], "logit_kernel", "logit_bias"]  # fmt: skip
+
+
+def _unflatten(saved, prefix: str) -> dict:
+    n = sum(1 for key in saved.files if key.startswith(f"{prefix}/kernels/"))
+    return {
+        "user_embedding": saved[f"{prefix}/user_embedding"],
+        "item_embedding": saved[f"{prefix}/item_embedding"],
+        "kernels": [saved[f"{prefix}/kernels/{i}"] for i in range(n)],
+        "biases": [saved[f"{prefix}/biases/{i}"] for i in range(n)],
+        "logit_kernel": saved[f"{prefix}/logit_kernel"],
+        "logit_bias": saved[f"{prefix}/logit_bias"],
+    }
+
+
+def check(path: str) -> int:
+    """The JAX step from the TF step's initial weights: same losses and weights, or exit 1."""
+    import jax
+
+    jax.config.update("jax_default_matmul_precision", "highest")  # Compare in true float32.
+    saved = np.load(path)
+    pool = to_arrays({key: saved[f"pool/{key}"] for key in
+                      ("user_id", "item_id", "labels", "valid_point_mask")})  # fmt: skip
+    steps = len(saved["losses"])
+    loop = make_loop(get_preset(PRESET), pool["user_id"].shape[1], "float32")
+    state = initial_state(_unflatten(saved, "init"), "float32")
+    losses = []
+    for i in range(steps):
+        state, loss = loop(state, pool, i, 1)
+        losses.append(float(loss))
+    final = _unflatten(saved, "final")
+    worst = 0.0
+    for got, want in zip(jax.tree_util.tree_leaves(state[0]), jax.tree_util.tree_leaves(final),
+                         strict=True):  # fmt: skip
+        worst = max(worst, float(np.max(np.abs(np.asarray(got) - want))))
+    loss_err = float(np.max(np.abs(np.array(losses) - saved["losses"])))
+    ok = loss_err < 1e-5 and worst < 1e-5
+    print(json.dumps({"check": "jax step vs tf step", "device": str(jax.devices()[0]),
+                      "losses_jax": losses, "losses_tf": saved["losses"].tolist(),
+                      "max_loss_diff": loss_err, "max_weight_diff": worst, "ok": ok}))  # fmt: skip
+    return 0 if ok else 1
+
+
+# --- measure -----------------------------------------------------------------------------------
+
+
+def measure(batch: int, precision: str, steps: int, warmup: int, pool_size: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    config = get_preset(PRESET, batch_size=batch)
+    params = init_params(ML20M_USERS, ML20M_ITEMS, config)
+    pool = {k: jnp.asarray(v) for k, v in to_arrays(batch_pool(batch, pool_size)).items()}
+    loop = make_loop(config, batch, precision)
+    state = initial_state(params, precision)
+    t0 = time.perf_counter()
+    state, total = loop(state, pool, 0, warmup)  # Compiles.
+    float(total)
+    compile_s = time.perf_counter() - t0
+    state, total = loop(state, pool, warmup, steps)  # Same n: no recompilation, warm.
+    float(total)
+    t0 = time.perf_counter()
+    state, total = loop(state, pool, 0, steps)
+    total = float(total)  # Waits for the device.
+    seconds = time.perf_counter() - t0
+    return {
+        "framework": f"jax {jax.__version__}",
+        "device": str(jax.devices()[0].device_kind),
+        "batch": batch,
+        "precision": precision,
+        "steps": steps,
+        "seconds": seconds,
+        "examples_per_sec": steps * batch / seconds,
+        "mean_loss": total / steps,
+        "first_call_s": compile_s,
+        "loss_scale": float(state[4]),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = p.add_subparsers(dest="cmd", required=True)
+    ref = sub.add_parser("tf-reference", help="run the TF step (needs this project's venv)")
+    ref.add_argument("path")
+    chk = sub.add_parser("check", help="repeat the TF step's 3 steps in JAX and compare")
+    chk.add_argument("path")
+    m = sub.add_parser("measure", help="examples/s at ml-20m shape")
+    m.add_argument("--batch-sizes", type=int, nargs="+", default=[65_536, 262_144, 1_048_576])
+    m.add_argument("--precisions", nargs="+", default=["float32", "bfloat16", "float16"],
+                   choices=["float32", "bfloat16", "float16"])  # fmt: skip
+    m.add_argument("--steps", type=int, default=50)
+    m.add_argument("--warmup", type=int, default=50, help="steps in the compiling call")
+    m.add_argument("--pool", type=int, default=8, help="distinct batches kept on the device")
+    m.add_argument("--out", help="append JSON lines here")
+    args = p.parse_args()
+    if args.cmd == "tf-reference":
+        return tf_reference(args.path)
+    if args.cmd == "check":
+        return check(args.path)
+    rows = []
+    for batch in args.batch_sizes:
+        for precision in args.precisions:
+            row = measure(batch, precision, args.steps, args.warmup, args.pool)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+    print(f"\n{'batch':>10} {'precision':>9} {'examples/s':>16}")
+    for r in rows:
+        print(f"{r['batch']:>10,} {r['precision']:>9} {r['examples_per_sec']:>16,.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -168,6 +168,68 @@ def initial_state(params: dict, dtype_name: str):
             jnp.int32(0))  # fmt: skip
 
 
+def make_full_catalog(config: NeuMFConfig, users_per_step: int, dtype_name: str):
+    """``rank(params, users, held_out, seen, n) -> (hits, ndcg_sum)``: the full-catalog metrics.
+
+    ``FullCatalogEval``'s arithmetic for NeuMF: each item's share of the score once
+    (``item_side``), user x every item in steps of ``users_per_step`` users (``score_grid``, the
+    first MLP layer split per side), the user's training positives (``seen``: ``[users, S]`` item
+    ids, -1 padding) masked out, the held-out item's rank among the rest, ties against it
+    (``metrics.full_catalog_sums``), top 10. ``users`` is a multiple of ``users_per_step``.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    dtype = jnp.dtype(dtype_name)
+    k, half = config.num_factors, config.layers[0] // 2
+
+    def item_side(params):
+        v = params["item_embedding"].astype(dtype)
+        first = params["kernels"][0].astype(dtype)
+        return v[:, :k], v[:, k : k + half] @ first[half:] + params["biases"][0].astype(dtype)
+
+    def grid(params, item_gmf, item_mlp, users):  # [b, num_items] float32 logits
+        u = jnp.take(params["user_embedding"], users, axis=0).astype(dtype)
+        w = params["logit_kernel"].astype(dtype)
+        logits = (u[:, :k] * w[:k, 0]) @ item_gmf.T
+        first = u[:, k : k + half] @ params["kernels"][0].astype(dtype)[:half]
+        h = jax.nn.relu(first[:, None, :] + item_mlp[None])
+        b, n = h.shape[0], h.shape[1]
+        h = h.reshape(b * n, -1)
+        for kernel, bias in zip(params["kernels"][1:], params["biases"][1:], strict=True):
+            h = jax.nn.relu(h @ kernel.astype(dtype) + bias.astype(dtype))
+        logits = logits + (h @ w[k:]).reshape(b, n)
+        return logits.astype(jnp.float32) + params["logit_bias"][0]
+
+    def sums(scores, seen, positives):
+        b, n = scores.shape
+        rows = jnp.broadcast_to(jnp.arange(b)[:, None], seen.shape)
+        excluded = (
+            jnp.zeros((b, n), bool).at[rows, jnp.where(seen < 0, n, seen)].set(True, mode="drop")
+        )
+        positive = jnp.take_along_axis(scores, positives[:, None], axis=1)
+        candidate = ~excluded & (jnp.arange(n)[None, :] != positives[:, None])
+        rank = jnp.sum(candidate & (scores >= positive), axis=1)
+        hit = rank < 10
+        ndcg = jnp.where(hit, jnp.log(2.0) / jnp.log(rank.astype(jnp.float32) + 2.0), 0.0)
+        return jnp.sum(hit.astype(jnp.int32)), jnp.sum(ndcg)
+
+    def rank(params, users, held_out, seen):
+        item_gmf, item_mlp = item_side(params)
+        steps = users.shape[0] // users_per_step
+
+        def body(i, carry):
+            start = i * users_per_step
+            pick = lambda a: jax.lax.dynamic_slice_in_dim(a, start, users_per_step)  # noqa: E731
+            scores = grid(params, item_gmf, item_mlp, pick(users))
+            h, d = sums(scores, pick(seen), pick(held_out))
+            return carry[0] + h, carry[1] + d
+
+        return jax.lax.fori_loop(0, steps, body, (jnp.int32(0), jnp.float32(0)))
+
+    return jax.jit(rank), jax.jit(grid), item_side
+
+
 # --- the check against this project's TF step --------------------------------------------------
 
 CHECK_SHAPE = dict(users=500, items=300, batch=1024, steps=3)
@@ -177,6 +239,7 @@ def tf_reference(path: str) -> int:
     """This project's TF step (make_train_loop), 3 steps on a small model; saved to ``path``."""
     import tensorflow as tf
 
+    from training_core import metrics
     from training_core.model import NCFModel
     from training_core.optim import Adam
     from training_core.train_step import make_train_loop
@@ -199,6 +262,20 @@ def tf_reference(path: str) -> int:
     losses = [float(loop(iterator, tf.constant(1, tf.int64))) for _ in range(steps)]
     saved.update({f"final/{name}": v.numpy() for name, v in zip(names, variables, strict=True)})
     saved.update({f"pool/{key}": value for key, value in pool.items()})
+    # The full-catalog ranking on the final weights: every user against every item.
+    rng = np.random.default_rng(2)
+    grid = model.score_grid(tf.range(users), model.item_side()).numpy()
+    held_out = rng.integers(0, items, users)
+    seen = np.full((users, 20), -1, np.int64)
+    for u in range(users):  # Up to 20 training positives per user, never the held-out item.
+        n = rng.integers(0, 21)
+        seen[u, :n] = rng.choice(np.setdiff1d(np.arange(items), [held_out[u]]), n, replace=False)
+    excluded = np.zeros((users, items), bool)
+    for u in range(users):
+        excluded[u, seen[u][seen[u] >= 0]] = True
+    hits, ndcg, _ = metrics.full_catalog_sums(grid, excluded, held_out, np.ones(users, bool))
+    saved.update({"grid": grid, "held_out": held_out, "seen": seen})
+    saved.update({"hits": int(hits), "ndcg": float(ndcg)})
     saved["losses"] = np.array(losses, np.float32)
     np.savez(path, **saved)
     print(f"TF step: losses {losses}; saved {path}")
@@ -248,7 +325,20 @@ def check(path: str) -> int:
     print(json.dumps({"check": "jax step vs tf step", "device": str(jax.devices()[0]),
                       "losses_jax": losses, "losses_tf": saved["losses"].tolist(),
                       "max_loss_diff": loss_err, "max_weight_diff": worst, "ok": ok}))  # fmt: skip
-    return 0 if ok else 1
+    # The full-catalog ranking, from the TF step's final weights.
+    users = len(saved["held_out"])
+    rank, grid, item_side = make_full_catalog(get_preset(PRESET), users, "float32")
+    params = _unflatten(saved, "final")
+    scores = np.asarray(grid(params, *item_side(params), np.arange(users)))
+    grid_err = float(np.max(np.abs(scores - saved["grid"])))
+    hits, ndcg = rank(params, np.arange(users), saved["held_out"], saved["seen"])
+    ranked = (grid_err < 1e-5 and int(hits) == int(saved["hits"])
+              and abs(float(ndcg) - float(saved["ndcg"])) < 1e-4)  # fmt: skip
+    print(json.dumps({"check": "jax full-catalog vs tf", "max_score_diff": grid_err,
+                      "hits_jax": int(hits), "hits_tf": int(saved["hits"]),
+                      "ndcg_jax": float(ndcg), "ndcg_tf": float(saved["ndcg"]),
+                      "ok": ranked}))  # fmt: skip
+    return 0 if ok and ranked else 1
 
 
 # --- measure -----------------------------------------------------------------------------------
@@ -287,6 +377,43 @@ def measure(batch: int, precision: str, steps: int, warmup: int, pool_size: int)
     }
 
 
+def measure_full_catalog(pairs_per_step: int, precision: str, users: int, seen: int) -> dict:
+    """One full-catalog ranking of ``users`` users x every item at ml-20m shape, timed."""
+    import jax
+    import jax.numpy as jnp
+
+    config = get_preset(PRESET)
+    per_step = max(1, pairs_per_step // ML20M_ITEMS)  # As FullCatalogEval sizes its steps.
+    ranked = -(-users // per_step) * per_step  # Whole steps: up to per_step - 1 extra users.
+    rng = np.random.default_rng(0)
+    params = jax.tree_util.tree_map(jnp.asarray, init_params(ML20M_USERS, ML20M_ITEMS, config))
+    user_ids = jnp.asarray(np.arange(ranked) % ML20M_USERS, jnp.int32)
+    held_out = jnp.asarray(rng.integers(0, ML20M_ITEMS, ranked), jnp.int32)
+    positives = jnp.asarray(rng.integers(0, ML20M_ITEMS, (ranked, seen)), jnp.int32)
+    rank, _, _ = make_full_catalog(config, per_step, precision)
+    t0 = time.perf_counter()
+    hits, _ = rank(params, user_ids, held_out, positives)  # Compiles.
+    int(hits)
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    hits, ndcg = rank(params, user_ids, held_out, positives)
+    int(hits)  # Waits for the device.
+    seconds = time.perf_counter() - t0
+    return {
+        "framework": f"jax {jax.__version__}",
+        "device": str(jax.devices()[0].device_kind),
+        "pairs_per_step": pairs_per_step,
+        "users_per_step": per_step,
+        "precision": precision,
+        "users": ranked,
+        "items": ML20M_ITEMS,
+        "seconds": seconds,
+        "scores_per_sec": ranked * ML20M_ITEMS / seconds,
+        "first_call_s": first,
+        "hits": int(hits),
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -304,11 +431,28 @@ def main() -> int:
     m.add_argument("--warmup", type=int, default=50, help="steps in the compiling call")
     m.add_argument("--pool", type=int, default=8, help="distinct batches kept on the device")
     m.add_argument("--out", help="append JSON lines here")
+    fc = sub.add_parser("full-catalog", help="full-catalog ranking time at ml-20m shape")
+    fc.add_argument("--pairs-per-step", type=int, nargs="+", default=[1 << 19, 1 << 21, 1 << 23],
+                    help="scores per step; full_catalog.PAIRS_PER_STEP is 2**19")  # fmt: skip
+    fc.add_argument("--precisions", nargs="+", default=["float32"],
+                    choices=["float32", "bfloat16", "float16"])  # fmt: skip
+    fc.add_argument("--users", type=int, default=ML20M_USERS)
+    fc.add_argument("--seen", type=int, default=144, help="training positives per user masked")
+    fc.add_argument("--out", help="append JSON lines here")
     args = p.parse_args()
     if args.cmd == "tf-reference":
         return tf_reference(args.path)
     if args.cmd == "check":
         return check(args.path)
+    if args.cmd == "full-catalog":
+        for pairs in args.pairs_per_step:
+            for precision in args.precisions:
+                row = measure_full_catalog(pairs, precision, args.users, args.seen)
+                print(json.dumps(row), flush=True)
+                if args.out:
+                    with open(args.out, "a") as f:
+                        f.write(json.dumps(row) + "\n")
+        return 0
     rows = []
     for batch in args.batch_sizes:
         for precision in args.precisions:

@@ -3,6 +3,7 @@
     uv run python bench/gpu_ceiling_jax.py tf-reference check.npz   # here: TF writes 3 steps
     python3 bench/gpu_ceiling_jax.py check check.npz                # JAX repeats them, compares
     python3 bench/gpu_ceiling_jax.py measure --out gpu-jax.jsonl    # examples/s, ml-20m shape
+    python3 bench/gpu_ceiling_jax.py full-catalog --out fc.jsonl    # every user x every item
 
 Why it exists: the GPU machines lent to this project's sessions carry JAX and PyTorch but no
 TensorFlow, reach no package index, and take 64 MiB per call, while TensorFlow 2.16 with its
@@ -25,6 +26,11 @@ project's arithmetic on the accelerator, not its TensorFlow code: a ceiling for 
 ``measure``: for each batch size and precision, data resident on the device (a pool of batches,
 1 positive to 4 negatives, Zipf-like items, as ``gpu_train_speed.batch_pool``), a compiled and
 warmed loop, then ``--steps`` timed steps in one call; one JSON line each.
+
+``full-catalog``: ``FullCatalogEval``'s ranking (``item_side``, the per-side ``score_grid``,
+``full_catalog_sums``; ``check`` holds it to the TF model's scores and metrics too) of every
+ml-20m user against every item, in steps of ``--pairs-per-step`` scores, timed on its second
+call; one JSON line per step size and precision.
 """
 
 from __future__ import annotations

@@ -2,12 +2,17 @@
 
     uv run python bench/gpu_train_speed.py                       # every visible GPU, defaults
     uv run python bench/gpu_train_speed.py --batch-sizes 65536 1048576 --precisions float32 float16
+    uv run python bench/gpu_train_speed.py --jit-compile both    # without and with XLA
 
 The model is the ``ml-20m`` preset's NeuMF (64 factors, MLP 256-256-128-64; MLPerf v0.5's
 settings) at ml-20m's shape (138,493 users x 26,744 items); the step is this project's own
 (``training_core.train_step.make_train_loop``: the same loss, gradients, Adam and float16 loss
 scaling as ``ncf-pipelines train``), under the strategy ``train`` would pick for the visible
-devices. The data never touches a file: a pool of training batches (1 positive to 4 negatives,
+devices, with the embedding updates ``train`` picks there (dense on an accelerator). ``train``
+does not XLA-compile the step (``TrainConfig.jit_compile`` is off; only a Python caller turns
+it on), so neither does this by default; ``--jit-compile on`` (or ``both``: each configuration
+without, then with) measures the XLA-compiled forward and backward pass, to decide that default
+on a GPU. The data never touches a file: a pool of training batches (1 positive to 4 negatives,
 Zipf-like item popularity) is made once in host memory per replica and fed through
 ``strategy.distribute_datasets_from_function``, which prefetches each batch onto its device
 while the previous step runs; the timed steps therefore measure the step, not the input pipeline.
@@ -18,7 +23,8 @@ For each batch size and precision: a warm-up of ``--warmup`` steps (compiling), 
 only mean something on the accelerator they name.
 
 Reference point: NVIDIA publishes about 22.6M samples/s (TF32) and 34.1M (AMP) for its PyTorch
-NCF on one A100 (80GB) at batch 1,048,576; no H100 figure is published.
+NCF on one A100 (80GB) at batch 1,048,576; no H100 figure is published. The same step in JAX
+on one H200 (``bench/gpu_ceiling_jax.py``; docs/benchmarks.md 'GPU') bounds it from above.
 """
 
 from __future__ import annotations
@@ -60,7 +66,9 @@ def batch_pool(
     }
 
 
-def measure(strategy, batch: int, precision: str, steps: int, warmup: int, pool: int) -> dict:
+def measure(
+    strategy, batch: int, precision: str, steps: int, warmup: int, pool: int, jit_compile: bool
+) -> dict:
     import tensorflow as tf
 
     from training_core import train
@@ -81,10 +89,12 @@ def measure(strategy, batch: int, precision: str, steps: int, warmup: int, pool:
         loss_scale = DynamicLossScale() if dtype == tf.float16 else None
         step = tf.Variable(0, dtype=tf.int64, trainable=False,
                            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)  # fmt: skip
-    on_accelerator = bool(tf.config.list_logical_devices("GPU"))
+    # train._dense_gradients' rule at this table size: dense on an accelerator, else touched rows;
+    # train XLA-compiles only with dense gradients (train._Trainer.jit).
+    dense = bool(tf.config.list_logical_devices("GPU"))
     loop = make_train_loop(
         strategy, model, variables, optimizer, loss_scale, step,
-        global_batch=batch, dtype=dtype, dense=on_accelerator, jit=on_accelerator,
+        global_batch=batch, dtype=dtype, dense=dense, jit=jit_compile and dense,
     )  # fmt: skip
     per_replica = batch // replicas
 
@@ -105,6 +115,8 @@ def measure(strategy, batch: int, precision: str, steps: int, warmup: int, pool:
         "precision": precision,
         "compute_dtype": dtype.name,
         "replicas": replicas,
+        "dense_gradients": dense,
+        "jit_compile": jit_compile and dense,
         "devices": [d.name for d in tf.config.list_logical_devices("GPU")] or ["CPU"],
         "steps": steps,
         "seconds": seconds,
@@ -124,7 +136,10 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--pool", type=int, default=8, help="distinct batches kept in host memory")
     p.add_argument("--out", help="append JSON lines here")
+    p.add_argument("--jit-compile", choices=["off", "on", "both"], default="off",
+                   help="XLA-compile the forward and backward pass (train: off)")  # fmt: skip
     args = p.parse_args()
+    jits = {"off": [False], "on": [True], "both": [False, True]}[args.jit_compile]
 
     from training_core import console
 
@@ -135,16 +150,18 @@ def main() -> int:
     rows = []
     for batch in args.batch_sizes:
         for precision in args.precisions:
-            row = measure(strategy, batch, precision, args.steps, args.warmup, args.pool)
-            rows.append(row)
-            line = json.dumps(row)
-            print(line, flush=True)
-            if args.out:
-                with open(args.out, "a") as f:
-                    f.write(line + "\n")
-    print(f"\n{'batch':>10} {'precision':>9} {'replicas':>8} {'examples/s':>14}")
+            for jit in jits:
+                row = measure(strategy, batch, precision, args.steps, args.warmup, args.pool, jit)
+                rows.append(row)
+                line = json.dumps(row)
+                print(line, flush=True)
+                if args.out:
+                    with open(args.out, "a") as f:
+                        f.write(line + "\n")
+    print(f"\n{'batch':>10} {'precision':>9} {'XLA':>4} {'replicas':>8} {'examples/s':>14}")
     for r in rows:
-        print(f"{r['batch']:>10,} {r['precision']:>9} {r['replicas']:>8} "
+        xla = "on" if r["jit_compile"] else "off"
+        print(f"{r['batch']:>10,} {r['precision']:>9} {xla:>4} {r['replicas']:>8} "
               f"{r['examples_per_sec']:>14,.0f}")  # fmt: skip
     return 0
 

@@ -1,7 +1,8 @@
 """The paths accelerator profiles take by default, exercised on a CPU.
 
-GPU/TPU profiles train in float16 (with dynamic loss scaling) or bfloat16, XLA-compile the step,
-apply embedding gradients densely, and multi-worker/TPU runs save on a preemption notice; large
+GPU/TPU profiles train in float16 (with dynamic loss scaling) or bfloat16 and apply embedding
+gradients densely (the step is XLA-compiled on a TPU, and elsewhere when a caller sets
+``jit_compile``), and multi-worker/TPU runs save on a preemption notice; large
 tables on CPU take sparse-row (lazy Adam) updates. Tiny test data picks none of these, so each is
 forced here: float16 with a loss scale large enough to overflow, `jit_compile=True`, both embedding
 update paths, our Adam against Keras', and a SIGTERM to a multi-worker run.

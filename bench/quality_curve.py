@@ -452,9 +452,9 @@ against the positive ({100 * st_r["share_users_heldout_drawn_as_negative"]:.0f}%
 while the reference's default metric ranks repeats too (its `--ml_perf` masks them, last column).
 {verdict} The two training data sets of ours are byte-identical (`same_training_data`:
 {res["same_training_data"]}), so the two "ours" columns differ by eval candidates and run-to-run
-noise only. Ours ran with the CLI defaults, which on a CPU host mean `--embedding-updates auto`
-= sparse Adam (touched embedding rows only); the reference turns its embedding gradients dense
-(`sparse_to_dense_grads`, exact Adam over whole tables). Distinct negatives give a different
+noise only. Ours ran with the CLI defaults: `--embedding-updates auto`, which at this table
+size (under `train.DENSE_TABLE_LIMIT` elements) is dense Adam over whole tables on a CPU too, as
+the reference's `sparse_to_dense_grads`. Distinct negatives give a different
 absolute HR@10 because every one of the 999 candidates is a real, unseen competitor: the
 reference protocol has fewer distinct competitors after masking (higher HR) but loses a rank
 whenever the held-out item is drawn as a negative (lower HR); popularity shows the net effect

@@ -153,7 +153,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--embedding-updates",
         choices=EMBEDDING_UPDATES,
         help="dense: exact Adam over whole tables (reference); sparse: touched rows "
-        "only; auto (default): dense on GPU/TPU, sparse on CPU",
+        "only; auto (default): dense on GPU/TPU and for small tables, else sparse",
     )
     p.add_argument(
         "--target-hr",

@@ -138,7 +138,10 @@ def test_run_local_stops_at_the_failing_step_with_its_message(tmp_path, capfd):
         ("fail_on_anomalies=ture", "parameter 'fail_on_anomalies' expects true or false"),
         ("epochs=two", "parameter 'epochs' expects an integer, got 'two'"),
         ("nosuch=1", "unknown parameter 'nosuch'"),
-        ("preset=nosuch", "preset 'nosuch' is unknown; use one of"),
+        ("preset=nosuch", "parameter 'preset': unknown preset 'nosuch'"),
+        ("preset=ml-1n", "(did you mean 'ml-1m'?)"),
+        # The prep ranges, as submit and compile check them: before validation runs.
+        ("eval_negatives=-5", "parameter 'eval_negatives' must be >= 0, got -5"),
     ],
 )
 def test_run_local_refuses_bad_parameters_before_any_step_runs(tmp_path, capsys, param, message):

@@ -67,7 +67,6 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.pipeline import LOCAL_PROFILE, build_pipeline, run_problems
     from pipelines.profiles import BUILTIN
     from training_core.data.sample_data import sample_path
-    from training_core.presets import PRESET_NAMES
 
     started = time.perf_counter()
     registry = os.path.abspath(args.registry)
@@ -83,11 +82,9 @@ def run(args: argparse.Namespace) -> int:
         **LOCAL_DEFAULTS,
         **given,
     }
-    problems = run_problems(spec, arguments)
-    if arguments.get("preset", "") not in PRESET_NAMES:  # Now, not after validate and prepare.
-        problems.append(
-            f"preset {arguments.get('preset')!r} is unknown; use one of {', '.join(PRESET_NAMES)}"
-        )
+    # Now, not after validate and prepare: the values (preset, prep ranges), as submit and
+    # compile check them, then the batch sizes against the local machine's replicas.
+    problems = submit.parameter_problems(arguments) + run_problems(spec, arguments)
     if problems:
         raise ValueError("these parameter values cannot run:\n  - " + "\n  - ".join(problems))
     root = os.path.abspath(os.path.join(args.pipeline_root, time.strftime("%Y%m%d-%H%M%S")))

@@ -230,6 +230,7 @@ def test_killed_first_run_never_looks_complete_and_rerun_is_byte_identical(
     ref_a, seconds = clean["A"]
     view_a, tree_a = _published_view(ref_a), tree_bytes(str(ref_a))
     rng = random.Random(5)
+    killed = 0
     for i in range(4):
         out = tmp_path / f"run{i}"
         sig = signal.SIGTERM if i % 2 == 0 else signal.SIGKILL
@@ -237,6 +238,7 @@ def test_killed_first_run_never_looks_complete_and_rerun_is_byte_identical(
         proc = _start(procs, _command(source, out, OPTIONS_A), tmp_path / f"log{i}")
         _kill_at(proc, delay, sig)
         rc, log = _finish(proc)
+        killed += rc != 0
         _assert_no_survivors(proc.pid, out)
         what = f"run {i}: {signal.Signals(sig).name} after {delay:.2f}s, exit {rc}\n{log[-2000:]}"
         assert _published_view(out) in (None, view_a), what
@@ -247,6 +249,7 @@ def test_killed_first_run_never_looks_complete_and_rerun_is_byte_identical(
         )
         assert rerun.returncode == 0, rerun.stderr
         assert tree_bytes(str(out)) == tree_a, what
+    assert killed >= 1, "no run was stopped mid-way: the kills above tested nothing"
 
 
 def test_concurrent_writers_wait_and_never_mix(source, clean, tmp_path, procs):
@@ -285,7 +288,9 @@ def test_concurrent_writers_wait_and_never_mix(source, clean, tmp_path, procs):
     )
     results = [_finish(first), _finish(second)]
     assert [rc for rc, _ in results] == [0, 0], results
-    assert tree_bytes(str(out)) in (tree_a, tree_b)
+    # The second waited for the first, then replaced its dataset: it published last.
+    assert "waiting for it to finish" in results[1][1], results
+    assert tree_bytes(str(out)) == tree_b
 
 
 def test_a_damaged_dataset_is_prepared_again_not_reused(source, clean, tmp_path):

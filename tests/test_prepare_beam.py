@@ -145,11 +145,26 @@ def test_bad_input_fails_the_job_with_the_single_path_message(tmp_path):
         assert not (tmp_path / "o-beam").exists(), what  # Nothing half-written.
 
 
-def test_cli_runner_beam_and_bad_input_exit_2(tmp_path, tiny_csv, capsys):
+def _spy_on_beam(monkeypatch) -> list:
+    """The BeamConfig of every Beam data prep started: the Beam path writes what the local path
+    writes, byte for byte, so equal output alone would not show that Beam ran."""
+    calls, real = [], prepare_beam.prepare_beam
+
+    def spy(config, beam_config):
+        calls.append(beam_config)
+        return real(config, beam_config)
+
+    monkeypatch.setattr(prepare_beam, "prepare_beam", spy)
+    return calls
+
+
+def test_cli_runner_beam_and_bad_input_exit_2(tmp_path, tiny_csv, capsys, monkeypatch):
+    beam_runs = _spy_on_beam(monkeypatch)
     out = tmp_path / "o"
     args = ["prepare-data", "--input", tiny_csv, "--output", str(out), "--min-ratings", "0"]
     args += ["--eval-negatives", "20", "--runner", "beam"]
     assert cli.main([*args, "--beam-pipeline-args=--direct_num_workers=1"]) == 0
+    assert [c.pipeline_args for c in beam_runs] == [("--direct_num_workers=1",)]
     assert "users 200" in capsys.readouterr().out
     assert metadata.read_metadata(out).eval_negatives == 20
     bad = tmp_path / "ratings.dat"
@@ -165,11 +180,13 @@ def test_cli_runner_beam_and_bad_input_exit_2(tmp_path, tiny_csv, capsys):
     assert "needs --runner beam" in capsys.readouterr().err
 
 
-def test_component_with_runner_beam(tmp_path, tiny_csv):
+def test_component_with_runner_beam(tmp_path, tiny_csv, monkeypatch):
+    beam_runs = _spy_on_beam(monkeypatch)
     common = dict(min_ratings=0, eval_negatives=30, train_batch_size=128)
     local = Dataset(uri=str(tmp_path / "local"))
     beam = Dataset(uri=str(tmp_path / "beam"))
     prepare_data.python_func(raw_data=Dataset(uri=tiny_csv), examples=local, **common)
+    assert beam_runs == []  # The default runner is the local one.
     prepare_data.python_func(
         raw_data=Dataset(uri=tiny_csv),
         examples=beam,
@@ -177,6 +194,7 @@ def test_component_with_runner_beam(tmp_path, tiny_csv):
         beam_pipeline_args=["--direct_num_workers=1"],
         **common,
     )
+    assert [c.pipeline_args for c in beam_runs] == [("--direct_num_workers=1",)]
     assert tree_bytes(local.path) == tree_bytes(beam.path)
     assert beam.metadata == local.metadata
     with pytest.raises(ValueError, match="unknown data prep runner"):

@@ -102,6 +102,8 @@ def test_every_profile_builds_the_requests_vertex_would_accept(requests, name):
     strategy = request.custom_job.job_spec.scheduling.strategy.name
     assert strategy in SCHEDULING_STRATEGIES
     assert strategy.lower() not in STRATEGIES
+    # No profile asks for Spot or Flex-start VMs: GCPC's default, on-demand capacity.
+    assert strategy == "STANDARD"
 
 
 @pytest.mark.parametrize("name", CUSTOM_JOB_PROFILES)
@@ -513,6 +515,9 @@ def test_dataflow_profile_prepares_with_the_beam_runner(full_runs):
     assert prepare.process is not None and prepare.process.returncode == 0
     values = _executor_input_of(prepare.process.command)["inputs"]["parameterValues"]
     assert values["runner"] == "beam"
+    # Beam writes what the local path writes, byte for byte: its log shows it ran.
+    logs = [p for p in (prepare.process.stdout_path, prepare.process.stderr_path) if p]
+    assert any("Beam data prep of" in open(p).read() for p in logs), logs
 
 
 @pytest.mark.slow

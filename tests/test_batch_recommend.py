@@ -17,7 +17,7 @@ import tensorflow as tf
 from conftest import seen_from_raw
 
 from pipelines import cli
-from training_core import batch_recommend, export, train, train_config
+from training_core import batch_recommend, export, publish, train, train_config
 from training_core.data.metadata import read_metadata
 
 TOP_K = 6
@@ -115,7 +115,9 @@ def test_jsonl_fewer_items_seen_items_kept_and_bad_options_named(exported, tiny_
 
 
 @pytest.mark.slow
-def test_a_failing_job_leaves_the_previous_output_complete(exported, tiny_data, tmp_path):
+def test_a_failing_job_leaves_the_previous_output_complete(
+    exported, tiny_data, tmp_path, monkeypatch
+):
     out = tmp_path / "recs"
     batch_recommend.recommend(batch_recommend.RecommendConfig(exported, tiny_data, str(out)))
     before = {n: (out / n).read_bytes() for n in os.listdir(out)}
@@ -129,7 +131,16 @@ def test_a_failing_job_leaves_the_previous_output_complete(exported, tiny_data, 
         facts = json.load(f)
     shutil.rmtree(broken / "variables")  # The SavedModel no longer loads on the workers.
     (broken / "serving_metadata.json").write_text(json.dumps(facts))
+    # The private folders the job builds in: the failure must come after one was made.
+    built, partial_name = [], publish.partial_name
+
+    def recorded(path: str) -> str:
+        built.append(partial_name(path))
+        return built[-1]
+
+    monkeypatch.setattr(publish, "partial_name", recorded)
     with pytest.raises(Exception):  # noqa: B017 (whatever Beam raises from the worker)
         batch_recommend.recommend(batch_recommend.RecommendConfig(str(broken), tiny_data, str(out)))
+    assert built and not any(os.path.exists(p) for p in built), built  # Started, cleaned up.
     assert {n: (out / n).read_bytes() for n in os.listdir(out)} == before
     assert [p for p in os.listdir(tmp_path) if ".partial-" in p] == []

@@ -265,3 +265,25 @@ def test_header_with_spaces_after_the_commas_reads_as_the_beam_readers_read_it(t
     assert data.timestamps.tolist() == [100, 103]
     layout = rio.describe_file(str(path), rio.CSV)
     assert rio.interaction_columns(layout, rio.Columns()) == ("user_id", "item_id", "timestamp")
+
+
+@pytest.mark.parametrize("name", ["ratings.csv", "events.csv.gz", "u.data", "ratings.dat"])
+def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path, small, name):
+    """Excel's "CSV UTF-8" starts the file with a byte-order mark: the header (or, without one,
+    the first id) must read as without it, in every text layout, plain or gzipped."""
+    layout = {"u.data": "ml-100k", "ratings.dat": "ml-1m"}.get(name, "csv")
+    (tmp_path / "plain").mkdir()
+    plain = synthetic.write(small, str(tmp_path / "plain" / name), layout)
+    with (gzip.open if name.endswith(".gz") else open)(plain, "rb") as f:
+        data = f.read()
+    marked = tmp_path / "marked" / name
+    marked.parent.mkdir()
+    with (gzip.open if name.endswith(".gz") else open)(marked, "wb") as f:
+        f.write(b"\xef\xbb\xbf" + data)
+    got = rio.read_interactions(str(marked))
+    assert got.format == rio.read_interactions(plain).format
+    _same(got, small)
+    if layout == "csv":
+        fmt = rio.read_interactions(str(marked)).format
+        names = rio.describe_file(str(marked), fmt).names
+        assert names[0] == rio.describe_file(plain, fmt).names[0] and "\ufeff" not in names[0]

@@ -162,10 +162,12 @@ def _format_from_name(path: str) -> str:
 
 
 def _open_text(path: str):
+    # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8" writes one) is not part of the first
+    # column's name; a file without one reads the same as UTF-8.
     return (
-        gzip.open(path, "rt", errors="replace")
+        gzip.open(path, "rt", encoding="utf-8-sig", errors="replace")
         if path.endswith(".gz")
-        else open(path, errors="replace")
+        else open(path, encoding="utf-8-sig", errors="replace")
     )
 
 

@@ -287,3 +287,24 @@ def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path, small, name
         fmt = rio.read_interactions(str(marked)).format
         names = rio.describe_file(str(marked), fmt).names
         assert names[0] == rio.describe_file(plain, fmt).names[0] and "\ufeff" not in names[0]
+
+
+@pytest.mark.parametrize("delimiter", ["\t", ";", "|"])
+def test_a_headed_table_separated_by_tabs_semicolons_or_pipes_reads_as_a_csv(
+    tmp_path, small, delimiter
+):
+    """A .tsv, a spreadsheet's semicolon export or a pipe dump: the header says the separator;
+    a bad line is named with it."""
+    plain = synthetic.write(small, str(tmp_path / "plain.csv"), "csv")
+    lines = open(plain).read().splitlines()
+    other = tmp_path / "events.txt"
+    other.write_text("\n".join(line.replace(",", delimiter) for line in lines) + "\n")
+    got = rio.read_interactions(str(other))
+    assert got.format == rio.CSV
+    _same(got, small)
+    layout = rio.describe_file(str(other), rio.CSV)
+    assert layout.delimiter == delimiter and layout.names == rio.describe_file(plain, "csv").names
+    lines[3] += delimiter + "extra"
+    other.write_text("\n".join(line.replace(",", delimiter) for line in lines) + "\n")
+    with pytest.raises(rio.DataError, match=rf"events\.txt:4: expected {len(layout.names)} fields"):
+        rio.read_interactions(str(other))

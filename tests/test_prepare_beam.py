@@ -158,6 +158,22 @@ def _spy_on_beam(monkeypatch) -> list:
     return calls
 
 
+def test_a_semicolon_table_prepares_as_its_comma_csv_on_both_paths(tmp_path, tiny_csv):
+    """The header picks the separator (io.CSV_DELIMITERS) for the Beam readers too."""
+    semi = tmp_path / "events.csv"
+    semi.write_text(open(tiny_csv).read().replace(",", ";"))
+    local = prepare.prepare(_config(tiny_csv, tmp_path / "comma"))
+    beam = _beam(_config(semi, tmp_path / "semi-beam"))
+    # Same records and vocabularies; the build folders' names differ (the source hash does).
+    (comma_build,) = [d for d in os.listdir(local.output_dir) if d.startswith("data-")]
+    (semi_build,) = [d for d in os.listdir(beam.output_dir) if d.startswith("data-")]
+    assert comma_build != semi_build
+    assert tree_bytes(os.path.join(beam.output_dir, semi_build)) == tree_bytes(
+        os.path.join(local.output_dir, comma_build)
+    )
+    assert beam.metadata.num_train_elements == local.metadata.num_train_elements
+
+
 def test_cli_runner_beam_and_bad_input_exit_2(tmp_path, tiny_csv, capsys, monkeypatch):
     beam_runs = _spy_on_beam(monkeypatch)
     out = tmp_path / "o"

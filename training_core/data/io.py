@@ -31,7 +31,10 @@ MOVIELENS_DAT = "movielens-dat"  # ml-1m / ml-10m ratings.dat: user::item::ratin
 MOVIELENS_CSV = (
     "movielens-csv"  # ml-20m/25m/32m/latest ratings.csv: userId,movieId,rating,timestamp.
 )
-CSV = "csv"  # Any CSV with a header and named user, item and timestamp columns.
+CSV = "csv"  # Any headed table with named user, item and timestamp columns (CSV_DELIMITERS).
+# The separators a headed table may use (CSV's comma, a tab-separated .tsv, the semicolon of
+# spreadsheets where the comma is the decimal mark, a pipe): the header line picks one.
+CSV_DELIMITERS = (",", "\t", ";", "|")
 PARQUET = "parquet"  # Any Parquet file (or folder of files) with those columns.
 FORMATS = (MOVIELENS_100K, MOVIELENS_DAT, MOVIELENS_CSV, CSV, PARQUET)
 FORMAT_ALIASES = {
@@ -185,8 +188,9 @@ def _sniff_format(path: str) -> str:
     fields = first.rstrip("\n").split("\t")
     if len(fields) == 4 and all(_is_int(x) for x in fields):
         return MOVIELENS_100K
-    header = [h.strip() for h in first.split(",")]
-    if header[:4] == ["userId", "movieId", "rating", "timestamp"]:
+    delim = header_delimiter(first)
+    header = [h.strip() for h in first.split(delim)]
+    if delim == "," and header[:4] == ["userId", "movieId", "rating", "timestamp"]:
         return MOVIELENS_CSV
     if len(header) >= 3 and not all(_is_int(h) for h in header):
         return CSV
@@ -269,12 +273,24 @@ def describe_file(path: str, fmt: str) -> FileLayout:
         return FileLayout(path, fmt, tuple(fixed), delim, has_header=False)
     with _open_text(path) as f:
         first = f.readline()
+    if fmt == CSV:
+        delim = header_delimiter(first)
     names = (
         tuple(h.strip().strip('"') for h in first.rstrip("\r\n").split(delim))
         if first.strip()
         else ()
     )
     return FileLayout(path, fmt, names, delim, has_header=True)
+
+
+def header_delimiter(header: str) -> str:
+    """The delimiter of a headed table: the one of ``CSV_DELIMITERS`` seen most in its header.
+
+    A comma where none is seen (a one-column header, refused later with its columns named).
+    """
+    counts = [(header.count(d), -i, d) for i, d in enumerate(CSV_DELIMITERS)]
+    count, _, delim = max(counts)
+    return delim if count else ","
 
 
 def interaction_columns(layout: FileLayout, columns: Columns) -> tuple[str, str, str]:
@@ -370,9 +386,7 @@ def _read_delimited(layout: FileLayout, columns: Columns) -> tuple[np.ndarray, .
     path = layout.path
     wanted = interaction_columns(layout, columns)
     user_col, item_col, time_col = wanted
-    locate = functools.partial(
-        locate_error, path, layout.format, list(layout.names), wanted, layout.has_header
-    )
+    locate = functools.partial(locate_error, layout, wanted)
     try:
         table = parse_delimited(
             _read_bytes(path),  # Not kept here: a "::" file is parsed from its rewritten copy.
@@ -408,17 +422,17 @@ def _lines(path: str) -> Iterator[tuple[int, str]]:
 
 
 def _split_lines(path: str, delim: str) -> Iterator[tuple[int, str, list[str]]]:
-    """(line number, line, fields); a CSV's quoted fields may hold commas (and newlines)."""
-    if delim != ",":
+    """(line number, line, fields); a CSV's quoted fields may hold its delimiter (and newlines)."""
+    if delim in ("\t", "::"):
         for number, line in _lines(path):
             yield number, line, line.split(delim)
         return
     with _open_text(path) as f:
-        reader = csv.reader(f)
+        reader = csv.reader(f, delimiter=delim)
         start = 1
         try:
             for fields in reader:
-                yield start, ",".join(fields), fields
+                yield start, delim.join(fields), fields
                 start = reader.line_num + 1
         except csv.Error:
             return  # Past what the csv module reads; the caller falls back to its message.
@@ -475,11 +489,8 @@ def bad_time_message(where: str, value: str, column: str) -> str:
 
 
 def locate_error(
-    path: str,
-    fmt: str,
-    header: list[str],
+    layout: FileLayout,
     wanted: tuple[str, str, str],
-    has_header: bool,
     arrow_message: str,
     fallback: DataError | None = None,
 ) -> DataError:
@@ -489,8 +500,9 @@ def locate_error(
     present and a time; returns ``fallback`` (or a message quoting ``arrow_message``) when every
     line passes.
     """
-    delim = {MOVIELENS_100K: "\t", MOVIELENS_DAT: "::"}.get(fmt, ",")
-    shown = {"\t": "tab", "::": "'::'", ",": "','"}[delim]
+    path, fmt, delim = layout.path, layout.format, layout.delimiter
+    header, has_header = list(layout.names), layout.has_header
+    shown = {"\t": "tab", "::": "'::'"}.get(delim, repr(delim))
     positions = [header.index(w) for w in wanted]
     roles = ("user id", "item id", "timestamp")
     for number, line, fields in _split_lines(path, delim):

@@ -538,14 +538,7 @@ def _raise_failure(error: BaseException, specs: list[FileSpec]) -> None:
         return
     if payload["kind"] == "parse":
         layout = specs[payload["file"]].layout
-        raise rio.locate_error(
-            layout.path,
-            layout.format,
-            list(layout.names),
-            specs[payload["file"]].wanted,
-            layout.has_header,
-            payload["message"],
-        ) from None
+        raise rio.locate_error(layout, specs[payload["file"]].wanted, payload["message"]) from None
     if payload["kind"] == "data":
         raise rio.DataError(payload["message"]) from None
     raise ValueError(payload["message"]) from None

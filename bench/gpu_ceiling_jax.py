@@ -47,7 +47,7 @@ BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(BENCH))
 sys.path.insert(0, BENCH)
 
-from gpu_train_speed import ML20M_ITEMS, ML20M_USERS, batch_pool  # noqa: E402
+from gpu_train_speed import ML20M_ITEMS, ML20M_USERS, batch_pool, emit  # noqa: E402
 
 from training_core.presets import NeuMFConfig, get_preset  # noqa: E402 (pure Python, no TF)
 
@@ -453,21 +453,14 @@ def main() -> int:
     if args.cmd == "full-catalog":
         for pairs in args.pairs_per_step:
             for precision in args.precisions:
-                row = measure_full_catalog(pairs, precision, args.users, args.seen)
-                print(json.dumps(row), flush=True)
-                if args.out:
-                    with open(args.out, "a") as f:
-                        f.write(json.dumps(row) + "\n")
+                emit(measure_full_catalog(pairs, precision, args.users, args.seen), args.out)
         return 0
     rows = []
     for batch in args.batch_sizes:
         for precision in args.precisions:
             row = measure(batch, precision, args.steps, args.warmup, args.pool)
             rows.append(row)
-            print(json.dumps(row), flush=True)
-            if args.out:
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+            emit(row, args.out)
     print(f"\n{'batch':>10} {'precision':>9} {'examples/s':>16}")
     for r in rows:
         print(f"{r['batch']:>10,} {r['precision']:>9} {r['examples_per_sec']:>16,.0f}")

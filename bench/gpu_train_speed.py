@@ -125,6 +125,15 @@ def measure(
     }
 
 
+def emit(row: dict, out: str | None) -> None:
+    """Prints one result as a JSON line, and appends it to ``out`` when given."""
+    line = json.dumps(row)
+    print(line, flush=True)
+    if out:
+        with open(out, "a") as f:
+            f.write(line + "\n")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -153,11 +162,7 @@ def main() -> int:
             for jit in jits:
                 row = measure(strategy, batch, precision, args.steps, args.warmup, args.pool, jit)
                 rows.append(row)
-                line = json.dumps(row)
-                print(line, flush=True)
-                if args.out:
-                    with open(args.out, "a") as f:
-                        f.write(line + "\n")
+                emit(row, args.out)
     print(f"\n{'batch':>10} {'precision':>9} {'XLA':>4} {'replicas':>8} {'examples/s':>14}")
     for r in rows:
         xla = "on" if r["jit_compile"] else "off"

@@ -22,9 +22,13 @@ def small(tiny_interactions):
 
 
 def _same(a: rio.Interactions, b: rio.Interactions):
-    np.testing.assert_array_equal(a.users, b.users)
-    np.testing.assert_array_equal(a.items, b.items)
-    np.testing.assert_array_equal(a.timestamps, b.timestamps)
+    """The same interactions, in any row order (a MovieLens layout is written in its dump's)."""
+
+    def rows(x: rio.Interactions) -> np.ndarray:
+        table = np.stack([x.users, x.items, x.timestamps], axis=1)
+        return table[np.lexsort(table.T[::-1])]
+
+    np.testing.assert_array_equal(rows(a), rows(b))
 
 
 @pytest.mark.parametrize(
@@ -44,6 +48,22 @@ def test_every_movielens_layout_detected_from_folder_and_file(tmp_path, small, l
         _same(got, small)
     # Given explicitly by alias too.
     assert rio.read_interactions(path, layout).format == fmt
+
+
+def test_synthetic_movielens_layouts_keep_their_dumps_row_order(tmp_path, small):
+    """ml-20m's ratings.csv is sorted by user then item, ml-1m's ratings.dat grouped by user,
+    u.data not sorted: data prep's speed on a layout depends on it."""
+    got = {
+        layout: rio.read_interactions(synthetic.write(small, str(tmp_path / layout), layout))
+        for layout in ("ml-100k", "ml-1m", "ml-20m")
+    }
+    ml20 = got["ml-20m"]
+    assert (np.diff(ml20.users) >= 0).all()
+    same_user = np.diff(ml20.users) == 0
+    assert (np.diff(ml20.items)[same_user] > 0).all()
+    assert (np.diff(got["ml-1m"].users) >= 0).all()
+    assert not (np.diff(got["ml-1m"].items)[np.diff(got["ml-1m"].users) == 0] > 0).all()
+    assert not (np.diff(got["ml-100k"].users) >= 0).all()
 
 
 def test_movielens_csv_real_header_and_float_ratings(tmp_path):

@@ -7,6 +7,7 @@ finds the first bad line so that the error names the file, the line and what to 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import datetime
@@ -238,13 +239,16 @@ def read_interactions(path: str, fmt: str = "auto", columns: Columns | None = No
             parts.append(_read_parquet(layout, columns))
         else:
             parts.append(_read_delimited(layout, columns))
-    users = np.concatenate([p[0] for p in parts])
+    # One file's arrays are used as they are (a concatenation would copy them).
+    users, items, timestamps = (
+        parts[0] if len(parts) == 1 else (np.concatenate(col) for col in zip(*parts, strict=True))
+    )
     if len(users) == 0:
         raise DataError(f"{path}: no interactions (the table has a header but no rows)")
     return Interactions(
         users=users,
-        items=np.concatenate([p[1] for p in parts]),
-        timestamps=np.concatenate([p[2] for p in parts]),
+        items=items,
+        timestamps=timestamps,
         source_files=tuple(files),
         format=fmt,
     )
@@ -307,7 +311,7 @@ def interaction_columns(layout: FileLayout, columns: Columns) -> tuple[str, str,
 
 
 def parse_delimited(
-    data: bytes,
+    data: bytes | pa.NativeFile,
     delimiter: str,
     column_names: Sequence[str] | None,
     skip_rows: int,
@@ -316,17 +320,20 @@ def parse_delimited(
 ) -> pa.Table:
     """Delimited text (a whole file or a range of its lines) as an Arrow table, with pyarrow.
 
-    ``column_names`` None: the first line is the header, as pyarrow reads it. Callers pass a
-    temporary or a range for ``data``: a ``::`` file is rewritten with tabs, a copy.
+    ``column_names`` None: the first line is the header, as pyarrow reads it. ``data`` is bytes
+    (a temporary or a range: a ``::`` file is rewritten with tabs, a copy) or an open Arrow file,
+    which pyarrow reads while it parses.
 
     Raises:
         pa.ArrowInvalid, pa.ArrowTypeError: text the parser rejects; the caller names the line.
     """
     if delimiter == "::":
         # pyarrow takes one-character delimiters; .dat fields are numeric, so a tab is safe.
+        if isinstance(data, pa.NativeFile):
+            data = data.read()
         data, delimiter = data.replace(b"::", b"\t"), "\t"
     return pacsv.read_csv(
-        pa.py_buffer(data),
+        data if isinstance(data, pa.NativeFile) else pa.py_buffer(data),
         read_options=pacsv.ReadOptions(
             column_names=None if column_names is None else list(column_names),
             skip_rows=skip_rows,
@@ -388,16 +395,18 @@ def _read_delimited(layout: FileLayout, columns: Columns) -> tuple[np.ndarray, .
     user_col, item_col, time_col = wanted
     locate = functools.partial(locate_error, layout, wanted)
     try:
-        table = parse_delimited(
-            _read_bytes(path),  # Not kept here: a "::" file is parsed from its rewritten copy.
-            layout.delimiter,
-            # The names as describe_file cleaned them (a header may pad its commas with spaces),
-            # as the Beam readers pass them; a blank header line is left to the parser.
-            layout.names or None,
-            1 if layout.has_header and layout.names else 0,
-            wanted,
-            {user_col: pa.int64(), item_col: pa.int64()},
-        )
+        with _source(path) as source:
+            table = parse_delimited(
+                source,
+                layout.delimiter,
+                # The names as describe_file cleaned them (a header may pad its commas with
+                # spaces), as the Beam readers pass them; a blank header line is left to the
+                # parser.
+                layout.names or None,
+                1 if layout.has_header and layout.names else 0,
+                wanted,
+                {user_col: pa.int64(), item_col: pa.int64()},
+            )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         raise locate(str(e)) from None
     try:
@@ -407,12 +416,18 @@ def _read_delimited(layout: FileLayout, columns: Columns) -> tuple[np.ndarray, .
         raise locate(str(e), fallback=e) from None
 
 
-def _read_bytes(path: str) -> bytes:
+@contextlib.contextmanager
+def _source(path: str) -> Iterator[bytes | pa.NativeFile]:
+    """A file to parse: open when plain (pyarrow reads it while it parses), else its bytes.
+
+    Not memory-mapped: a file cut short while it is read would kill the process (SIGBUS).
+    """
     if path.endswith(".gz"):
         with gzip.open(path, "rb") as f:
-            return f.read()
-    with open(path, "rb") as f:
-        return f.read()
+            yield f.read()
+        return
+    with pa.OSFile(path) as f:
+        yield f
 
 
 def _lines(path: str) -> Iterator[tuple[int, str]]:

@@ -160,6 +160,22 @@ def test_folder_with_another_dataset_is_refused_unless_overwrite(tmp_path, tiny_
     assert (foreign / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.array([7, 3, 3, 9, 7, 100]),  # A narrow range: indexed through a table.
+        np.array([5, -2, 5, 0]),  # Negative raw values are shifted into the table.
+        np.array([10**12, 3, 10**12, 42, 3]),  # A wide range: hashed.
+    ],
+)
+def test_factorize_matches_numpy_unique(values):
+    vocab, codes = prepare._factorize(values)
+    expected_vocab, expected_codes = np.unique(values, return_inverse=True)
+    np.testing.assert_array_equal(vocab, expected_vocab)
+    np.testing.assert_array_equal(codes, expected_codes)
+    assert vocab.dtype == np.int64 and codes.dtype == np.int64
+
+
 def test_min_ratings_duplicates_and_single_interaction_users(tmp_path, caplog):
     rows = ["user_id,item_id,timestamp"]
     for u in range(1, 6):  # Users 1..5 with 5 items each.

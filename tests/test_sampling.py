@@ -35,6 +35,21 @@ def test_complement_maps_every_rank_to_the_right_never_seen_item():
         assert got.tolist() == expected
 
 
+def test_complement_gives_the_same_items_for_sorted_and_unsorted_queries():
+    """Sorted queries (eval candidates) are merged, others binary-searched: same items."""
+    rng = np.random.default_rng(5)
+    shard = _random_shard(rng, num_users=30)
+    comp = sampling.complement(shard)
+    rows = np.repeat(np.arange(30), 40)
+    ranks = np.floor(rng.random(len(rows)) * comp.sizes[rows]).astype(np.int64)
+    order = np.lexsort((ranks, rows))
+    merged = comp.items(rows[order], ranks[order])
+    searched = comp.items(rows, ranks)
+    np.testing.assert_array_equal(merged, searched[order])
+    sets = _sets(shard)
+    assert all(int(i) not in sets[r] for r, i in zip(rows, searched, strict=True))
+
+
 def test_train_rows_counts_labels_and_no_positive_among_negatives():
     rng = np.random.default_rng(1)
     shard = _random_shard(rng)
@@ -69,9 +84,10 @@ def test_each_epoch_draws_afresh_and_seed_reproduces():
     assert not np.array_equal(a.items, c.items)
 
 
-@pytest.mark.parametrize("num_items,n", [(60, 10), (60, 20), (2000, 100)])
+@pytest.mark.parametrize("num_items,n", [(60, 10), (60, 20), (2000, 100), (70_000, 300)])
 def test_distinct_eval_negatives(num_items, n):
-    # Covers the three regimes: sparse (rejection), dense (permutation), short (fill + mask).
+    # Covers the three regimes: sparse (rejection), dense (permutation), short (fill + mask),
+    # and the sparse regime's ranks as uint16 (up to 65,536 never-seen items) and as int64.
     rng = np.random.default_rng(3)
     shard = _random_shard(rng, num_items=num_items, max_count=min(55, num_items - 1))
     comp = sampling.complement(shard)

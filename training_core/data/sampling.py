@@ -69,7 +69,14 @@ class Complement:
         rows = rows.astype(np.int64, copy=False)
         q = rows * self.num_items
         q += ranks
-        below = np.searchsorted(self._keys, q, side="right")
+        if len(q) > 1 and (q[1:] >= q[:-1]).all():
+            # Sorted queries (eval candidates): one merge of two sorted runs, which a stable
+            # sort (timsort) does in linear time, counts the keys up to each query.
+            merged = np.argsort(np.concatenate([self._keys, q]), kind="stable")
+            below = np.flatnonzero(merged >= len(self._keys))
+            below -= np.arange(len(q))
+        else:
+            below = np.searchsorted(self._keys, q, side="right")
         below -= self.offsets[rows]
         below += ranks
         return below
@@ -133,8 +140,13 @@ def train_rows(shard: Shard, comp: Complement, num_neg: int, seed: int, epoch: i
     rows = np.concatenate([pos_rows, neg_rows])
     items = np.concatenate([shard.items[keep], neg_items], dtype=np.int32, casting="unsafe")
     del neg_rows, neg_items
-    perm = rng.permutation(len(rows))
-    return TrainRows(shard.users[rows[perm]], items[perm], (perm < num_pos).view(np.uint8))
+    # The permutation ``rng.permutation`` draws, shuffled in int32 (half the memory it moves).
+    perm = np.arange(len(rows), dtype=np.int32 if len(rows) < 2**31 else np.int64)
+    rng.shuffle(perm)
+    # ``take``, not ``[]``: indexing converts an int32 index to int64 first.
+    return TrainRows(
+        shard.users.take(rows.take(perm)), items.take(perm), (perm < num_pos).view(np.uint8)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,17 +220,18 @@ def _distinct_negatives(comp: Complement, n: int, rng: np.random.Generator):
         draw = rng.random((len(idx), n))
         draw *= s[:, None]
         np.floor(draw, out=draw)
-        draw = draw.astype(np.int64)
+        # Ranks below 2**16 sort as uint16, which NumPy sorts by radix (several times faster).
+        draw = draw.astype(np.uint16 if s.max() <= 1 << 16 else np.int64)
         # Sort each row, redraw the later copy of each repeat, and again for the rows that had
         # one (the others stay sorted and distinct), until no row repeats.
         todo = np.arange(len(idx))
         while len(todo):
             part = draw[todo]
-            part.sort(axis=1)
+            part.sort(axis=1, kind="stable")
             clash = np.zeros(part.shape, dtype=bool)
             clash[:, 1:] = part[:, 1:] == part[:, :-1]
             r, c = np.nonzero(clash)
-            part[r, c] = np.floor(rng.random(len(r)) * s[todo][r]).astype(np.int64)
+            part[r, c] = np.floor(rng.random(len(r)) * s[todo][r])
             draw[todo] = part
             todo = todo[np.unique(r)]
         ranks[idx] = draw

@@ -50,6 +50,25 @@ def test_complement_gives_the_same_items_for_sorted_and_unsorted_queries():
     assert all(int(i) not in sets[r] for r, i in zip(rows, searched, strict=True))
 
 
+def test_complement_counts_past_crowded_buckets():
+    """A run of consecutive items crowds one bucket: the walk hands over to a binary search
+    and still maps every rank to the right never-seen item, in any query order."""
+    seen = [
+        np.concatenate([np.arange(0, 3000), [5000, 7000, 9000]]),  # 3,000 consecutive items.
+        np.arange(100, 200),
+        np.array([3, 9_998]),
+    ]
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in seen])]).astype(np.int64)
+    shard = sampling.Shard(0, np.arange(3, dtype=np.int64), offsets, np.concatenate(seen), 10_000)
+    comp = sampling.complement(shard)
+    rows = np.repeat(np.arange(3), comp.sizes)
+    ranks = np.concatenate([np.arange(size) for size in comp.sizes])
+    expected = np.concatenate([np.setdiff1d(np.arange(10_000), s) for s in seen])
+    shuffled = np.random.default_rng(0).permutation(len(rows))
+    np.testing.assert_array_equal(comp.items(rows, ranks), expected)
+    np.testing.assert_array_equal(comp.items(rows[shuffled], ranks[shuffled]), expected[shuffled])
+
+
 def test_train_rows_counts_labels_and_no_positive_among_negatives():
     rng = np.random.default_rng(1)
     shard = _random_shard(rng)

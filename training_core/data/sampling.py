@@ -52,7 +52,12 @@ def shard_rng(seed: int, shard: int, purpose: int, epoch: int = 0) -> np.random.
 
 
 class Complement:
-    """Maps ranks in each user's never-seen item set to item indices (see the module docstring)."""
+    """Maps ranks in each user's never-seen item set to item indices (see the module docstring).
+
+    With ``d_j = p_j - j`` (non-decreasing within a user) the item of rank ``r`` is
+    ``r + #{j : d_j <= r}``; ``_keys`` holds ``user * num_items + d_j`` for the whole shard,
+    sorted, so one count over it answers every user at once.
+    """
 
     def __init__(self, offsets: np.ndarray, sorted_items: np.ndarray, num_items: int):
         """Builds the lookup from per-user sorted, distinct interacted items."""
@@ -62,7 +67,9 @@ class Complement:
         self.sizes = num_items - counts
         local = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
         rank_in_user = np.arange(len(sorted_items), dtype=np.int64) - offsets[local]
-        self._keys = local * num_items + (sorted_items - rank_in_user)
+        self._d = sorted_items - rank_in_user
+        self._keys = local * num_items + self._d
+        self._buckets: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def items(self, rows: np.ndarray, ranks: np.ndarray) -> np.ndarray:
         """Item index of never-seen rank ``ranks[j]`` of shard-local user ``rows[j]``."""
@@ -70,16 +77,68 @@ class Complement:
         q = rows * self.num_items
         q += ranks
         if len(q) > 1 and (q[1:] >= q[:-1]).all():
-            # Sorted queries (eval candidates): one merge of two sorted runs, which a stable
-            # sort (timsort) does in linear time, counts the keys up to each query.
-            merged = np.argsort(np.concatenate([self._keys, q]), kind="stable")
-            below = np.flatnonzero(merged >= len(self._keys))
-            below -= np.arange(len(q))
+            below = _count_sorted(self._keys, q, equal_below=True)  # Eval candidates.
         else:
-            below = np.searchsorted(self._keys, q, side="right")
+            below = self._count_unsorted(rows, ranks)  # Training negatives.
         below -= self.offsets[rows]
         below += ranks
         return below
+
+    def _count_unsorted(self, rows: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+        """``#{keys <= rows * num_items + ranks}`` for queries in any order.
+
+        Each user's ranks are cut into buckets of ``2**shift`` ranks that hold about one key
+        each; a table gives the keys below each bucket, and a few steps forward over the keys in
+        the query's bucket finish the count: a lookup and a step or two for each query, where a
+        binary search over the shard's keys takes about twenty cache-missing steps.
+        """
+        if self._buckets is None:
+            self._buckets = self._build_buckets()
+        shift, first_bucket, below_bucket = self._buckets
+        count = below_bucket[(ranks >> shift[rows]) + first_bucket[rows]]
+        end = self.offsets[rows + 1]
+        active = np.flatnonzero(count < end)
+        for _ in range(_BUCKET_STEPS):
+            if not len(active):
+                return count
+            active = active[self._d[count[active]] <= ranks[active]]
+            count[active] += 1
+            active = active[count[active] < end[active]]
+        if len(active):  # A crowded bucket (a run of consecutive items): search the rest.
+            q = rows[active] * self.num_items + ranks[active]
+            count[active] = np.searchsorted(self._keys, q, side="right")
+        return count
+
+    def _build_buckets(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        counts = np.diff(self.offsets)
+        ratio = np.maximum(self.sizes // np.maximum(counts, 1), 1)
+        shift = np.log2(ratio).astype(np.int64)  # Floor: about one key per bucket.
+        num_buckets = (self.sizes >> shift) + 1
+        first_bucket = np.zeros(len(counts) + 1, np.int64)
+        np.cumsum(num_buckets, out=first_bucket[1:])
+        user = np.repeat(np.arange(len(counts), dtype=np.int64), num_buckets)
+        starts = np.arange(first_bucket[-1], dtype=np.int64)  # Each bucket's first rank, as key.
+        starts -= first_bucket[user]
+        starts <<= shift[user]
+        starts += user * self.num_items
+        return shift, first_bucket[:-1], _count_sorted(self._keys, starts, equal_below=False)
+
+
+# Steps forward within a bucket before the rest of the queries are binary-searched.
+_BUCKET_STEPS = 8
+
+
+def _count_sorted(keys: np.ndarray, q: np.ndarray, equal_below: bool) -> np.ndarray:
+    """``#{keys <= q_i}`` (``equal_below``) or ``#{keys < q_i}`` for sorted ``keys`` and ``q``.
+
+    One merge of two sorted runs, which a stable sort (timsort) does in linear time: the
+    position of ``q_i`` in the merged order, less ``i``, is the number of keys before it.
+    """
+    first, second = (keys, q) if equal_below else (q, keys)
+    merged = np.argsort(np.concatenate([first, second]), kind="stable")
+    below = np.flatnonzero(merged >= len(keys)) if equal_below else np.flatnonzero(merged < len(q))
+    below -= np.arange(len(q))
+    return below
 
 
 def short_train_users(comp: Complement, num_neg: int) -> int:

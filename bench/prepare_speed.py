@@ -1,8 +1,11 @@
 """Data-prep benchmark: rows/s, bytes and peak memory on synthetic MovieLens shapes.
 
-    uv run python bench/prepare_speed.py --shapes ml-1m ml-20m [--workers 2] [--json out.json]
+    uv run python bench/prepare_speed.py --shapes ml-1m ml-20m [--workers 2] [--layout csv]
+        [--json out.json]
 
-For each shape it writes a synthetic ratings file in that shape's MovieLens layout (not timed),
+For each shape it writes a synthetic ratings file in that shape's MovieLens layout (not timed;
+rows in the real dump's order: ml-20m's sorted by user then item, ml-1m's grouped by user), or
+with --layout csv as a plain table with its rows shuffled (what an arbitrary export may be),
 then runs the full `prepare` (read, index, split, sample, write; 1 epoch, 4 negatives, 999 eval
 negatives, batch 1024) in a fresh process and reports:
   train_rows_per_s  training rows (positives + negatives) / end-to-end wall time
@@ -41,8 +44,9 @@ print(json.dumps({
 """
 
 
-def run_shape(shape: str, workers: int, workdir: str) -> dict:
-    raw = os.path.join(workdir, f"raw-{shape}")
+def run_shape(shape: str, workers: int, workdir: str, layout: str | None = None) -> dict:
+    layout = layout or LAYOUT_OF[shape]
+    raw = os.path.join(workdir, f"raw-{shape}" + ("" if layout == LAYOUT_OF[shape] else ".csv"))
     if not os.path.exists(raw):
         subprocess.run(
             [
@@ -53,7 +57,7 @@ def run_shape(shape: str, workers: int, workdir: str) -> dict:
                 "--shape",
                 shape,
                 "--layout",
-                LAYOUT_OF[shape],
+                layout,
                 "--output",
                 raw,
             ],
@@ -86,16 +90,22 @@ def main() -> None:
     )
     ap.add_argument("--shapes", nargs="+", default=["ml-1m", "ml-20m"])
     ap.add_argument("--workers", type=int, default=0, help="0: one per core")
+    ap.add_argument(
+        "--layout",
+        choices=["csv"],
+        help="write a plain CSV with shuffled rows instead of the shape's MovieLens layout",
+    )
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "ncf-bench"))
     ap.add_argument("--json", help="also write results here")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     results = []
     for shape in args.shapes:
-        r = run_shape(shape, args.workers, args.workdir)
+        r = run_shape(shape, args.workers, args.workdir, args.layout)
+        r["layout"] = args.layout or LAYOUT_OF[shape]
         results.append(r)
         print(
-            f"{shape:8s} users {r['users']:>7,} items {r['items']:>6,} "
+            f"{shape:8s} {r['layout']:7s} users {r['users']:>7,} items {r['items']:>6,} "
             f"interactions {r['interactions']:>11,} | {r['seconds']:7.1f}s end to end | "
             f"train {r['train_rows_per_s'] / 1e6:5.2f}M rows/s  eval "
             f"{r['eval_rows_per_s'] / 1e6:5.2f}M rows/s | {r['bytes'] / 1e9:5.2f} GB | "

@@ -176,6 +176,36 @@ def test_factorize_matches_numpy_unique(values):
     assert vocab.dtype == np.int64 and codes.dtype == np.int64
 
 
+def test_freed_memory_is_reused_within_prepare_and_glibc_defaults_come_back():
+    """Within the block a large array comes from the heap (no fresh mapping to fault in);
+    after it glibc maps large arrays again, as by default, for the rest of the process."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_size_t)
+            for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks "
+            "keepcost".split()
+        ]
+
+    libc = ctypes.CDLL(None)
+    if not hasattr(libc, "mallinfo2"):
+        pytest.skip("not glibc 2.33+: the block is a no-op there")
+    libc.mallinfo2.restype = MallInfo2
+
+    def new_mappings() -> int:
+        before = libc.mallinfo2().hblks
+        big = np.ones(1 << 23)  # 64 MB
+        after = libc.mallinfo2().hblks
+        del big
+        return after - before
+
+    assert new_mappings() == 1
+    with prepare._reusing_freed_memory():
+        assert new_mappings() == 0
+    assert new_mappings() == 1
+
+
 def test_min_ratings_duplicates_and_single_interaction_users(tmp_path, caplog):
     rows = ["user_id,item_id,timestamp"]
     for u in range(1, 6):  # Users 1..5 with 5 items each.

@@ -20,6 +20,7 @@ import logging
 import multiprocessing
 import os
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -260,28 +261,33 @@ def _write_eval_shard(shard_index: int) -> tuple[ShardFile, tuple[int, int], flo
     return shard_file, (short, short_train), time.perf_counter() - t0
 
 
-def _init_worker(parent_pid: int) -> None:
-    """A worker's start: die with the parent (``publish.die_with_parent``), keep freed memory."""
-    publish.die_with_parent(parent_pid)
-    _reuse_freed_memory()
+@contextlib.contextmanager
+def _reusing_freed_memory() -> Iterator[None]:
+    """Within the block glibc keeps the memory this process frees and hands it out again.
 
-
-def _reuse_freed_memory() -> None:
-    """Makes glibc keep the memory this process frees and hand it out again.
-
-    By default glibc maps every allocation over 32 MB afresh and unmaps it when freed, so each
-    of a shard's large arrays is faulted in and zeroed page by page by the kernel again: a tenth
-    of a shard's time, more with two workers faulting at once. A worker allocates the same
-    sizes shard after shard and ends with the run, so its heap may stay at its peak. A no-op
-    where the C library is not glibc.
+    By default glibc maps every allocation over 128 KB-32 MB afresh and unmaps it when freed,
+    so each large array of the indexing and of every shard is faulted in and zeroed page by
+    page by the kernel again: a tenth to a quarter of those steps' time, more with two worker
+    processes faulting at once. Worker processes forked in the block inherit the setting and
+    end with the run; this process gets glibc's defaults back at the end (dynamic thresholds
+    excepted) and returns what it kept (``malloc_trim``). A no-op where the C library is not
+    glibc.
     """
     try:
-        mallopt = ctypes.CDLL(None).mallopt
+        libc = ctypes.CDLL(None)
+        mallopt, malloc_trim = libc.mallopt, libc.malloc_trim
     except (AttributeError, OSError):
+        yield
         return
     m_trim_threshold, m_mmap_max = -1, -4  # <malloc.h>
     mallopt(m_mmap_max, 0)
     mallopt(m_trim_threshold, 1 << 30)
+    try:
+        yield
+    finally:
+        mallopt(m_mmap_max, 65536)  # glibc's defaults.
+        mallopt(m_trim_threshold, 128 * 1024)
+        malloc_trim(0)
 
 
 def _call(task: tuple):
@@ -300,7 +306,7 @@ def _task_results(tasks: list[tuple], workers: int):
         yield (fn(*args) for fn, args in tasks)
         return
     ctx = multiprocessing.get_context("fork")
-    pool = ctx.Pool(workers, initializer=_init_worker, initargs=(os.getpid(),))
+    pool = ctx.Pool(workers, initializer=publish.die_with_parent, initargs=(os.getpid(),))
     try:
         yield pool.imap(_call, tasks)
         pool.close()
@@ -319,6 +325,11 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     source read. A damaged one is prepared again; a different one is kept unless ``overwrite``.
     """
     config.check()
+    with _reusing_freed_memory():
+        return _prepare(config)
+
+
+def _prepare(config: PrepareConfig) -> PrepareResult:
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     source, indexed = _read_and_index(config, timings)

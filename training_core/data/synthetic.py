@@ -157,25 +157,29 @@ def write(interactions: rio.Interactions, output: str, layout: str, seed: int = 
         table = pa.table({"user_id": u, "item_id": i, "rating": ratings, "timestamp": t})
         pq.write_table(table, output)
         return output
+    sep, rating_float = ",", False
     if layout == "ml-100k":
-        path, header = os.path.join(output, "u.data"), ""
-        lines = _format_rows(u, i, ratings, t, "\t")
+        path, header, sep = os.path.join(output, "u.data"), "", "\t"
     elif layout == "ml-1m":
-        path, header = os.path.join(output, "ratings.dat"), ""
-        lines = _format_rows(u, i, ratings, t, "::")
+        path, header, sep = os.path.join(output, "ratings.dat"), "", "::"
     elif layout == "ml-20m":
         path, header = os.path.join(output, "ratings.csv"), "userId,movieId,rating,timestamp\n"
-        lines = _format_rows(u, i, ratings.astype(np.float64), t, ",", rating_float=True)
+        ratings, rating_float = ratings.astype(np.float64), True
     elif layout == "csv":
         path, header = output, "user_id,item_id,rating,timestamp\n"
-        lines = _format_rows(u, i, ratings, t, ",")
     else:
         raise ValueError(f"unknown layout {layout!r}; use one of {', '.join(LAYOUTS)}")
     files = publish.LocalFiles(gzip.open) if path.endswith(".gz") else publish.LOCAL_FILES
     with publish.atomic_output(path, files=files) as f:
         f.write(header.encode())
-        f.write(lines)
+        # In slices: NumPy's string arrays for 20M rows at once took more than 24 GiB.
+        for start in range(0, len(u), _ROWS_PER_SLICE):
+            part = slice(start, start + _ROWS_PER_SLICE)
+            f.write(_format_rows(u[part], i[part], ratings[part], t[part], sep, rating_float))
     return path
+
+
+_ROWS_PER_SLICE = 1 << 20
 
 
 def _dump_order(layout: str, users: np.ndarray, items: np.ndarray) -> np.ndarray | None:

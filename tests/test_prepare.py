@@ -176,6 +176,25 @@ def test_factorize_matches_numpy_unique(values):
     assert vocab.dtype == np.int64 and codes.dtype == np.int64
 
 
+@pytest.mark.parametrize(
+    "num_users,time_span,grouped",
+    [
+        (50, 20, False),  # Shuffled rows, many ties: a one-digit radix grouping, then timsort.
+        (70_000, 1_000, False),  # User codes past 16 bits: a two-digit radix grouping.
+        (50, 20, True),  # Rows grouped by user (MovieLens' files): timsort alone.
+        (50, 2**60, False),  # A key that could overflow: lexsort.
+    ],
+)
+def test_grouping_order_is_by_user_then_time_with_ties_in_file_order(num_users, time_span, grouped):
+    rng = np.random.default_rng(0)
+    users = rng.integers(0, num_users, 200_000)
+    if grouped:
+        users.sort()
+    ts = rng.integers(0, time_span, len(users))
+    expected = np.lexsort((np.arange(len(users)), ts, users))
+    np.testing.assert_array_equal(prepare._stable_order(users, ts), expected)
+
+
 def test_freed_memory_is_reused_within_prepare_and_glibc_defaults_come_back():
     """Within the block a large array comes from the heap (no fresh mapping to fault in);
     after it glibc maps large arrays again, as by default, for the rest of the process."""

@@ -223,9 +223,8 @@ def _stable_order(users: np.ndarray, ts: np.ndarray) -> np.ndarray:
     span = t_max - t_min + 1
     if (int(users.max()) + 1) * span >= 2**62:
         return np.lexsort((ts, users))
-    key = users * span
-    key += ts
-    key -= t_min
+    key = ts - t_min  # In [0, span): the sum below stays under 2**62.
+    key += users * span
     if _mostly_ascending(users):
         return np.argsort(key, kind="stable")
     grouped = _group_by_user(users)

@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--layout",
         default="ml-100k",
         help="ml-100k (u.data), ml-1m (ratings.dat), ml-20m (ratings.csv), csv or "
-        "parquet (default ml-100k)",
+        "parquet (default ml-100k); rows in the real file's order (ml-20m sorted by user, then "
+        "item; ml-1m grouped by user), shuffled for the others",
     )
     p.add_argument(
         "--output", required=True, help="folder for MovieLens layouts, file for csv/parquet"

@@ -3,6 +3,7 @@
     uv run python bench/gpu_ceiling_jax.py tf-reference check.npz   # here: TF writes 3 steps
     python3 bench/gpu_ceiling_jax.py check check.npz                # JAX repeats them, compares
     python3 bench/gpu_ceiling_jax.py measure --out gpu-jax.jsonl    # examples/s, ml-20m shape
+    python3 bench/gpu_ceiling_jax.py epoch --out epoch.jsonl        # whole epochs, NVIDIA's count
     python3 bench/gpu_ceiling_jax.py full-catalog --out fc.jsonl    # every user x every item
 
 Why it exists: the GPU machines lent to this project's sessions carry JAX and PyTorch but no
@@ -27,6 +28,10 @@ project's arithmetic on the accelerator, not its TensorFlow code: a ceiling for 
 1 positive to 4 negatives, Zipf-like items, as ``gpu_train_speed.batch_pool``), a compiled and
 warmed loop, then ``--steps`` timed steps in one call; one JSON line each.
 
+``epoch``: whole epochs over ``gpu_train_speed.ml20m_positives``, negatives drawn and rows
+shuffled on the device each epoch, counted as NVIDIA's ``ncf.py`` counts its throughput, so that
+``bench/gpu_vs_nvidia.sh`` compares the two the same way on one card.
+
 ``full-catalog``: ``FullCatalogEval``'s ranking (``item_side``, the per-side ``score_grid``,
 ``full_catalog_sums``; ``check`` holds it to the TF model's scores and metrics too) of every
 ml-20m user against every item, in steps of ``--pairs-per-step`` scores, timed on its second
@@ -47,7 +52,7 @@ BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(BENCH))
 sys.path.insert(0, BENCH)
 
-from gpu_train_speed import ML20M_ITEMS, ML20M_USERS, batch_pool, emit  # noqa: E402
+from gpu_train_speed import ML20M_ITEMS, ML20M_USERS, batch_pool, emit, ml20m_positives  # noqa: E402
 
 from training_core.presets import NeuMFConfig, get_preset  # noqa: E402 (pure Python, no TF)
 
@@ -90,8 +95,8 @@ def init_params(users: int, items: int, config: NeuMFConfig, seed: int = 0) -> d
     }
 
 
-def make_loop(config: NeuMFConfig, global_batch: int, dtype_name: str):
-    """``loop(state, pool, start, n) -> (state, summed loss)``: ``n`` compiled steps."""
+def make_step(config: NeuMFConfig, global_batch: int, dtype_name: str):
+    """``step(state, (users, items, labels, mask)) -> (state, loss)``: one training step."""
     import jax
     import jax.numpy as jnp
 
@@ -148,6 +153,16 @@ def make_loop(config: NeuMFConfig, global_batch: int, dtype_name: str):
             t = t + 1
         return (new_p, new_m, new_v, t, scale, good), loss
 
+    return step
+
+
+def make_loop(config: NeuMFConfig, global_batch: int, dtype_name: str):
+    """``loop(state, pool, start, n) -> (state, summed loss)``: ``n`` compiled steps."""
+    import jax
+    import jax.numpy as jnp
+
+    step = make_step(config, global_batch, dtype_name)
+
     def loop(state, pool, start, n):
         size = pool["user_id"].shape[0]
 
@@ -161,6 +176,82 @@ def make_loop(config: NeuMFConfig, global_batch: int, dtype_name: str):
         return jax.lax.fori_loop(0, n, body, (state, jnp.float32(0)))
 
     return jax.jit(loop, static_argnums=(3,), donate_argnums=(0,))
+
+
+def make_epoch(config: NeuMFConfig, global_batch: int, dtype_name: str, negatives: int):
+    """``epoch(state, users, items, key) -> (state, summed loss)``: one epoch as NVIDIA counts it.
+
+    What NVIDIA's ``TrainDataloader.get_epoch_data`` and training loop do each epoch, on the
+    device: ``negatives`` uniformly drawn items per positive (their sampler; ours, in data prep,
+    draws never-seen items), a permutation of all rows, then every whole batch in order (the
+    last, partial one dropped) through the step.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    step = make_step(config, global_batch, dtype_name)
+    num_items = ML20M_ITEMS
+
+    def epoch(state, users, items, key):
+        p = users.shape[0]
+        k_neg, k_perm = jax.random.split(key)
+        neg = jax.random.randint(k_neg, (negatives * p,), 0, num_items, dtype=jnp.int32)
+        all_u = jnp.concatenate([users, jnp.tile(users, negatives)])
+        all_i = jnp.concatenate([items, neg])
+        all_l = jnp.concatenate([jnp.ones(p, jnp.float32), jnp.zeros(negatives * p, jnp.float32)])
+        perm = jax.random.permutation(k_perm, all_u.shape[0])
+        all_u, all_i, all_l = all_u[perm], all_i[perm], all_l[perm]
+        mask = jnp.ones(global_batch, jnp.float32)
+
+        def body(i, carry):
+            state, total = carry
+            at = i * global_batch
+            batch = tuple(
+                jax.lax.dynamic_slice(a, (at,), (global_batch,)) for a in (all_u, all_i, all_l)
+            )
+            state, loss = step(state, (*batch, mask))
+            return state, total + loss
+
+        return jax.lax.fori_loop(0, all_u.shape[0] // global_batch, body, (state, jnp.float32(0)))
+
+    return jax.jit(epoch, donate_argnums=(0,))
+
+
+def measure_epochs(batch: int, precision: str, epochs: int, negatives: int = 4) -> dict:
+    """Epochs over ``ml20m_positives`` with negatives drawn on the device; examples/s per epoch.
+
+    Counted as NVIDIA's ``ncf.py`` counts ``train_throughput``: every positive and negative of
+    the epoch over the epoch's wall time (sampling and shuffling included). The first epoch
+    compiles and is reported apart.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    config = get_preset(PRESET, batch_size=batch)
+    users, items = (jnp.asarray(a, jnp.int32) for a in ml20m_positives(0))
+    run = make_epoch(config, batch, precision, negatives)
+    state = initial_state(init_params(ML20M_USERS, ML20M_ITEMS, config), precision)
+    key = jax.random.PRNGKey(0)
+    samples = users.shape[0] * (negatives + 1)
+    times = []
+    for e in range(epochs + 1):
+        t0 = time.perf_counter()
+        state, total = run(state, users, items, jax.random.fold_in(key, e))
+        float(total)  # Waits for the device.
+        times.append(time.perf_counter() - t0)
+    later = times[1:]
+    return {
+        "framework": f"jax {jax.__version__}",
+        "device": str(jax.devices()[0].device_kind),
+        "mode": "epoch (negatives drawn and rows shuffled on the device, as NVIDIA's ncf.py)",
+        "batch": batch,
+        "precision": precision,
+        "samples_per_epoch": samples,
+        "first_epoch_s": times[0],
+        "epoch_s": later,
+        "examples_per_sec": samples / float(np.median(later)),
+        "mean_loss_last_epoch": float(total) / (samples // batch),
+    }
 
 
 def initial_state(params: dict, dtype_name: str):
@@ -437,6 +528,14 @@ def main() -> int:
     m.add_argument("--warmup", type=int, default=50, help="steps in the compiling call")
     m.add_argument("--pool", type=int, default=8, help="distinct batches kept on the device")
     m.add_argument("--out", help="append JSON lines here")
+    ep = sub.add_parser(
+        "epoch", help="whole epochs, negatives drawn on the device (NVIDIA's count)"
+    )
+    ep.add_argument("--batch-sizes", type=int, nargs="+", default=[1_048_576])
+    ep.add_argument("--precisions", nargs="+", default=["float32", "float16"],
+                    choices=["float32", "bfloat16", "float16"])  # fmt: skip
+    ep.add_argument("--epochs", type=int, default=3, help="timed epochs after a compiling one")
+    ep.add_argument("--out", help="append JSON lines here")
     fc = sub.add_parser("full-catalog", help="full-catalog ranking time at ml-20m shape")
     fc.add_argument("--pairs-per-step", type=int, nargs="+", default=[1 << 19, 1 << 21, 1 << 23],
                     help="scores per step; full_catalog.PAIRS_PER_STEP is 2**19")  # fmt: skip
@@ -450,6 +549,11 @@ def main() -> int:
         return tf_reference(args.path)
     if args.cmd == "check":
         return check(args.path)
+    if args.cmd == "epoch":
+        for batch in args.batch_sizes:
+            for precision in args.precisions:
+                emit(measure_epochs(batch, precision, args.epochs), args.out)
+        return 0
     if args.cmd == "full-catalog":
         for pairs in args.pairs_per_step:
             for precision in args.precisions:

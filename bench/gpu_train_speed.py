@@ -23,8 +23,9 @@ For each batch size and precision: a warm-up of ``--warmup`` steps (compiling), 
 only mean something on the accelerator they name.
 
 Reference point: NVIDIA publishes about 22.6M samples/s (TF32) and 34.1M (AMP) for its PyTorch
-NCF on one A100 (80GB) at batch 1,048,576; no H100 figure is published. The same step in JAX
-on one H200 (``bench/gpu_ceiling_jax.py``; docs/benchmarks.md 'GPU') bounds it from above.
+NCF on one A100 at batch 1,048,576; its code measured on an H100 and an H200
+(``bench/gpu_vs_nvidia.sh``) and the same step in JAX on both (``bench/gpu_ceiling_jax.py``,
+which bounds this one from above) are in docs/benchmarks.md 'GPU'.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ML20M_USERS, ML20M_ITEMS = 138_493, 26_744
+ML20M_RATINGS = 20_000_263
 
 
 def batch_pool(
@@ -64,6 +66,30 @@ def batch_pool(
         "labels": labels.reshape(shape),
         "valid_point_mask": np.ones(shape, dtype=bool),
     }
+
+
+def ml20m_positives(seed: int = 0) -> tuple:
+    """ml-20m-shaped training positives ``(users, items)`` as int64 arrays, grouped by user.
+
+    19,861,770 pairs (ml-20m's 20,000,263 ratings less one held out per user), every user at least
+    19 (ml-20m keeps users with 20 ratings or more), skewed activity (lognormal), Zipf-like items
+    as ``batch_pool``. For epoch-level benchmarks that sample negatives on the device
+    (``bench/gpu_ceiling_jax.py epoch``, ``bench/reference/nvidia_ncf.py data``).
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    users, items = ML20M_USERS, ML20M_ITEMS
+    train = ML20M_RATINGS - users
+    extra = rng.lognormal(0.0, 1.2, users)
+    counts = 19 + np.floor(extra / extra.sum() * (train - 19 * users)).astype(np.int64)
+    counts[rng.choice(users, train - counts.sum(), replace=False)] += 1
+    ranks = np.arange(1, items + 1, dtype=np.float64)
+    weights = 1.0 / ranks**0.8
+    cdf = np.cumsum(weights / weights.sum())
+    user_ids = np.repeat(np.arange(users, dtype=np.int64), counts)
+    item_ids = np.minimum(np.searchsorted(cdf, rng.random(train)), items - 1).astype(np.int64)
+    return user_ids, item_ids
 
 
 def measure(

@@ -67,29 +67,53 @@ def prepare_data(work: str, name: str, config, epochs: int, batch_size: int, gen
     ``config`` still names the seed and bounds the eval negatives)."""
     from training_core.data import prepare, synthetic
     from training_core.data.config import PrepareConfig
-    from training_core.data.metadata import read_metadata
 
     data = data_dir(work, name, config.seed, batch_size)
-    try:
-        if read_metadata(data).num_epochs >= epochs:
-            return data
-    except FileNotFoundError:
-        pass
-    shutil.rmtree(data, ignore_errors=True)
+    if _prepared(data, epochs):
+        return data
     os.makedirs(work, exist_ok=True)
     raw = os.path.join(work, f"{name}-s{config.seed}.csv")
     interactions = generate() if generate is not None else synthetic.generate(config)
     synthetic.write(interactions, raw, "csv")
-    prepare.prepare(
-        PrepareConfig(
-            input_path=raw,
-            output_dir=data,
-            num_epochs=epochs,
-            eval_negatives=min(999, config.num_items - config.min_per_user),  # 999 at ml-100k+.
-            train_batch_size=batch_size,
-        )
-    )
+    eval_negatives = min(999, config.num_items - config.min_per_user)  # 999 at ml-100k and up.
+    config = PrepareConfig(input_path=raw, output_dir=data, num_epochs=epochs,
+                           eval_negatives=eval_negatives, train_batch_size=batch_size)  # fmt: skip
+    prepare.prepare(config)
     return data
+
+
+def prepare_input(work: str, path: str, epochs: int, batch_size: int) -> str:
+    """A ratings file or folder of the user's (real MovieLens, say) prepared as the synthetic
+    sets are: the product's defaults (999 distinct never-seen eval negatives), ``batch_size``,
+    ``epochs`` epochs; its layout is detected as ``ncf-pipelines prepare`` detects it."""
+    from training_core.data import prepare
+    from training_core.data.config import PrepareConfig
+
+    data = data_dir(work, input_name(path), 0, batch_size)
+    if _prepared(data, epochs):
+        return data
+    os.makedirs(work, exist_ok=True)
+    prepare.prepare(PrepareConfig(input_path=path, output_dir=data, num_epochs=epochs,
+                                  train_batch_size=batch_size))  # fmt: skip
+    return data
+
+
+def input_name(path: str) -> str:
+    """The set's name for ``--input``: ``input-`` and the file or folder name."""
+    return "input-" + os.path.basename(os.path.normpath(path)).replace(".", "_")
+
+
+def _prepared(data: str, epochs: int) -> bool:
+    """Whether ``data`` holds a prepared set with at least ``epochs`` epochs (else cleared)."""
+    from training_core.data.metadata import read_metadata
+
+    try:
+        if read_metadata(data).num_epochs >= epochs:
+            return True
+    except FileNotFoundError:
+        pass
+    shutil.rmtree(data, ignore_errors=True)
+    return False
 
 
 def train_run(data: str, work: str, arch: str, seed: int, preset: str, epochs: int) -> dict:
@@ -291,6 +315,11 @@ def main() -> int:
         help="synthetic structure (training_core/data/synthetic.py STRUCTURES): planted "
         "(default) or movielens (as hard as real MovieLens-100k)",
     )
+    p.add_argument(
+        "--input",
+        help="a ratings file or folder to prepare and use instead of synthetic data (e.g. a "
+        "real MovieLens u.data); --shape, --structure and --data-seed are then unused",
+    )
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -308,12 +337,17 @@ def main() -> int:
         return 0
     os.makedirs(args.work, exist_ok=True)
     t0 = time.perf_counter()
-    from training_core.data import synthetic
+    if args.input:
+        if args.docs:
+            raise SystemExit("--docs renders the synthetic set's page; with --input, read the JSON")
+        data = prepare_input(args.work, args.input, args.epochs, args.batch_size)
+    else:
+        from training_core.data import synthetic
 
-    config = synthetic.with_structure(
-        dataclasses.replace(synthetic.SHAPES[args.shape], seed=args.data_seed), args.structure
-    )
-    data = prepare_data(args.work, set_name(vars(args)), config, args.epochs, args.batch_size)
+        config = synthetic.with_structure(
+            dataclasses.replace(synthetic.SHAPES[args.shape], seed=args.data_seed), args.structure
+        )
+        data = prepare_data(args.work, set_name(vars(args)), config, args.epochs, args.batch_size)
     runs = []
     for seed in args.seeds:  # Seeds outermost: a stopped run still has every model once.
         for arch in args.models:

@@ -18,7 +18,9 @@ def evaluate_model(
 
     ``metrics`` gets HR@10/NDCG@10 against the sampled negatives and, as ``full_catalog_*``,
     against every item the user did not train on, for ``full_catalog_users`` users (a fixed-seed
-    sample; 0: every user; ``full_catalog_capped`` is 1 when that was not all of them). The
+    sample; 0: every user; ``full_catalog_capped`` is 1 when that was not all of them), the
+    popularity baseline's as ``popularity_*`` and ``beats_popularity`` (1 when the model's HR@10
+    is above the baseline's). The
     options are ``training_core.eval_config.EvalOptions``'s, with its defaults (a test holds them
     equal).
     """

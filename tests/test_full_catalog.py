@@ -13,7 +13,15 @@ import tensorflow as tf
 from conftest import communicate, read_split
 from ncf_numpy import full_catalog_reference, leave_one_out_from_raw, neumf_scores
 
-from training_core import console, eval_config, full_catalog, metrics, train, train_config
+from training_core import (
+    baselines,
+    console,
+    eval_config,
+    full_catalog,
+    metrics,
+    train,
+    train_config,
+)
 from training_core.data import positives
 from training_core.data.metadata import read_metadata
 from training_core.evaluate import evaluate, load_model, run_eval
@@ -157,6 +165,28 @@ def test_evaluate_matches_numpy_over_every_user(model_dir, tiny_data, raw):
     assert 0 < result.full_catalog_hr_at_10 < result.hr_at_10
 
 
+def test_evaluate_ranks_the_popularity_baseline_beside_the_model(model_dir, tiny_data, raw):
+    """The baseline's full-catalog metrics equal NumPy's from the raw CSV's counts; its sampled
+    ones equal ``baselines.popularity`` through ``run_eval``; ``beats_popularity`` compares."""
+    seen, held_out = raw
+    result = evaluate(tiny_data, model_dir, options=eval_config.EvalOptions(full_catalog_users=0))
+    counts = np.zeros(max(max(s, default=0) for s in seen) + 1, np.float64)
+    for items in seen:
+        counts[list(items)] += 1
+    num_items = read_metadata(tiny_data).num_items
+    counts = np.pad(counts, (0, num_items - len(counts)))
+    hits, ndcg, users = full_catalog_reference(np.tile(counts, (len(held_out), 1)), seen, held_out)
+    assert result.popularity_full_catalog_hr_at_10 == pytest.approx(hits / users, abs=1e-12)
+    assert result.popularity_full_catalog_ndcg_at_10 == pytest.approx(ndcg / users, rel=1e-5)
+    sampled = _sampled(baselines.popularity(read_metadata(tiny_data), tiny_data), tiny_data)
+    assert (result.popularity_hr_at_10, result.popularity_ndcg_at_10) == pytest.approx(
+        (sampled.hr, sampled.ndcg)
+    )
+    assert 0 < result.popularity_hr_at_10 < 1
+    assert result.beats_popularity == (result.hr_at_10 > result.popularity_hr_at_10)
+    assert json.loads(json.dumps(result.to_dict()))["beats_popularity"] is result.beats_popularity
+
+
 def test_the_cap_is_honoured_and_stated(model_dir, tiny_data, raw):
     seen, held_out = raw
     result = evaluate(tiny_data, model_dir, options=eval_config.EvalOptions(full_catalog_users=50))
@@ -271,6 +301,10 @@ def test_mirrored_replicas_split_the_users_and_agree_with_one_device(
     assert mirrored["full_catalog_hr_at_10"] == pytest.approx(one.full_catalog_hr_at_10)
     assert mirrored["full_catalog_ndcg_at_10"] == pytest.approx(one.full_catalog_ndcg_at_10)
     assert mirrored["hr_at_10"] == pytest.approx(one.hr_at_10)
+    assert mirrored["popularity_hr_at_10"] == pytest.approx(one.popularity_hr_at_10)
+    assert mirrored["popularity_full_catalog_hr_at_10"] == pytest.approx(
+        one.popularity_full_catalog_hr_at_10
+    )
 
 
 def test_the_training_curve_records_full_catalog_metrics(model_dir):

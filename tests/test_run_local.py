@@ -51,6 +51,8 @@ def test_run_local_whole_pipeline_on_the_embedded_sample(tmp_path, capsys):
     assert "HR@10" in out and "Exported model:" in out
     hr = float(out.split("Finished in ")[1].split("HR@10 ")[1].split()[0])
     assert 0.3 < hr <= 1.0  # 100 negatives: popularity alone gives well under this here.
+    popularity = float(out.split("Popularity baseline ")[1].split("HR@10 ")[1].split(";")[0])
+    assert 0 < popularity < hr and "; the model beats it by +" in out
     exported = out.split("Exported model: ")[1].split()[0]
     assert os.path.exists(os.path.join(exported, "saved_model.pb"))
     for step in ("validate-data", "prepare-data", "train-model", "evaluate-model", "export-model"):

@@ -38,6 +38,11 @@ def test_train_then_evaluate_components(tiny_data, tmp_path):
     evaluate_model.python_func(examples=examples, model=model, metrics=ev)
     assert ev.metadata["hr_at_10"] == pytest.approx(m["hr_at_10"], abs=1e-9)
     assert ev.metadata["step"] == m["global_step"]
+    # The popularity baseline beside it, and which wins, as numbers the Metrics artifact holds.
+    assert 0 < ev.metadata["popularity_hr_at_10"] < 1
+    assert ev.metadata["beats_popularity"] == int(
+        ev.metadata["hr_at_10"] > ev.metadata["popularity_hr_at_10"]
+    )
 
 
 def test_train_component_names_the_preset_auto_picked(tiny_data, tmp_path):

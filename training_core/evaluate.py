@@ -4,8 +4,9 @@
 each user's sampled negatives (the eval records); ``full_catalog.FullCatalogEval`` ranks the same
 held-out items against every item the user did not train on. The training loop calls both after
 every epoch. ``evaluate`` does the same for a trained model folder (its latest checkpoint, or one
-named). Only the model's weights are restored, so a checkpoint written under any strategy
-(mirrored, multi-worker, TPU) evaluates under any other, one device included.
+named), and ranks the popularity baseline beside it the same way. Only the model's weights are
+restored, so a checkpoint written under any strategy (mirrored, multi-worker, TPU) evaluates
+under any other, one device included.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 
 import tensorflow as tf
 
-from training_core import full_catalog, input_pipeline, metrics
+from training_core import baselines, full_catalog, input_pipeline, metrics
 from training_core.data.metadata import DatasetMetadata, read_metadata
 from training_core.eval_config import EvalOptions
 from training_core.model import NeuMF
@@ -31,6 +32,11 @@ class EvalResult:
     The ``full_catalog_*`` metrics rank the held-out item against every item the user did not
     train on, for ``full_catalog_users`` users: all of them, or a fixed-seed sample of that many
     when ``full_catalog_capped``. Recall@10 equals HR@10 (one held-out item per user).
+
+    ``popularity_*``: the popularity baseline (``baselines.Popularity``: items ranked by their
+    training count, whoever the user) ranked by the same code against the same candidates and
+    users; ``beats_popularity`` says whether the model's sampled HR@10 is above the baseline's.
+    A model that does not beat it has learned nothing personal.
     """
 
     checkpoint: str
@@ -43,6 +49,11 @@ class EvalResult:
     full_catalog_recall_at_10: float
     full_catalog_users: int
     full_catalog_capped: bool
+    popularity_hr_at_10: float
+    popularity_ndcg_at_10: float
+    popularity_full_catalog_hr_at_10: float
+    popularity_full_catalog_ndcg_at_10: float
+    beats_popularity: bool
 
     def to_dict(self) -> dict:
         """JSON-ready."""
@@ -124,9 +135,13 @@ def evaluate(
         )
     with input_pipeline.naming_damaged_files(meta.eval_file_paths(data_dir)):
         result: metrics.RankingMetrics = run_eval(model, strategy, meta, data_dir)
-    full = full_catalog.FullCatalogEval(
+    full_eval = full_catalog.FullCatalogEval(
         model, strategy, meta, data_dir, options.full_catalog_users
-    )(show_progress=True)
+    )
+    full = full_eval(show_progress=True)
+    popularity = baselines.Popularity(full_eval.training_item_counts(), meta.num_users)
+    pop = run_eval(popularity, strategy, meta, data_dir)
+    pop_full = full_eval.for_model(popularity)()
     log.info(
         "%s (step %d): HR@10 %.4f NDCG@10 %.4f over %d users against %d sampled negatives; "
         "full catalog HR@10 %.4f NDCG@10 %.4f over %s (%d scores in %.1fs)",
@@ -142,6 +157,17 @@ def evaluate(
         full.scores,
         full.seconds,
     )
+    beats = result.hr > pop.hr
+    (log.info if beats else log.warning)(
+        "popularity baseline: HR@10 %.4f NDCG@10 %.4f (full catalog %.4f / %.4f): the model %s",
+        pop.hr,
+        pop.ndcg,
+        pop_full.metrics.hr,
+        pop_full.metrics.ndcg,
+        f"beats it by {result.hr - pop.hr:+.4f} HR@10"
+        if beats
+        else "does NOT beat it: it has learned nothing personal (train longer, check the data)",
+    )
     return EvalResult(
         path,
         step,
@@ -153,4 +179,9 @@ def evaluate(
         full_catalog_recall_at_10=full.metrics.recall,
         full_catalog_users=full.metrics.users,
         full_catalog_capped=full.capped,
+        popularity_hr_at_10=pop.hr,
+        popularity_ndcg_at_10=pop.ndcg,
+        popularity_full_catalog_hr_at_10=pop_full.metrics.hr,
+        popularity_full_catalog_ndcg_at_10=pop_full.metrics.ndcg,
+        beats_popularity=beats,
     )

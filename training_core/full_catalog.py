@@ -81,6 +81,7 @@ class _RankedUsers:
     splits: np.ndarray
     items: np.ndarray
     users_with_held_out: int  # Before the cap.
+    item_counts: np.ndarray  # [num_items] training positives per item, over every user.
 
 
 class FullCatalogEval:
@@ -116,6 +117,7 @@ class FullCatalogEval:
         self.data_dir = data_dir
         self.max_users = max_users
         self.dtype = dtype
+        self.pairs_per_step = pairs_per_step
         replicas = strategy.num_replicas_in_sync
         self.num_items = meta.num_items
         self.users_per_step = max(
@@ -131,9 +133,7 @@ class FullCatalogEval:
             show_progress: report the ranking's progress (``console.progress``); not where the
                 caller already shows one (the training loop's evaluation).
         """
-        if self._ranked is None:
-            self._ranked = self._read_users()
-        ranked = self._ranked
+        ranked = self._users()
         replicas = self.strategy.num_replicas_in_sync
         steps = math.ceil(len(ranked.users) / (replicas * self.users_per_step))
         dist = input_pipeline.distribute(self.strategy, self._dataset_fn(ranked, steps))
@@ -160,6 +160,25 @@ class FullCatalogEval:
             result, ranked.users_with_held_out, seconds, result.users * self.num_items
         )
 
+    def training_item_counts(self) -> np.ndarray:
+        """``[num_items]`` training positives per item over every user: popularity's scores."""
+        return self._users().item_counts
+
+    def for_model(self, model) -> FullCatalogEval:
+        """The same ranking (users, held-out items, masks) for another scorer of the dataset.
+
+        The records are read once, by whichever of the two ranks first.
+        """
+        other = FullCatalogEval(model, self.strategy, self.meta, self.data_dir, self.max_users,
+                                self.dtype, self.pairs_per_step)  # fmt: skip
+        other._ranked = self._users()
+        return other
+
+    def _users(self) -> _RankedUsers:
+        if self._ranked is None:
+            self._ranked = self._read_users()
+        return self._ranked
+
     def _read_users(self) -> _RankedUsers:
         """The ranked users, their held-out items, and their training positives as CSR."""
         train_files = self.meta.train_file_paths(self.data_dir, 0)
@@ -174,7 +193,8 @@ class FullCatalogEval:
         np.cumsum(lengths, out=splits[1:-1])
         splits[-1] = splits[-2]
         items = all_items[_ranges(starts, lengths)]
-        return _RankedUsers(users[keep], held_out[keep], splits, items, len(users))
+        counts = np.bincount(all_items, minlength=self.num_items)
+        return _RankedUsers(users[keep], held_out[keep], splits, items, len(users), counts)
 
     def _dataset_fn(self, ranked: _RankedUsers, steps: int):
         """Per replica and step: users, held-out items, padding flags, the excluded-items mask."""

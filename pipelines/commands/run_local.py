@@ -118,6 +118,7 @@ def summary(result, seconds: float, registry: str = "") -> str:
         f"{m.get('ndcg_at_10', nan):.4f} over {int(m.get('eval_users', 0))} users, each "
         f"against {negatives} sampled negatives (full catalog: HR@10 "
         f"{m.get('full_catalog_hr_at_10', nan):.4f})",
+        *_against_popularity(m),
         _gate(result, registry),
         f"Artifacts under {result.pipeline_root}:",
     ]
@@ -140,6 +141,20 @@ def summary(result, seconds: float, registry: str = "") -> str:
         "Vertex AI (ncf-pipelines compile, submit: docs/pipelines.md)",
     ]
     return "\n".join(lines)
+
+
+def _against_popularity(m: dict) -> list[str]:
+    """The popularity baseline's HR@10 beside the model's, in one line (none if not measured)."""
+    pop = m.get("popularity_hr_at_10")
+    if pop is None:
+        return []
+    hr = m.get("hr_at_10", float("nan"))
+    verdict = (
+        f"the model beats it by {hr - pop:+.4f}"
+        if m.get("beats_popularity")
+        else "the model does NOT beat it: it has learned nothing personal"
+    )
+    return [f"Popularity baseline (most-trained items for everyone): HR@10 {pop:.4f}; {verdict}."]
 
 
 def _gate(result, registry: str) -> str:

@@ -150,17 +150,16 @@ def popularity(data: str) -> dict:
     """The popularity baseline's HR@10/NDCG@10 by the evaluation code that ranks the models."""
     import tensorflow as tf
 
-    from training_core import baselines, evaluate
+    from training_core import evaluate
     from training_core.data.metadata import read_metadata
     from training_core.eval_config import CURVE_FULL_CATALOG_USERS
     from training_core.full_catalog import FullCatalogEval
 
     meta = read_metadata(data)
-    scorer = baselines.popularity(meta, data)
     strategy = tf.distribute.get_strategy()
-    got = evaluate.run_eval(scorer, strategy, meta, data)
     # The same users the training curve ranks against the full catalog.
-    full = FullCatalogEval(scorer, strategy, meta, data, CURVE_FULL_CATALOG_USERS)()
+    users = FullCatalogEval(None, strategy, meta, data, CURVE_FULL_CATALOG_USERS)
+    got, full = evaluate.rank_popularity(users, strategy, meta, data)
     return {
         "hr_at_10": got.hr,
         "ndcg_at_10": got.ndcg,

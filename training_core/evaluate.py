@@ -99,6 +99,21 @@ def run_eval(
     return metrics.RankingMetrics(int(hits), float(ndcg), int(users))
 
 
+def rank_popularity(
+    full_eval: full_catalog.FullCatalogEval,
+    strategy: tf.distribute.Strategy,
+    meta: DatasetMetadata,
+    data_dir: str,
+) -> tuple[metrics.RankingMetrics, full_catalog.FullCatalogMetrics]:
+    """The popularity baseline's sampled and full-catalog metrics.
+
+    Ranked as ``full_eval``'s model is: the same users, candidates and code; the records it read
+    are reused.
+    """
+    popularity = baselines.Popularity(full_eval.training_item_counts(), meta.num_users)
+    return run_eval(popularity, strategy, meta, data_dir), full_eval.for_model(popularity)()
+
+
 def load_model(model_dir: str, strategy: tf.distribute.Strategy, checkpoint: str | None = None):
     """Builds the model of ``model_dir`` under ``strategy`` and restores its weights.
 
@@ -139,9 +154,7 @@ def evaluate(
         model, strategy, meta, data_dir, options.full_catalog_users
     )
     full = full_eval(show_progress=True)
-    popularity = baselines.Popularity(full_eval.training_item_counts(), meta.num_users)
-    pop = run_eval(popularity, strategy, meta, data_dir)
-    pop_full = full_eval.for_model(popularity)()
+    pop, pop_full = rank_popularity(full_eval, strategy, meta, data_dir)
     log.info(
         "%s (step %d): HR@10 %.4f NDCG@10 %.4f over %d users against %d sampled negatives; "
         "full catalog HR@10 %.4f NDCG@10 %.4f over %s (%d scores in %.1fs)",

@@ -498,6 +498,9 @@ def prepare(config: SubmitConfig) -> tuple[Template, dict[str, Any]]:
     template = load_template(config.template_path)
     values = coerce_parameters(template, config.parameter_values)
     check_run_values(template, values)
+    warning = reused_negatives(template, values)
+    if warning:
+        _LOG.warning("%s", warning)
     data_uri = values.get(DATA_URI)
     if isinstance(data_uri, str) and not data_uri.startswith("gs://"):
         raise ValueError(
@@ -506,6 +509,42 @@ def prepare(config: SubmitConfig) -> tuple[Template, dict[str, Any]]:
             f"--param {DATA_URI}=gs://BUCKET/PATH"
         )
     return template, values
+
+
+def reused_negatives(template: Template, values: Mapping[str, Any]) -> str | None:
+    """A warning when the run prepares fewer epochs of negatives than it trains, else None.
+
+    Training epochs past ``data_epochs`` reuse the prepared negatives in the same order and
+    overfit (``train.reused_negatives_warning``; on real MovieLens-100k HR@10 0.16 against 0.35).
+    The training epochs are ``epochs``, else the preset's (for ``auto``, the fewest of the
+    presets it can pick: the warning holds for any data size).
+    """
+    from training_core.presets import AUTO, AUTO_BY_SIZE, AUTO_LARGEST, PRESETS
+
+    def value(name: str) -> Any:
+        if name in values:
+            return values[name]
+        parameter = template.parameters.get(name)
+        return parameter.default if parameter else None
+
+    data_epochs, epochs, preset = value("data_epochs"), value("epochs"), value("preset")
+    if not isinstance(data_epochs, int | float) or not isinstance(preset, str):
+        return None  # Not an ncf-pipelines template.
+    # The IR keeps integer defaults as JSON numbers (1.0).
+    data_epochs, epochs = int(data_epochs), int(epochs or 0)
+    if not epochs:
+        names = [p for _, p in AUTO_BY_SIZE] + [AUTO_LARGEST] if preset == AUTO else [preset]
+        if not all(n in PRESETS for n in names):
+            return None
+        epochs = min(PRESETS[n].epochs for n in names)
+    if epochs <= data_epochs:
+        return None
+    return (
+        f"data_epochs={data_epochs} but training runs {epochs} epochs or more: epochs after the "
+        f"{data_epochs}th reuse the same negatives in the same order, which overfits (on real "
+        f"MovieLens-100k HR@10 0.16 against 0.35); pass --param data_epochs={epochs} (or the "
+        "epochs you train)"
+    )
 
 
 def check_run_values(template: Template, values: Mapping[str, Any]) -> None:

@@ -1004,3 +1004,28 @@ def test_a_blessed_challenger_becomes_the_new_default_version(standin, adc, tmp_
     now = registry.find_champion(PROJECT, location, "ncf-neumf")
     assert (now.resource_name, now.version_id, now.artifact_uri) == (name, "2", second.uri)
     assert "default" not in standin.model_versions[name][0]["versionAliases"]
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        # The defaults: 1 prepared epoch, the preset's epochs (auto: 10 at the fewest).
+        ([], "data_epochs=1 but training runs 10 epochs or more"),
+        (["--param", "preset=ml-100k"], "data_epochs=1 but training runs 20 epochs or more"),
+        (["--param", "epochs=6", "--param", "data_epochs=3"], "pass --param data_epochs=6"),
+        (["--param", "data_epochs=20"], None),
+        (["--param", "epochs=3", "--param", "data_epochs=3"], None),
+    ],
+)
+def test_submit_warns_when_training_would_reuse_the_prepared_negatives(
+    ncf_template, capsys, caplog, extra, expected
+):
+    """The compiled template's defaults and the run's values, as the submission resolves them."""
+    assert cli.main(_ncf_dry_run(ncf_template, *extra)) == 0
+    warned = [
+        r.getMessage() for r in caplog.records if "reuse the same negatives" in r.getMessage()
+    ]
+    if expected is None:
+        assert not warned
+    else:
+        assert len(warned) == 1 and expected in warned[0]

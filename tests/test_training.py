@@ -334,3 +334,15 @@ def test_kills_at_random_moments_then_resume_end_with_the_clean_run_s_model(
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
     ra, rb = json.load(open(tmp_path / "ref.json")), json.load(open(tmp_path / "run.json"))
     assert [e["hr_at_10"] for e in ra["epochs"]] == [e["hr_at_10"] for e in rb["epochs"]]
+
+
+def test_training_more_epochs_than_prepared_warns_naming_both(caplog):
+    from training_core.train import reused_negatives_warning
+
+    assert (
+        reused_negatives_warning(3, 3, "d") is None and reused_negatives_warning(2, 5, "d") is None
+    )
+    with caplog.at_level("WARNING"):
+        message = reused_negatives_warning(20, 1, "data/x")
+    assert "training runs 20 epochs but data/x holds 1 prepared epoch(s)" in message
+    assert "--epochs 20" in message and message in caplog.text

@@ -199,3 +199,17 @@ def test_step_display_prints_a_failing_steps_traceback_to_stderr(tmp_path):
     assert "[1/1] prepare-data    FAILED after " in shown[0]
     assert shown[1:] == ["  Traceback (most recent call last):", "    File x", "  E: bad"]
     assert "done" not in out.getvalue()
+
+
+def test_run_local_prepares_as_many_epochs_as_it_trains(tiny_csv):
+    """data_epochs follows the training epochs: given, the preset's, or auto's for the data."""
+    from pipelines.commands import run_local
+    from training_core.presets import PRESETS
+
+    assert run_local._training_epochs({"epochs": 8, "preset": "quick"}) == 8
+    assert run_local._training_epochs({"preset": "ml-1m", "epochs": 0}) == PRESETS["ml-1m"].epochs
+    # The tiny CSV is far below 316k training positives: auto picks ml-100k (20 epochs).
+    assert run_local._training_epochs({"data_uri": tiny_csv}) == PRESETS["ml-100k"].epochs
+    assert run_local._training_epochs({"data_uri": "/no/such/file"}) is None  # validate reports.
+    words = run_local._model_words({"preset": "auto", "epochs": 0, "data_epochs": 20})
+    assert words == "preset auto: the preset for the data's size, the preset's epochs, 20 prepared"

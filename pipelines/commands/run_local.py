@@ -17,7 +17,7 @@ from pipelines.cli import add_param_option, example_epilog
 # Either way the data is prepared with as many epochs as training runs (data_epochs), so that
 # each epoch draws fresh negatives (train.reused_negatives_warning says what reuse costs).
 LOCAL_DEFAULTS = {"register": True, "batch_recommend": True}
-SAMPLE_DEFAULTS = {"preset": "quick", "epochs": 4, "data_epochs": 4}
+SAMPLE_DEFAULTS = {"preset": "quick", "epochs": 4}
 DEFAULT_REGISTRY = "out/registry"
 
 
@@ -191,7 +191,7 @@ def _model_words(arguments: dict) -> str:
     preset = arguments.get("preset", DEFAULTS["preset"])
     epochs = arguments.get("epochs", DEFAULTS["epochs"])
     preset_words = "auto: the preset for the data's size" if preset == AUTO else preset
-    epochs_words = "the preset's epochs" if epochs is None else f"{epochs} epochs"
+    epochs_words = f"{epochs} epochs" if epochs else "the preset's epochs"  # 0: not set.
     data_epochs = arguments.get("data_epochs")
     prepared = f", {data_epochs} prepared" if data_epochs else ""
     return f"preset {preset_words}, {epochs_words}{prepared}"

@@ -55,9 +55,7 @@ def batch_pool(
     rng = np.random.default_rng(seed)
     n = batch * pool
     user_ids = rng.integers(0, users, n, dtype=np.int64)
-    ranks = np.arange(1, items + 1, dtype=np.float64)
-    weights = 1.0 / ranks**0.8
-    item_ids = rng.choice(items, n, p=weights / weights.sum()).astype(np.int64)
+    item_ids = rng.choice(items, n, p=zipf_weights(items)).astype(np.int64)
     labels = (rng.random(n) < 0.2).astype(np.int32)  # 1 positive : 4 negatives.
     shape = (pool, batch, 1)
     return {
@@ -84,12 +82,24 @@ def ml20m_positives(seed: int = 0) -> tuple:
     extra = rng.lognormal(0.0, 1.2, users)
     counts = 19 + np.floor(extra / extra.sum() * (train - 19 * users)).astype(np.int64)
     counts[rng.choice(users, train - counts.sum(), replace=False)] += 1
-    ranks = np.arange(1, items + 1, dtype=np.float64)
-    weights = 1.0 / ranks**0.8
-    cdf = np.cumsum(weights / weights.sum())
     user_ids = np.repeat(np.arange(users, dtype=np.int64), counts)
-    item_ids = np.minimum(np.searchsorted(cdf, rng.random(train)), items - 1).astype(np.int64)
-    return user_ids, item_ids
+    return user_ids, zipf_items(rng, train, items)
+
+
+def zipf_weights(items: int):
+    """Item ``k``'s share of interactions, proportional to ``1 / (k + 1) ** 0.8`` (Zipf-like)."""
+    import numpy as np
+
+    weights = 1.0 / np.arange(1, items + 1, dtype=np.float64) ** 0.8
+    return weights / weights.sum()
+
+
+def zipf_items(rng, n: int, items: int):
+    """``n`` item ids drawn by ``zipf_weights`` (inverse CDF over ``rng.random``), int64."""
+    import numpy as np
+
+    cdf = np.cumsum(zipf_weights(items))
+    return np.minimum(np.searchsorted(cdf, rng.random(n)), items - 1).astype(np.int64)
 
 
 def measure(

@@ -514,12 +514,11 @@ def prepare(config: SubmitConfig) -> tuple[Template, dict[str, Any]]:
 def reused_negatives(template: Template, values: Mapping[str, Any]) -> str | None:
     """A warning when the run prepares fewer epochs of negatives than it trains, else None.
 
-    Training epochs past ``data_epochs`` reuse the prepared negatives in the same order and
-    overfit (``train.reused_negatives_warning``; on real MovieLens-100k HR@10 0.16 against 0.35).
     The training epochs are ``epochs``, else the preset's (for ``auto``, the fewest of the
     presets it can pick: the warning holds for any data size).
     """
-    from training_core.presets import AUTO, AUTO_BY_SIZE, AUTO_LARGEST, PRESETS
+    from training_core.presets import PRESETS, possible_presets
+    from training_core.train_config import reused_negatives_consequence
 
     def value(name: str) -> Any:
         if name in values:
@@ -533,16 +532,15 @@ def reused_negatives(template: Template, values: Mapping[str, Any]) -> str | Non
     # The IR keeps integer defaults as JSON numbers (1.0).
     data_epochs, epochs = int(data_epochs), int(epochs or 0)
     if not epochs:
-        names = [p for _, p in AUTO_BY_SIZE] + [AUTO_LARGEST] if preset == AUTO else [preset]
+        names = possible_presets(preset)
         if not all(n in PRESETS for n in names):
             return None
         epochs = min(PRESETS[n].epochs for n in names)
     if epochs <= data_epochs:
         return None
     return (
-        f"data_epochs={data_epochs} but training runs {epochs} epochs or more: epochs after the "
-        f"{data_epochs}th reuse the same negatives in the same order, which overfits (on real "
-        f"MovieLens-100k HR@10 0.16 against 0.35); pass --param data_epochs={epochs} (or the "
+        f"data_epochs={data_epochs} but training runs {epochs} epochs or more: "
+        f"{reused_negatives_consequence(data_epochs)}; pass --param data_epochs={epochs} (or the "
         "epochs you train)"
     )
 

@@ -166,6 +166,11 @@ def resolve_preset(name: str, num_train_positives: int) -> str:
     return AUTO_LARGEST
 
 
+def possible_presets(name: str) -> tuple[str, ...]:
+    """Every preset ``name`` may resolve to, whatever the data's size."""
+    return (*(p for _, p in AUTO_BY_SIZE), AUTO_LARGEST) if name == AUTO else (name,)
+
+
 def get_preset(name: str, **overrides) -> NeuMFConfig:
     """A named preset, optionally with fields replaced (``None`` overrides are ignored)."""
     if name not in PRESETS:

@@ -275,3 +275,15 @@ def from_parameters(data_dir: str, model_dir: str, parameters: Mapping[str, Any]
     default) or to the list of those that are not options.
     """
     return config_for(data_dir, model_dir, **options.from_kfp(parameters, DEFAULTS))
+
+
+def reused_negatives_consequence(prepared: int) -> str:
+    """What training past ``prepared`` epochs of data does (the trainer's and submit's warning).
+
+    Epochs past the prepared ones wrap (``DatasetMetadata.train_file_paths``).
+    """
+    return (
+        f"epochs past the {prepared} prepared reuse the same negatives in the same order, which "
+        "overfits (real MovieLens-100k, run-local's default preset: HR@10 0.16 with 1 prepared "
+        "epoch against 0.35 with 20)"
+    )

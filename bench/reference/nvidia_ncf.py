@@ -48,7 +48,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
-from gpu_train_speed import ML20M_ITEMS, ML20M_USERS, ml20m_positives  # noqa: E402
+from gpu_train_speed import ML20M_ITEMS, ML20M_USERS, ml20m_positives, zipf_items  # noqa: E402
 
 TEST_NEGATIVES = 100  # their convert.py's --valid_negative default
 NCF_DIR = "PyTorch/Recommendation/NCF"
@@ -109,10 +109,7 @@ def write_data(out: str, seed: int = 0) -> dict:
     train = len(user_ids)
     pairs = np.stack([user_ids, item_ids], axis=1)
     rng = np.random.default_rng(seed + 1)
-    ranks = np.arange(1, items + 1, dtype=np.float64)
-    cdf = np.cumsum(1.0 / ranks**0.8)
-    cdf /= cdf[-1]
-    test_pos = np.minimum(np.searchsorted(cdf, rng.random(users)), items - 1)
+    test_pos = zipf_items(rng, users, items)
     test_items = np.concatenate(
         [test_pos[:, None], rng.integers(0, items, (users, TEST_NEGATIVES))], axis=1
     ).reshape(-1, 1)

@@ -23,7 +23,7 @@ import json, resource, sys, time
 from training_core.data.config import PrepareConfig
 from training_core.data import prepare, prepare_beam
 src, out, runner, workers = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-cfg = PrepareConfig(input_path=src, output_dir=out, workers=workers)
+cfg = PrepareConfig(input_path=src, output_dir=out, workers=workers, num_epochs=1)
 t0 = time.perf_counter()
 if runner == "local":
     r = prepare.prepare(cfg)

@@ -29,7 +29,7 @@ CHILD = r"""
 import json, resource, sys, logging
 from training_core.data.config import PrepareConfig
 from training_core.data import prepare
-cfg = PrepareConfig(input_path=sys.argv[1], output_dir=sys.argv[2],
+cfg = PrepareConfig(input_path=sys.argv[1], output_dir=sys.argv[2], num_epochs=1,
                             workers=int(sys.argv[3]) or None)
 r = prepare.prepare(cfg)
 m = r.metadata

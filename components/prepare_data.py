@@ -12,7 +12,9 @@ def prepare_data(
     examples: Output[Dataset],
     data_format: str = "auto",
     min_ratings: int = 20,
-    num_epochs: int = 1,
+    num_epochs: int = 0,
+    train_preset: str = "auto",
+    train_epochs: int = 0,
     num_neg: int = 4,
     eval_negatives: int = 999,
     eval_sampling: str = "distinct",
@@ -28,7 +30,10 @@ def prepare_data(
 
     The options are ``training_core.data.config.PrepareConfig``'s, with its defaults (a test
     holds them equal); 0 is "not set" (training_core.options): ``eval_batch_size`` 0 picks
-    whole users, a multiple of ``eval_users_multiple`` (the training replica count).
+    whole users, a multiple of ``eval_users_multiple`` (the training replica count);
+    ``num_epochs`` 0 prepares one epoch of fresh negatives per epoch the train step runs, which
+    ``train_preset`` and ``train_epochs`` say (the train step's ``preset`` and ``epochs``: the
+    epochs of ``auto``'s preset depend on the data's size, known here once it is read).
     ``data_fingerprint`` (the content hash submit computes) only keys the step's cache, so
     changed data behind an unchanged path is prepared again. ``runner`` "beam" runs the same
     preparation as an Apache Beam job (Dataflow when ``beam_pipeline_args`` name

@@ -420,7 +420,7 @@ def region_problem(region: str | None, what: str = "region") -> str | None:
 # ``training_core.data.config.PrepareConfig`` field they set: their ranges are its check's.
 _PREPARE_FIELDS = {
     "min_ratings": "min_ratings",
-    "data_epochs": "num_epochs",
+    "data_epochs": "num_epochs",  # 0 (not set): as many as training runs.
     "num_neg": "num_neg",
     "eval_negatives": "eval_negatives",
     "train_batch_size": "train_batch_size",
@@ -474,7 +474,10 @@ def parameter_problems(values: Mapping[str, Any]) -> list[str]:
             field = _PREPARE_FIELDS[name]
             config = PrepareConfig("", "", **from_kfp({field: number}, DEFAULTS))
             for _, rule in config.problems():
-                note = " (0: automatic)" if name == "eval_batch_size" else ""
+                note = {
+                    "eval_batch_size": " (0: automatic)",
+                    "data_epochs": " (0: not set)",
+                }.get(name, "")
                 problems.append(f"parameter {name!r} {rule}, got {number}{note}")
     return problems
 
@@ -514,8 +517,9 @@ def prepare(config: SubmitConfig) -> tuple[Template, dict[str, Any]]:
 def reused_negatives(template: Template, values: Mapping[str, Any]) -> str | None:
     """A warning when the run prepares fewer epochs of negatives than it trains, else None.
 
-    The training epochs are ``epochs``, else the preset's (for ``auto``, the fewest of the
-    presets it can pick: the warning holds for any data size).
+    ``data_epochs`` 0 (the default) prepares as many as training runs: no warning. The training
+    epochs are ``epochs``, else the preset's (for ``auto``, the fewest of the presets it can
+    pick: the warning holds for any data size).
     """
     from training_core.presets import PRESETS, possible_presets
     from training_core.train_config import reused_negatives_consequence
@@ -531,6 +535,8 @@ def reused_negatives(template: Template, values: Mapping[str, Any]) -> str | Non
         return None  # Not an ncf-pipelines template.
     # The IR keeps integer defaults as JSON numbers (1.0).
     data_epochs, epochs = int(data_epochs), int(epochs or 0)
+    if not data_epochs:
+        return None
     if not epochs:
         names = possible_presets(preset)
         if not all(n in PRESETS for n in names):

@@ -149,6 +149,8 @@ PREP_VALUES = {
     "data_format": ("format", "ml-1m"),
     "min_ratings": ("min_ratings", 3),
     "num_epochs": ("num_epochs", 2),
+    "train_preset": ("train_preset", "ml-1m"),
+    "train_epochs": ("train_epochs", 3),
     "num_neg": ("num_neg", 7),
     "eval_negatives": ("eval_negatives", 50),
     "eval_sampling": ("eval_sampling", "reference"),
@@ -168,6 +170,8 @@ def test_each_prepare_data_parameter_reaches_the_config():
         assert getattr(config, field) == value != getattr(default, field), name
     # "Not set" in KFP: the zero value of an option whose default is None.
     assert prep_config.from_parameters("in", "out", {"eval_batch_size": 0}).eval_batch_size is None
+    assert prep_config.from_parameters("in", "out", {"num_epochs": 0}).num_epochs is None
+    assert prep_config.from_parameters("in", "out", {"train_epochs": 0}).train_epochs is None
 
 
 @pytest.fixture(scope="module")
@@ -264,6 +268,8 @@ def test_each_prepare_data_flag_reaches_the_config(monkeypatch, tmp_path):
         "--time-col": (["t"], lambda c: c.columns.timestamp == "t"),
         "--min-ratings": (["3"], lambda c: c.min_ratings == 3),
         "--num-epochs": (["2"], lambda c: c.num_epochs == 2),
+        "--train-preset": (["ml-1m"], lambda c: c.train_preset == "ml-1m"),
+        "--train-epochs": (["3"], lambda c: c.train_epochs == 3),
         "--num-neg": (["7"], lambda c: c.num_neg == 7),
         "--eval-negatives": (["50"], lambda c: c.eval_negatives == 50),
         "--eval-sampling": (["reference"], lambda c: c.eval_sampling == "reference"),

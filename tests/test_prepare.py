@@ -19,6 +19,7 @@ def _config(src, out, **kw):
     kw.setdefault("min_ratings", 0)
     kw.setdefault("eval_negatives", 50)
     kw.setdefault("train_batch_size", 256)
+    kw.setdefault("num_epochs", 1)  # Not the default (as many as training runs): quick.
     return PrepareConfig(input_path=src, output_dir=str(out), **kw)
 
 
@@ -144,6 +145,37 @@ def test_byte_identical_for_any_worker_count_and_rerun_is_reused(tmp_path, tiny_
     assert [os.path.basename(p) for p in first_eval] == ["part-00000-of-00002.tfrecord"] * 2
     with open(first_eval[0], "rb") as x, open(first_eval[1], "rb") as y:
         assert x.read() != y.read()
+
+
+def test_by_default_as_many_epochs_are_prepared_as_training_runs(tmp_path, tiny_csv):
+    """num_epochs not set: one epoch of fresh negatives per epoch the training run will train."""
+    from training_core import presets
+
+    fixed = prepare.prepare(_config(tiny_csv, tmp_path / "a", num_epochs=3, workers=1))
+    # The preset's epochs (tiny trains 3): the same dataset as 3 asked for, so it is reused.
+    assert presets.PRESETS["tiny"].epochs == 3
+    resolved = prepare.prepare(
+        _config(tiny_csv, tmp_path / "a", num_epochs=None, train_preset="tiny", workers=1)
+    )
+    assert resolved.reused and resolved.metadata == fixed.metadata
+    assert set(resolved.metadata.train_files) == {"epoch_000", "epoch_001", "epoch_002"}
+    # --train-epochs is what training runs whatever the preset's.
+    two = prepare.prepare(
+        _config(tiny_csv, tmp_path / "b", num_epochs=None, train_preset="tiny", train_epochs=2)
+    )
+    assert two.metadata.num_epochs == two.metadata.options["num_epochs"] == 2
+    # auto: the preset for the data's size, as training resolves it from the same count.
+    auto = _config(tiny_csv, tmp_path / "c", num_epochs=None)
+    positives = fixed.metadata.num_train_positives
+    assert auto.train_preset == presets.AUTO
+    assert auto.resolved_epochs(positives) == presets.PRESETS["ml-100k"].epochs == 20
+    assert auto.resolved_epochs(1_000_000) == presets.PRESETS["ml-1m"].epochs
+    assert auto.resolved_epochs(19_000_000) == presets.PRESETS["ml-20m"].epochs
+    # A dataset prepared for another training run is another dataset.
+    with pytest.raises(FileExistsError, match="already holds a different prepared dataset"):
+        prepare.prepare(
+            _config(tiny_csv, tmp_path / "a", num_epochs=None, train_preset="quick", workers=1)
+        )
 
 
 def test_folder_with_another_dataset_is_refused_unless_overwrite(tmp_path, tiny_csv):

@@ -21,6 +21,7 @@ def _config(src, out, **kw):
     kw.setdefault("min_ratings", 0)
     kw.setdefault("eval_negatives", 50)
     kw.setdefault("train_batch_size", 256)
+    kw.setdefault("num_epochs", 1)  # Not the default (as many as training runs): quick.
     return PrepareConfig(input_path=str(src), output_dir=str(out), **kw)
 
 
@@ -46,6 +47,15 @@ def test_beam_tree_is_byte_identical_to_the_single_path(
     assert beam.metadata == local.metadata and not beam.reused
     assert not (tmp_path / "beam" / dataset_folder.BEAM_STAGING).exists()
     assert not list((tmp_path / "beam").rglob("*.partial"))
+
+
+def test_beam_prepares_the_epochs_training_runs_as_the_single_path_does(tmp_path, tiny_csv):
+    """num_epochs not set: the epochs are decided in the job, once the data is counted."""
+    kw = dict(num_epochs=None, train_preset="tiny")
+    local = prepare.prepare(_config(tiny_csv, tmp_path / "local", workers=1, **kw))
+    beam = _beam(_config(tiny_csv, tmp_path / "beam", **kw), THREADS)
+    assert tree_bytes(local.output_dir) == tree_bytes(beam.output_dir)
+    assert beam.metadata.num_epochs == 3 and len(beam.metadata.train_files) == 3
 
 
 def test_duplicates_ties_and_filters_across_chunks_match(tmp_path):

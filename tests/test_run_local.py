@@ -201,15 +201,14 @@ def test_step_display_prints_a_failing_steps_traceback_to_stderr(tmp_path):
     assert "done" not in out.getvalue()
 
 
-def test_run_local_prepares_as_many_epochs_as_it_trains(tiny_csv):
-    """data_epochs follows the training epochs: given, the preset's, or auto's for the data."""
+def test_run_local_start_line_says_how_many_epochs_are_prepared():
+    """Not set, the prepare step prepares one epoch per trained epoch (the pipeline's default)."""
     from pipelines.commands import run_local
-    from training_core.presets import PRESETS
 
-    assert run_local._training_epochs({"epochs": 8, "preset": "quick"}) == 8
-    assert run_local._training_epochs({"preset": "ml-1m", "epochs": 0}) == PRESETS["ml-1m"].epochs
-    # The tiny CSV is far below 316k training positives: auto picks ml-100k (20 epochs).
-    assert run_local._training_epochs({"data_uri": tiny_csv}) == PRESETS["ml-100k"].epochs
-    assert run_local._training_epochs({"data_uri": "/no/such/file"}) is None  # validate reports.
-    words = run_local._model_words({"preset": "auto", "epochs": 0, "data_epochs": 20})
-    assert words == "preset auto: the preset for the data's size, the preset's epochs, 20 prepared"
+    words = run_local._model_words({"preset": "auto", "epochs": 0})
+    assert words == (
+        "preset auto: the preset for the data's size, the preset's epochs, one prepared per "
+        "epoch trained"
+    )
+    words = run_local._model_words({"preset": "quick", "epochs": 4, "data_epochs": 2})
+    assert words == "preset quick, 4 epochs, 2 prepared"

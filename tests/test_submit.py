@@ -506,7 +506,11 @@ def _ncf_dry_run(template, *extra: str, region: str | None = "us-central1") -> l
         (["--param", "preset=ml1m"], "unknown preset 'ml1m' (did you mean 'ml-1m'?)"),
         (["--param", "eval_negatives=-5"], "parameter 'eval_negatives' must be >= 0, got -5"),
         (["--param", "num_neg=-1"], "parameter 'num_neg' must be >= 0, got -1"),
-        (["--param", "data_epochs=0"], "parameter 'data_epochs' must be >= 1, got 0"),
+        (
+            ["--param", "data_epochs=-1"],
+            "parameter 'data_epochs' must be >= 1 (or not set: as many as training runs), got -1 "
+            "(0: not set)",
+        ),
         (["--param", "min_ratings=-2"], "parameter 'min_ratings' must be >= 0"),
         (["--param", "train_batch_size=0"], "parameter 'train_batch_size' must be >= 1, got 0"),
         (
@@ -1009,9 +1013,15 @@ def test_a_blessed_challenger_becomes_the_new_default_version(standin, adc, tmp_
 @pytest.mark.parametrize(
     "extra, expected",
     [
-        # The defaults: 1 prepared epoch, the preset's epochs (auto: 10 at the fewest).
-        ([], "data_epochs=1 but training runs 10 epochs or more"),
-        (["--param", "preset=ml-100k"], "data_epochs=1 but training runs 20 epochs or more"),
+        # The defaults: data_epochs 0, as many as training runs.
+        ([], None),
+        (["--param", "preset=ml-100k"], None),
+        # One epoch set by hand, the preset's epochs (auto: 10 at the fewest).
+        (["--param", "data_epochs=1"], "data_epochs=1 but training runs 10 epochs or more"),
+        (
+            ["--param", "preset=ml-100k", "--param", "data_epochs=1"],
+            "data_epochs=1 but training runs 20 epochs or more",
+        ),
         (["--param", "epochs=6", "--param", "data_epochs=3"], "pass --param data_epochs=6"),
         (["--param", "data_epochs=20"], None),
         (["--param", "epochs=3", "--param", "data_epochs=3"], None),

@@ -171,6 +171,15 @@ def possible_presets(name: str) -> tuple[str, ...]:
     return (*(p for _, p in AUTO_BY_SIZE), AUTO_LARGEST) if name == AUTO else (name,)
 
 
+def training_epochs(preset: str, epochs: int | None, num_train_positives: int) -> int:
+    """The epochs a run trains on data of ``num_train_positives``: ``epochs``, else the preset's.
+
+    What training resolves (``train_config.config_for``), known to data prep before the data is
+    written, so that it prepares one epoch of fresh negatives for each epoch trained.
+    """
+    return get_preset(resolve_preset(preset, num_train_positives), epochs=epochs).epochs
+
+
 def get_preset(name: str, **overrides) -> NeuMFConfig:
     """A named preset, optionally with fields replaced (``None`` overrides are ignored)."""
     if name not in PRESETS:

@@ -141,8 +141,9 @@ def reused_negatives_warning(epochs: int, prepared: int, data_dir: str) -> str |
         return None
     message = (
         f"training runs {epochs} epochs but {data_dir} holds {prepared} prepared epoch(s) of "
-        f"negatives: {reused_negatives_consequence(prepared)}; prepare the data "
-        f"with --epochs {epochs} (the pipeline's data_epochs) or train fewer epochs"
+        f"negatives: {reused_negatives_consequence(prepared)}; prepare the data again without "
+        f"--num-epochs (it then prepares as many as training runs; the pipeline's data_epochs "
+        f"0) or with --num-epochs {epochs}, or train fewer epochs"
     )
     log.warning(message)
     return message

@@ -21,6 +21,7 @@ from training_core.data.config import (
     prepare_config,
 )
 from training_core.data.sampling import EVAL_DISTINCT, EVAL_SAMPLINGS
+from training_core.presets import PRESET_NAMES
 
 
 def _positive_or_auto(text: str) -> int | None:
@@ -62,8 +63,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--num-epochs",
         type=int,
-        help="epochs of training data, each with a fresh negative draw "
-        f"(default {DEFAULTS['num_epochs']})",
+        help="epochs of training data, each with a fresh negative draw (default: as many as "
+        "training runs, from --train-preset and --train-epochs; epochs trained past the prepared "
+        "ones reuse their negatives and overfit)",
+    )
+    p.add_argument(
+        "--train-preset",
+        choices=PRESET_NAMES,
+        help="the preset training will use (its --preset), for the default --num-epochs: its "
+        f"epochs (default {DEFAULTS['train_preset']}: the preset for the data's size)",
+    )
+    p.add_argument(
+        "--train-epochs",
+        type=int,
+        help="the epochs training will run (its --epochs), for the default --num-epochs "
+        "(default: the preset's)",
     )
     p.add_argument(
         "--num-neg",

@@ -14,8 +14,8 @@ from pipelines.cli import add_param_option, example_epilog
 # recommendations; on the embedded sample it also trains small and short (minutes on 2 CPU
 # cores). On --data the pipeline's own model defaults apply: the preset for the data's size
 # (auto) with its epochs, what a submission would train.
-# Either way the data is prepared with as many epochs as training runs (data_epochs), so that
-# each epoch draws fresh negatives (train.reused_negatives_warning says what reuse costs).
+# Either way the prepare step prepares as many epochs as training runs (the pipeline's
+# data_epochs 0), so that each epoch draws fresh negatives.
 LOCAL_DEFAULTS = {"register": True, "batch_recommend": True}
 SAMPLE_DEFAULTS = {"preset": "quick", "epochs": 4}
 DEFAULT_REGISTRY = "out/registry"
@@ -92,10 +92,6 @@ def run(args: argparse.Namespace) -> int:
         **({} if args.data else SAMPLE_DEFAULTS),
         **given,
     }
-    if "data_epochs" not in arguments:
-        epochs = _training_epochs(arguments)
-        if epochs:
-            arguments["data_epochs"] = epochs
     # Now, not after validate and prepare: the values (preset, prep ranges), as submit and
     # compile check them, then the batch sizes against the local machine's replicas.
     problems = submit.parameter_problems(arguments) + run_problems(spec, arguments)
@@ -157,32 +153,6 @@ def summary(result, seconds: float, registry: str = "") -> str:
     return "\n".join(lines)
 
 
-def _training_epochs(arguments: dict) -> int | None:
-    """The epochs training will run: ``epochs``, else the preset's.
-
-    For ``auto``: the preset for the raw data's size, its training positives estimated from the
-    raw rows as prepare counts them (rows less one held out per user). None when the data cannot
-    be read here: the pipeline's validate step then reports why.
-    """
-    from training_core.presets import AUTO, PRESETS, resolve_preset
-    from training_core.train_config import DEFAULTS
-
-    if arguments.get("epochs"):
-        return arguments["epochs"]
-    preset = arguments.get("preset", DEFAULTS["preset"])
-    if preset == AUTO:
-        import numpy as np
-
-        from training_core.data import io
-
-        try:
-            data = io.read_interactions(arguments["data_uri"], arguments.get("data_format", "auto"))
-        except Exception:  # noqa: BLE001 (validate-data reports bad data with its own message)
-            return None
-        preset = resolve_preset(AUTO, len(data.users) - len(np.unique(data.users)))
-    return PRESETS[preset].epochs if preset in PRESETS else None
-
-
 def _model_words(arguments: dict) -> str:
     """The preset and epochs the run trains with, as the start line names them."""
     from training_core.presets import AUTO
@@ -192,8 +162,8 @@ def _model_words(arguments: dict) -> str:
     epochs = arguments.get("epochs", DEFAULTS["epochs"])
     preset_words = "auto: the preset for the data's size" if preset == AUTO else preset
     epochs_words = f"{epochs} epochs" if epochs else "the preset's epochs"  # 0: not set.
-    data_epochs = arguments.get("data_epochs")
-    prepared = f", {data_epochs} prepared" if data_epochs else ""
+    data_epochs = arguments.get("data_epochs")  # 0 or absent: as many as trained.
+    prepared = f", {data_epochs} prepared" if data_epochs else ", one prepared per epoch trained"
     return f"preset {preset_words}, {epochs_words}{prepared}"
 
 

@@ -12,7 +12,6 @@ from typing import Any
 FAST_PARAMETERS: dict[str, Any] = {
     "preset": "tiny",
     "epochs": 1,
-    "data_epochs": 1,
     "eval_negatives": 20,
     "tune_trials": 2,  # A profile with tune: true; trials run one after another here.
     "tune_parallel_trials": 1,

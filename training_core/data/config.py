@@ -13,9 +13,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from training_core import options
+from training_core import options, presets
 from training_core.data import io as rio
 from training_core.data import sampling
+from training_core.train_config import DEFAULTS as TRAIN_DEFAULTS
 
 RUNNER_LOCAL = "local"  # One machine: training_core.data.prepare.
 RUNNER_BEAM = "beam"  # Apache Beam: in-process here, Dataflow with --runner=DataflowRunner.
@@ -35,7 +36,13 @@ class PrepareConfig:
     format: str = "auto"  # An input layout name or alias (training_core.data.io.FORMAT_ALIASES).
     columns: rio.Columns = rio.Columns()
     min_ratings: int = 20  # As the reference; 0 disables the filter.
-    num_epochs: int = 1  # Epochs of training data, each with a fresh negative draw.
+    # Epochs of training data, each with a fresh negative draw. None: as many as training runs
+    # (``resolved_epochs``), so that no trained epoch reuses another's negatives.
+    num_epochs: int | None = None
+    # What training will run, for num_epochs None: --preset (auto: by the data's size, known only
+    # once it is read) and --epochs (None: the preset's). Training's own defaults.
+    train_preset: str = TRAIN_DEFAULTS["preset"]
+    train_epochs: int | None = TRAIN_DEFAULTS["epochs"]
     num_neg: int = 4
     eval_negatives: int = 999
     eval_sampling: str = sampling.EVAL_DISTINCT
@@ -51,7 +58,21 @@ class PrepareConfig:
         """``(field, rule)`` for each value out of range, e.g. ``("num_neg", "must be >= 0")``."""
         rules = [
             ("min_ratings", self.min_ratings >= 0, "must be >= 0 (0 disables the filter)"),
-            ("num_epochs", self.num_epochs >= 1, "must be >= 1"),
+            (
+                "num_epochs",
+                self.num_epochs is None or self.num_epochs >= 1,
+                "must be >= 1 (or not set: as many as training runs)",
+            ),
+            (
+                "train_preset",
+                self.train_preset in presets.PRESET_NAMES,
+                f"must be a training preset: one of {', '.join(presets.PRESET_NAMES)}",
+            ),
+            (
+                "train_epochs",
+                self.train_epochs is None or self.train_epochs >= 1,
+                "must be >= 1 (or not set: the preset's)",
+            ),
             ("num_neg", self.num_neg >= 0, "must be >= 0"),
             ("eval_negatives", self.eval_negatives >= 0, "must be >= 0"),
             ("train_batch_size", self.train_batch_size >= 1, "must be >= 1"),
@@ -70,6 +91,15 @@ class PrepareConfig:
             ),
         ]
         return [(field, rule) for field, ok, rule in rules if not ok]
+
+    def resolved_epochs(self, num_train_positives: int) -> int:
+        """The epochs to prepare for data of ``num_train_positives``.
+
+        ``num_epochs`` when set, else the epochs training will run (``presets.training_epochs``).
+        """
+        if self.num_epochs is not None:
+            return self.num_epochs
+        return presets.training_epochs(self.train_preset, self.train_epochs, num_train_positives)
 
     def check(self) -> None:
         """Rejects impossible option values with a message naming the option and the value."""

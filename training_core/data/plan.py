@@ -99,6 +99,7 @@ class Plan:
 
     num_shards: int
     eval_users_per_batch: int
+    num_epochs: int  # Resolved: PrepareConfig.resolved_epochs.
     options: dict
     fingerprint: str
 
@@ -135,11 +136,12 @@ def make_plan(
     upb = resolve_eval_users_per_batch(
         config.eval_batch_size, config.eval_negatives, max_shard_users, config.eval_users_multiple
     )
+    num_epochs = config.resolved_epochs(rows_kept - num_users)
     options = {
         "format": fmt,
         "columns": dataclasses.asdict(config.columns),
         "min_ratings": config.min_ratings,
-        "num_epochs": config.num_epochs,
+        "num_epochs": num_epochs,
         "num_neg": config.num_neg,
         "eval_negatives": config.eval_negatives,
         "eval_sampling": config.eval_sampling,
@@ -153,12 +155,17 @@ def make_plan(
             {"v": FORMAT_VERSION, "source": source_sha, "options": options}, sort_keys=True
         ).encode()
     ).hexdigest()
-    return Plan(num_shards, upb, options, fingerprint)
+    return Plan(num_shards, upb, num_epochs, options, fingerprint)
 
 
 def build_options(config: PrepareConfig) -> dict:
-    """The options that decide a run's bytes (not where it reads or writes, nor how fast)."""
+    """The options that decide a run's bytes (not where it reads or writes, nor how fast).
+
+    What training will run decides them only through the epochs, when ``num_epochs`` is not set.
+    """
     skip = {"input_path", "output_dir", "workers", "overwrite"}
+    if config.num_epochs is not None:
+        skip |= {"train_preset", "train_epochs"}
     return {k: v for k, v in dataclasses.asdict(config).items() if k not in skip}
 
 
@@ -217,7 +224,7 @@ def build_metadata(
         train_prebatch_size=config.train_batch_size,
         eval_prebatch_size=upb * (1 + config.eval_negatives),
         eval_users_per_batch=upb,
-        num_epochs=config.num_epochs,
+        num_epochs=plan.num_epochs,
         num_neg=config.num_neg,
         eval_negatives=config.eval_negatives,
         eval_sampling=config.eval_sampling,

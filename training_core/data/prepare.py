@@ -369,7 +369,7 @@ def _prepare(config: PrepareConfig) -> PrepareResult:
         if existing is not None:
             seconds = time.perf_counter() - t0
             return PrepareResult(existing, out, True, seconds, dataset_bytes(existing))
-        with dataset_folder.building(out, build, config.num_epochs) as root:
+        with dataset_folder.building(out, build, plan.num_epochs) as root:
             meta = _build(config, source, indexed, plan, build, root, timings)
             dataset_folder.publish(out, meta)
     return PrepareResult(meta, out, False, time.perf_counter() - t0, dataset_bytes(meta), timings)
@@ -477,7 +477,7 @@ def _write_shards(
     _WORK.update(data=indexed, output_dir=root, opts=plan.shard_options(config))
     tasks = [(_write_eval_shard, (s,)) for s in range(num_shards)]
     tasks += [
-        (_write_train_shard, (s, e)) for e in range(config.num_epochs) for s in range(num_shards)
+        (_write_train_shard, (s, e)) for e in range(plan.num_epochs) for s in range(num_shards)
     ]
     workers = min(config.workers or os.cpu_count() or 1, len(tasks))
     log.info(
@@ -485,12 +485,12 @@ def _write_shards(
         indexed.num_users,
         indexed.num_items,
         num_shards,
-        config.num_epochs,
+        plan.num_epochs,
         len(tasks),
         workers,
     )
     eval_files: list[ShardFile] = []
-    train_files: dict[str, list[ShardFile]] = {epoch_dir(e): [] for e in range(config.num_epochs)}
+    train_files: dict[str, list[ShardFile]] = {epoch_dir(e): [] for e in range(plan.num_epochs)}
     short_users = [0, 0]
     written_rows = 0
     task_seconds = {"train": 0.0, "eval": 0.0}

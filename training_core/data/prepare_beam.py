@@ -396,7 +396,12 @@ _BEAM_FILES = _BeamFiles()
 
 def _writer(remote: bool) -> shards.RecordWriter:
     if not remote:
-        return records.write_tfrecord_file
+
+        def write_local(path: str, recs) -> int:
+            os.makedirs(os.path.dirname(path), exist_ok=True)  # An epoch's folder.
+            return records.write_tfrecord_file(path, recs)
+
+        return write_local
 
     def write(path: str, recs) -> int:
         with publish.atomic_output(path, files=_BEAM_FILES) as f:
@@ -430,7 +435,7 @@ def write_shard(element, summary: Summary, config: PrepareConfig, out: str, remo
     eval_file, short = shards.write_eval_shard(shard, comp, opts, out, write)
     train = [
         dataclasses.asdict(shards.write_train_shard(shard, comp, e, opts, out, write))
-        for e in range(config.num_epochs)
+        for e in range(summary.plan.num_epochs)
     ]
     result = {
         "shard": index,
@@ -571,7 +576,9 @@ def prepare_beam(config: PrepareConfig, beam_config: BeamConfig) -> report.Prepa
             )
         chunks = list_chunks(specs, beam_config.range_bytes)
         num_buckets = beam_config.num_buckets or max(4, min(4096, 2 * len(chunks)))
-        with dataset_folder.building(out, build, config.num_epochs) as root:
+        # The epochs are the plan's, decided in the job once the data is counted: the workers
+        # make the epoch folders as they write (_writer).
+        with dataset_folder.building(out, build, 0) as root:
             staging = os.path.join(root, dataset_folder.BEAM_STAGING)
             os.makedirs(staging, exist_ok=True)
             log.info(
@@ -640,7 +647,7 @@ def _assemble(
             results.append(json.load(f))
     train_files = {
         epoch_dir(e): [ShardFile(**r["train"][e]) for r in results]
-        for e in range(config.num_epochs)
+        for e in range(decided.num_epochs)
     }
     eval_files = [ShardFile(**r["eval"]) for r in results]
     return plan.build_metadata(

@@ -5,6 +5,7 @@ from kfp import dsl, local
 from kfp.dsl import Dataset
 
 from components.prepare_data import prepare_data
+from training_core import presets
 from training_core.data import metadata
 from training_core.data.sample_data import sample_path
 
@@ -50,4 +51,8 @@ def test_prepare_data_through_kfp_local_on_the_embedded_sample():
     out = task.output
     m = metadata.read_metadata(out.path)
     assert m.num_users == 943 and m.eval_negatives == 50
+    # num_epochs not set: the epochs the train step's defaults would run on this data (auto:
+    # the preset for its size), resolved by the component once it counted the data.
+    auto = presets.resolve_preset(presets.AUTO, m.num_train_positives)
+    assert m.num_epochs == presets.PRESETS[auto].epochs == len(m.train_files) == 20
     assert out.metadata["num_users"] == 943

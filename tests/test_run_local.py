@@ -62,7 +62,10 @@ def test_run_local_whole_pipeline_on_the_embedded_sample(tmp_path, capsys):
         for line in out.splitlines()
         if line.strip().startswith("prepare-data") and "examples" in line
     )
-    assert metadata.read_metadata(examples).eval_negatives == 100
+    prepared = metadata.read_metadata(examples)
+    assert prepared.eval_negatives == 100
+    # data_epochs not set: the prepare step prepared one epoch per epoch the train step ran.
+    assert prepared.num_epochs == 2 and len(prepared.train_files) == 2
     # The gate's true branch ran under kfp.local: no champion, blessed, registered as version 1.
     assert f"Gate: blessed, registered as version 1 in {registry} (no champion" in out
     champion = local_registry.find_champion(str(registry), "ncf-neumf")

@@ -1016,8 +1016,8 @@ def test_a_blessed_challenger_becomes_the_new_default_version(standin, adc, tmp_
         # The defaults: data_epochs 0, as many as training runs.
         ([], None),
         (["--param", "preset=ml-100k"], None),
-        # One epoch set by hand, the preset's epochs (auto: 10 at the fewest).
-        (["--param", "data_epochs=1"], "data_epochs=1 but training runs 10 epochs or more"),
+        # One epoch set by hand, the preset's epochs (auto: 14 at the fewest, ml-20m's).
+        (["--param", "data_epochs=1"], "data_epochs=1 but training runs 14 epochs or more"),
         (
             ["--param", "preset=ml-100k", "--param", "data_epochs=1"],
             "data_epochs=1 but training runs 20 epochs or more",

@@ -70,6 +70,22 @@ def _start(procs: ChildProcesses, cmd: list[str], log_path) -> subprocess.Popen:
     return proc
 
 
+def _wait_until_holding(proc: subprocess.Popen, out, deadline: float) -> None:
+    """Returns once ``out``'s lock names ``proc``: it is then between its start and its publish."""
+    lock = os.path.join(out, publish.LOCK_FILE)
+    while True:
+        try:
+            with open(lock) as f:
+                holder = json.loads(f.read() or "null")
+        except (OSError, ValueError):
+            holder = None
+        if holder and holder.get("pid") == proc.pid:
+            return
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"{proc.args!r} never held {out} (exit {proc.poll()})")
+        time.sleep(0.01)
+
+
 def _start_while_held(procs, first: subprocess.Popen, out, cmd: list[str], log_path):
     """Starts ``cmd`` while ``first`` surely holds ``out``: no sleep decides who goes first.
 
@@ -77,19 +93,8 @@ def _start_while_held(procs, first: subprocess.Popen, out, cmd: list[str], log_p
     the new run has said that it waits, then let go; however slow or fast this machine is, the
     runs overlap.
     """
-    lock = os.path.join(out, publish.LOCK_FILE)
     deadline = time.monotonic() + 120
-    while True:
-        try:
-            with open(lock) as f:
-                holder = json.loads(f.read() or "null")
-        except (OSError, ValueError):
-            holder = None
-        if holder and holder.get("pid") == first.pid:
-            break
-        if first.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"{first.args!r} never held {out} (exit {first.poll()})")
-        time.sleep(0.01)
+    _wait_until_holding(first, out, deadline)
     os.killpg(first.pid, signal.SIGSTOP)
     try:
         second = _start(procs, cmd, log_path)
@@ -231,12 +236,17 @@ def test_killed_first_run_never_looks_complete_and_rerun_is_byte_identical(
     view_a, tree_a = _published_view(ref_a), tree_bytes(str(ref_a))
     rng = random.Random(5)
     killed = 0
-    for i in range(4):
+    for i in range(6):
         out = tmp_path / f"run{i}"
         sig = signal.SIGTERM if i % 2 == 0 else signal.SIGKILL
-        delay = rng.uniform(0.2, seconds * 0.8)
         proc = _start(procs, _command(source, out, OPTIONS_A), tmp_path / f"log{i}")
-        _kill_at(proc, delay, sig)
+        if i < 4:  # At a seeded moment of a clean run's length (which load may stretch).
+            delay = rng.uniform(0.2, seconds * 0.8)
+            _kill_at(proc, delay, sig)
+        else:  # Surely mid-run, however fast or slow this machine is: once it holds the folder.
+            _wait_until_holding(proc, out, time.monotonic() + 120)
+            delay = float("nan")
+            os.kill(proc.pid, sig)
         rc, log = _finish(proc)
         killed += rc != 0
         _assert_no_survivors(proc.pid, out)
@@ -249,7 +259,7 @@ def test_killed_first_run_never_looks_complete_and_rerun_is_byte_identical(
         )
         assert rerun.returncode == 0, rerun.stderr
         assert tree_bytes(str(out)) == tree_a, what
-    assert killed >= 1, "no run was stopped mid-way: the kills above tested nothing"
+    assert killed >= 2, "the runs killed while holding the folder did not fail"
 
 
 def test_concurrent_writers_wait_and_never_mix(source, clean, tmp_path, procs):

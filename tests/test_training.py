@@ -345,4 +345,4 @@ def test_training_more_epochs_than_prepared_warns_naming_both(caplog):
     with caplog.at_level("WARNING"):
         message = reused_negatives_warning(20, 1, "data/x")
     assert "training runs 20 epochs but data/x holds 1 prepared epoch(s)" in message
-    assert "--epochs 20" in message and message in caplog.text
+    assert "--num-epochs 20" in message and message in caplog.text

@@ -179,10 +179,12 @@ def decide(
     return None
 
 
-def begin(out: str, build: str, num_epochs: int) -> str:
+def begin(out: str, build: str, num_epochs: int = 0) -> str:
     """Makes ``out/build`` and its folders, after removing what no published dataset names.
 
-    Call while holding ``out`` (``publish.hold``). Returns the build folder's path.
+    ``num_epochs``: the epoch folders to make now; an engine that learns the epochs only later
+    (Beam, in the job) leaves it 0 and makes each as it writes. Call while holding ``out``
+    (``publish.hold``). Returns the build folder's path.
     """
     keep = _kept(out)
     stale = sorted(e for e in os.listdir(out) if _ours(e) and e not in keep + _KEEP_ALWAYS)
@@ -240,7 +242,7 @@ def holding(out: str):
 
 
 @contextlib.contextmanager
-def building(out: str, build: str, num_epochs: int):
+def building(out: str, build: str, num_epochs: int = 0):
     """Makes the build folder (:func:`begin`); a run that fails leaves ``out`` as it found it.
 
     Yields the build folder. Wrap the decision to reuse in :func:`holding` first.

@@ -578,7 +578,7 @@ def prepare_beam(config: PrepareConfig, beam_config: BeamConfig) -> report.Prepa
         num_buckets = beam_config.num_buckets or max(4, min(4096, 2 * len(chunks)))
         # The epochs are the plan's, decided in the job once the data is counted: the workers
         # make the epoch folders as they write (_writer).
-        with dataset_folder.building(out, build, 0) as root:
+        with dataset_folder.building(out, build) as root:
             staging = os.path.join(root, dataset_folder.BEAM_STAGING)
             os.makedirs(staging, exist_ok=True)
             log.info(

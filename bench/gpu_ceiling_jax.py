@@ -95,13 +95,28 @@ def init_params(users: int, items: int, config: NeuMFConfig, seed: int = 0) -> d
     }
 
 
+def forward(params: dict, u_rows, v_rows, config: NeuMFConfig, dtype):
+    """NeuMF's float32 logits ``[n]`` from the ``[n, dim]`` user and item rows (``NCFModel``)."""
+    import jax
+    import jax.numpy as jnp
+
+    k, half = config.num_factors, config.layers[0] // 2
+    u, v = u_rows.astype(dtype), v_rows.astype(dtype)
+    gmf = u[:, :k] * v[:, :k]
+    h = jnp.concatenate([u[:, k : k + half], v[:, k : k + half]], axis=1)
+    for kernel, bias in zip(params["kernels"], params["biases"], strict=True):
+        h = jax.nn.relu(h @ kernel.astype(dtype) + bias.astype(dtype))
+    features = jnp.concatenate([gmf, h], axis=1)
+    logits = (features @ params["logit_kernel"].astype(dtype)).astype(jnp.float32)
+    return logits[:, 0] + params["logit_bias"][0]
+
+
 def make_step(config: NeuMFConfig, global_batch: int, dtype_name: str):
     """``step(state, (users, items, labels, mask)) -> (state, loss)``: one training step."""
     import jax
     import jax.numpy as jnp
 
     dtype = jnp.dtype(dtype_name)
-    k, half = config.num_factors, config.layers[0] // 2
     b1, b2, eps, lr = config.beta1, config.beta2, config.epsilon, config.learning_rate
     l2 = config.l2_regularization
     scaled = dtype_name == "float16"
@@ -109,14 +124,7 @@ def make_step(config: NeuMFConfig, global_batch: int, dtype_name: str):
     def loss_fn(params, users, items, labels, mask, scale):
         u_rows = jnp.take(params["user_embedding"], users, axis=0)
         v_rows = jnp.take(params["item_embedding"], items, axis=0)
-        u, v = u_rows.astype(dtype), v_rows.astype(dtype)
-        gmf = u[:, :k] * v[:, :k]
-        h = jnp.concatenate([u[:, k : k + half], v[:, k : k + half]], axis=1)
-        for kernel, bias in zip(params["kernels"], params["biases"], strict=True):
-            h = jax.nn.relu(h @ kernel.astype(dtype) + bias.astype(dtype))
-        features = jnp.concatenate([gmf, h], axis=1)
-        logits = (features @ params["logit_kernel"].astype(dtype)).astype(jnp.float32)
-        logits = logits[:, 0] + params["logit_bias"][0]
+        logits = forward(params, u_rows, v_rows, config, dtype)
         # TF's sigmoid_cross_entropy_with_logits formula.
         per_row = jnp.maximum(logits, 0) - logits * labels + jnp.log1p(jnp.exp(-jnp.abs(logits)))
         if l2 > 0:
@@ -332,8 +340,12 @@ def make_full_catalog(config: NeuMFConfig, users_per_step: int, dtype_name: str)
 CHECK_SHAPE = dict(users=500, items=300, batch=1024, steps=3)
 
 
-def tf_reference(path: str) -> int:
-    """This project's TF step (make_train_loop), 3 steps on a small model; saved to ``path``."""
+def tf_reference(path: str, overrides: dict | None = None) -> int:
+    """This project's TF step (make_train_loop), 3 steps on a small model; saved to ``path``.
+
+    ``overrides``: preset fields other than the ``ml-20m`` preset's (``--set``), saved with the
+    weights so that ``check`` takes the same model (e.g. a tuned width or an L2 penalty).
+    """
     import tensorflow as tf
 
     from training_core import metrics
@@ -341,7 +353,8 @@ def tf_reference(path: str) -> int:
     from training_core.optim import Adam
     from training_core.train_step import make_train_loop
 
-    config = get_preset(PRESET, batch_size=CHECK_SHAPE["batch"])
+    overrides = overrides or {}
+    config = get_preset(PRESET, **{**overrides, "batch_size": CHECK_SHAPE["batch"]})
     users, items, batch, steps = (CHECK_SHAPE[k] for k in ("users", "items", "batch", "steps"))
     strategy = tf.distribute.get_strategy()
     model = NCFModel(config, users, items, seed=0)
@@ -374,6 +387,7 @@ def tf_reference(path: str) -> int:
     saved.update({"grid": grid, "held_out": held_out, "seen": seen})
     saved.update({"hits": int(hits), "ndcg": float(ndcg)})
     saved["losses"] = np.array(losses, np.float32)
+    saved["overrides"] = json.dumps(overrides)
     np.savez(path, **saved)
     print(f"TF step: losses {losses}; saved {path}")
     return 0
@@ -406,7 +420,8 @@ def check(path: str) -> int:
     pool = to_arrays({key: saved[f"pool/{key}"] for key in
                       ("user_id", "item_id", "labels", "valid_point_mask")})  # fmt: skip
     steps = len(saved["losses"])
-    loop = make_loop(get_preset(PRESET), pool["user_id"].shape[1], "float32")
+    config = get_preset(PRESET, **json.loads(str(saved["overrides"])))
+    loop = make_loop(config, pool["user_id"].shape[1], "float32")
     state = initial_state(_unflatten(saved, "init"), "float32")
     losses = []
     for i in range(steps):
@@ -420,11 +435,12 @@ def check(path: str) -> int:
     loss_err = float(np.max(np.abs(np.array(losses) - saved["losses"])))
     ok = loss_err < 1e-5 and worst < 1e-5
     print(json.dumps({"check": "jax step vs tf step", "device": str(jax.devices()[0]),
+                      "overrides": json.loads(str(saved["overrides"])),
                       "losses_jax": losses, "losses_tf": saved["losses"].tolist(),
                       "max_loss_diff": loss_err, "max_weight_diff": worst, "ok": ok}))  # fmt: skip
     # The full-catalog ranking, from the TF step's final weights.
     users = len(saved["held_out"])
-    rank, grid, item_side = make_full_catalog(get_preset(PRESET), users, "float32")
+    rank, grid, item_side = make_full_catalog(config, users, "float32")
     params = _unflatten(saved, "final")
     scores = np.asarray(grid(params, *item_side(params), np.arange(users)))
     grid_err = float(np.max(np.abs(scores - saved["grid"])))
@@ -518,6 +534,7 @@ def main() -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     ref = sub.add_parser("tf-reference", help="run the TF step (needs this project's venv)")
     ref.add_argument("path")
+    ref.add_argument("--set", default="{}", help="preset fields to change, as JSON")
     chk = sub.add_parser("check", help="repeat the TF step's 3 steps in JAX and compare")
     chk.add_argument("path")
     m = sub.add_parser("measure", help="examples/s at ml-20m shape")
@@ -546,7 +563,7 @@ def main() -> int:
     fc.add_argument("--out", help="append JSON lines here")
     args = p.parse_args()
     if args.cmd == "tf-reference":
-        return tf_reference(args.path)
+        return tf_reference(args.path, json.loads(args.set))
     if args.cmd == "check":
         return check(args.path)
     if args.cmd == "epoch":

@@ -23,6 +23,7 @@ def train_model(
     expect_accelerator_count: int = 0,
     checkpoint_every_steps: int = 0,
     target_hr: float = 0.0,
+    patience: int = 0,
     learning_rate: float = 0.0,
     l2_regularization: float = 0.0,
     num_factors: int = 0,
@@ -35,8 +36,10 @@ def train_model(
     target and model architecture (``architecture``: neumf, mf, gmf or mlp, the CLI's ``--model``),
     the data's pre-batch size, the preset's ``learning_rate``, ``l2_regularization``,
     ``num_factors`` and ``mlp_layers`` ("256,128,64"; what a tuning job found, in the pipeline).
-    A negative ``target_hr`` never stops early. Metrics get
-    the last epoch's HR@10, NDCG@10, loss and examples/s; ``plots`` charts them per epoch.
+    A negative ``target_hr`` never stops early (nor by the preset's ``patience``); ``patience``
+    0 is the preset's, a negative one never. Metrics get
+    the HR@10, NDCG@10, loss and examples/s of the epoch the model is (the last, or the best one
+    when the preset's patience stopped the run); ``plots`` charts them per epoch.
     ``distribution_strategy`` is the tf.distribute strategy (not named ``strategy``: the Vertex
     AI custom-job wrapper owns that input, the job's scheduling strategy).
     ``expect_accelerator``/``expect_accelerator_count`` (the profile's accelerator) make the step

@@ -300,6 +300,7 @@ def build_pipeline(
         architecture: str = kfp_default(TRAIN["architecture"], str),
         epochs: int = kfp_default(TRAIN["epochs"], int),
         target_hr: float = kfp_default(TRAIN["target_hr"], float),
+        patience: int = kfp_default(TRAIN["patience"], int),
         seed: int = PREP["seed"],
         fail_on_anomalies: bool = True,
         baseline_schema_uri: str = "",
@@ -364,6 +365,7 @@ def build_pipeline(
             epochs=epochs,
             seed=seed,
             target_hr=target_hr,
+            patience=patience,
             **tuned,
             **place.train_arguments,
         )

@@ -139,6 +139,7 @@ def test_pipeline_parameters_default_to_what_the_steps_they_feed_default_to(comp
         "architecture": "architecture",
         "epochs": "epochs",
         "target_hr": "target_hr",
+        "patience": "patience",
     }
 
 
@@ -196,6 +197,7 @@ def test_each_train_model_parameter_reaches_the_config(data_dir):
             lambda c: c.checkpoint_every_steps == 9,
         ),
         "target_hr": ({"target_hr": 0.4}, lambda c: c.model.hr_threshold == 0.4),
+        "patience": ({"patience": 5}, lambda c: c.model.patience == 5),
         "learning_rate": ({"learning_rate": 0.5}, lambda c: c.model.learning_rate == 0.5),
         "l2_regularization": (
             {"l2_regularization": 0.01},
@@ -209,7 +211,7 @@ def test_each_train_model_parameter_reaches_the_config(data_dir):
     for name, (parameters, holds) in cases.items():
         assert holds(build(**parameters)) and not holds(default), name
     # Zero is "not set": the preset's epochs and target, the data's batch; negative: never stop.
-    assert build(epochs=0, target_hr=0.0, batch_size=0) == default
+    assert build(epochs=0, target_hr=0.0, patience=0, batch_size=0) == default
     assert build(learning_rate=0.0, l2_regularization=0.0, num_factors=0, mlp_layers="") == default
     # The default preset (auto) is the one for this data's size, its target included.
     size = read_metadata(data_dir).num_train_positives
@@ -219,6 +221,11 @@ def test_each_train_model_parameter_reaches_the_config(data_dir):
     assert build(preset="ml-1m").model.hr_threshold == get_preset("ml-1m").hr_threshold
     assert get_preset("ml-1m").hr_threshold is not None
     assert build(preset="ml-1m", target_hr=-1.0).model.hr_threshold is None
+    # ml-20m's patience likewise: negative patience (or never stopping early) turns it off.
+    assert build(preset="ml-20m").model.patience == get_preset("ml-20m").patience is not None
+    assert build(preset="ml-20m", patience=-1).model.patience is None
+    assert build(preset="ml-20m", target_hr=-1.0).model.patience is None
+    assert build(preset="ml-20m", target_hr=-1.0, patience=2).model.patience == 2
 
 
 def test_each_evaluate_model_parameter_reaches_the_options():
@@ -333,6 +340,7 @@ def test_each_train_flag_reaches_the_config(monkeypatch, data_dir, tmp_path):
         "--embedding-updates": (["dense"], lambda c: c.dense_gradients is True),
         "--target-hr": (["0.4"], lambda c: c.model.hr_threshold == 0.4),
         "--no-early-stop": ([], lambda c: c.model.hr_threshold is None),
+        "--patience": (["5"], lambda c: c.model.patience == 5),
     }
     not_config = {  # Paths, outputs, and the strategy's flags (strategy_config).
         "--data",

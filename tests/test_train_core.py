@@ -232,6 +232,63 @@ def test_target_hr_stops_training_early(tiny_data, tmp_path):
     assert never["stopped_early"] is False and len(never["epochs"]) == 3
 
 
+def test_patience_stops_and_the_model_is_the_best_epoch_s(tiny_data, tmp_path):
+    """With patience p, training stops once p epochs bring no better HR@10, and the model left
+    (the latest checkpoint, what evaluate and export read) is the best epoch's, also after a
+    second run on the finished folder.
+
+    A run without early stopping gives the per-epoch HR@10 (training is deterministic; a high
+    learning rate on 2 prepared epochs makes it fall back after a peak); the expected stop and
+    the best epoch before it are read off that curve.
+    """
+    from training_core import evaluate as ev
+
+    strategy = tf.distribute.get_strategy()
+    patience, epochs = 2, 7
+
+    def config(name, **model):
+        c = train_config.config_for(
+            tiny_data, str(tmp_path / name), "tiny", epochs=epochs, learning_rate=0.1,
+            target_hr=0.0, steps_per_loop=50,
+        )  # fmt: skip
+        return dataclasses.replace(c, model=dataclasses.replace(c.model, **model))
+
+    full = train.train(config("full"), strategy)
+    hr = [e.hr_at_10 for e in full.epochs]
+    assert len(hr) == epochs and full.kept_epoch is None and full.final is full.last
+    stop = next((t for t in range(1, epochs) if t - int(np.argmax(hr[: t + 1])) >= patience), None)
+    assert stop is not None and stop < epochs - 1, f"the curve never stalls {patience}: {hr}"
+    best = int(np.argmax(hr[: stop + 1]))  # The first of equals.
+    assert hr[best] > hr[stop], hr
+
+    model_dir = str(tmp_path / "patient")
+    result = train.train(config("patient", patience=patience), strategy)
+    assert [e.hr_at_10 for e in result.epochs] == pytest.approx(hr[: stop + 1], abs=1e-9)
+    assert result.stopped_early and result.kept_epoch == best + 1
+    assert result.final.epoch == best + 1 and result.to_dict()["kept_epoch"] == best + 1
+    summary = train.summary_metrics(result)
+    assert summary["hr_at_10"] == pytest.approx(hr[best]) and summary["epochs"] == stop + 1
+    # The latest checkpoint holds the best epoch's weights, at the last step trained.
+    evaluated = ev.evaluate(tiny_data, model_dir)
+    assert evaluated.hr_at_10 == pytest.approx(hr[best], abs=1e-9)
+    assert evaluated.hr_at_10 != pytest.approx(hr[stop], abs=1e-9)
+    assert ev.load_model(model_dir, strategy)[2] == result.global_step
+    # A second run on the finished folder trains nothing and leaves the same model.
+    again = train.train(config("patient", patience=patience), strategy)
+    assert again.global_step == result.global_step and again.kept_epoch == best + 1
+    assert len(again.epochs) == stop + 1
+    assert ev.evaluate(tiny_data, model_dir).hr_at_10 == pytest.approx(hr[best], abs=1e-9)
+
+
+def test_no_early_stop_turns_off_the_preset_s_patience(tiny_data):
+    """``target_hr`` 0 or less (``--no-early-stop``) trains every epoch: no patience either."""
+    assert train_config.config_for(tiny_data, "m", "ml-20m").model.patience is not None
+    never = train_config.config_for(tiny_data, "m", "ml-20m", target_hr=0.0).model
+    assert never.patience is None and never.hr_threshold is None
+    other = train_config.config_for(tiny_data, "m", "ml-20m", target_hr=0.9).model
+    assert other.patience == train_config.config_for(tiny_data, "m", "ml-20m").model.patience
+
+
 def test_a_refused_run_leaves_the_earlier_model_intact(tiny_data, tmp_path):
     """Another preset into a trained folder is refused before anything in it changes."""
     from training_core import evaluate as ev

@@ -26,6 +26,9 @@ from training_core.model_dir import WORKER_SCRATCH_PREFIX, checkpoint_dir
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "train_worker.py")
 EPOCHS = 3
+# Patience: a learning rate at which HR@10 on tiny_data peaks in epoch 4 of 7 and then stalls,
+# so a run stops after epoch 6 and leaves epoch 4's weights (test_train_core checks the curve).
+PATIENT = ["--learning-rate", "0.1", "--epochs", "7", "--patience", "2"]
 
 
 @pytest.fixture(scope="session")
@@ -209,6 +212,28 @@ def test_multi_worker_trains_and_restores_on_one_device(tiny_data, tmp_path, pop
     assert ev.hr_at_10 == pytest.approx(results[0]["last"]["hr_at_10"], abs=1e-9)
 
 
+@pytest.mark.slow
+def test_multi_worker_with_patience_keeps_the_chief_s_best_epoch(tiny_data, tmp_path, procs):
+    """Every worker saves the best epoch's weights (the others into scratch they remove) and
+    reads the chief's copy back at the end: the model is the best epoch's on both."""
+
+    def args_for(attempt, i):
+        model_dir, metrics = str(tmp_path / f"mw{attempt}"), str(tmp_path / f"m{attempt}-{i}.json")
+        return _train_args(tiny_data, model_dir, metrics, "--strategy", "auto", *PATIENT)
+
+    attempt, _ = _run_cluster(procs, args_for)
+    model_dir = str(tmp_path / f"mw{attempt}")
+    chief, other = (json.load(open(tmp_path / f"m{attempt}-{i}.json")) for i in range(2))
+    curve = lambda r: [(e["epoch"], e["loss"], e["hr_at_10"]) for e in r["epochs"]]  # noqa: E731
+    assert curve(chief) == curve(other) and chief["kept_epoch"] == other["kept_epoch"]
+    kept = chief["kept_epoch"]
+    assert kept is not None and kept < len(chief["epochs"]), chief["epochs"]  # Not the last.
+    assert not [n for n in os.listdir(model_dir) if n.startswith(WORKER_SCRATCH_PREFIX)]
+    ev = _evaluate_in_process(tiny_data, model_dir)
+    assert ev.hr_at_10 == pytest.approx(chief["epochs"][kept - 1]["hr_at_10"], abs=1e-9)
+    assert ev.hr_at_10 > chief["last"]["hr_at_10"]
+
+
 def _latest_step(model_dir):
     index = os.path.join(checkpoint_dir(model_dir), "checkpoint")
     if not os.path.exists(index):
@@ -297,19 +322,24 @@ def _checkpoint_values(model_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("variant", [[], PATIENT], ids=["every-epoch", "patience"])
 def test_kills_at_random_moments_then_resume_end_with_the_clean_run_s_model(
-    tiny_data, tmp_path, procs
+    tiny_data, tmp_path, procs, variant
 ):
+    """Killed at random moments and resumed, a run ends with the clean run's model: with
+    patience too, where the best epoch's weights are saved apart and put back at the end."""
     import random
 
     extra = ["--strategy", "default", "--steps-per-loop", "1", "--checkpoint-every", "7"]
+    extra += variant
     ref_dir, run_dir = str(tmp_path / "ref"), str(tmp_path / "run")
     ref = _run(
         procs,
         _train_args(tiny_data, ref_dir, str(tmp_path / "ref.json"), *extra),
         log=str(tmp_path / "ref.log"),
     )
-    total = EPOCHS * read_metadata(tiny_data).train_steps_per_epoch
+    spe = read_metadata(tiny_data).train_steps_per_epoch
+    total = (7 if variant else EPOCHS) * spe
     rng = random.Random(4)
     kills = 0
     for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGKILL):
@@ -329,11 +359,17 @@ def test_kills_at_random_moments_then_resume_end_with_the_clean_run_s_model(
     _wait(_run(procs, _train_args(tiny_data, run_dir, str(tmp_path / "run.json"), *extra)))
     _wait(ref)
     a, b = _checkpoint_values(ref_dir), _checkpoint_values(run_dir)
-    assert a.keys() == b.keys() and _latest_step(run_dir) == _latest_step(ref_dir) == total
+    ra, rb = json.load(open(tmp_path / "ref.json")), json.load(open(tmp_path / "run.json"))
+    assert a.keys() == b.keys() and _latest_step(run_dir) == _latest_step(ref_dir)
+    assert _latest_step(ref_dir) == ra["global_step"] == rb["global_step"]
     for name in a:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
-    ra, rb = json.load(open(tmp_path / "ref.json")), json.load(open(tmp_path / "run.json"))
     assert [e["hr_at_10"] for e in ra["epochs"]] == [e["hr_at_10"] for e in rb["epochs"]]
+    assert ra["kept_epoch"] == rb["kept_epoch"]
+    if variant:  # Stopped after epoch 6 of 7; the model is epoch 4's.
+        assert ra["global_step"] == 6 * spe and ra["kept_epoch"] == 4
+    else:
+        assert ra["global_step"] == total and ra["kept_epoch"] is None
 
 
 def test_training_more_epochs_than_prepared_warns_naming_both(caplog):

@@ -14,6 +14,9 @@ and read only here (``write_model_config``, ``check_model_folder``, ``read_model
     │   ├── ckpt-<step>.data-*     .data shards (list_checkpoints, resolve_checkpoint)
     │   └── history-<step>.json    history_path(): the per-epoch history and the running epoch's
     │                              sums at that step (kept and removed with its checkpoint)
+    ├── best/                      BEST_SUBDIR, best_dir(): the model weights of the best epoch so
+    │   └── ckpt-<epoch>.*         far (HR@10), kept only by a preset with patience; restored
+    │                              into the final checkpoint when patience stops the run
     ├── summaries/                 SUMMARIES_SUBDIR, summaries_dir(): TensorBoard events, unless
     │                              the run names another folder ($AIP_TENSORBOARD_LOG_DIR)
     ├── .lock                      training_core.publish.LOCK_FILE: held by the train run
@@ -39,6 +42,7 @@ from training_core.presets import NeuMFConfig
 MODEL_CONFIG_FILE = "model_config.json"
 CHECKPOINT_SUBDIR = "checkpoints"
 SUMMARIES_SUBDIR = "summaries"
+BEST_SUBDIR = "best"
 WORKER_SCRATCH_PREFIX = ".worker_tmp_"
 _HISTORY_PREFIX = "history-"
 _HISTORY_SUFFIX = ".json"
@@ -122,6 +126,11 @@ def history_files(model_dir: str) -> dict[int, str]:
         if number.isdigit():
             found[int(number)] = path
     return found
+
+
+def best_dir(model_dir: str) -> str:
+    """``MODEL_DIR/best``: the best epoch's model weights, numbered by epoch (patience only)."""
+    return os.path.join(model_dir, BEST_SUBDIR)
 
 
 def summaries_dir(model_dir: str) -> str:

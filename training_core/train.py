@@ -7,6 +7,11 @@ steps, and stops early once HR@10 reaches the preset's threshold. The data posit
 step: epoch ``step // steps_per_epoch``, and the epoch's dataset skips the steps already done, so a
 run killed at any point and restarted ends with the same step count and result.
 
+A preset with ``patience`` also stops once that many epochs in a row bring no better HR@10, and
+the model it leaves is the best epoch's: each new best epoch's weights are saved (``best_dir``)
+before its checkpoint, and at the end they are read back and checkpointed as the final step, so a
+kill anywhere in between resumes to the same model.
+
 The compiled step is built in ``train_step``, the per-epoch evaluation in ``evaluate``, and every
 path and file of the model folder (``model_config.json`` included) in ``model_dir``.
 """
@@ -32,6 +37,7 @@ from training_core.evaluate import make_eval_fn, run_eval
 from training_core.full_catalog import FullCatalogEval
 from training_core.model import NeuMF, NeuMFConfig
 from training_core.model_dir import (
+    best_dir,
     check_model_folder,
     checkpoint_dir,
     history_files,
@@ -83,6 +89,7 @@ class TrainResult:
     num_replicas: int
     strategy: str
     is_chief: bool = True  # False on the other workers of a multi-worker run: they publish nothing.
+    kept_epoch: int | None = None  # The epoch whose weights the model holds, when not the last.
 
     @property
     def last(self) -> EpochResult | None:
@@ -91,8 +98,15 @@ class TrainResult:
 
     @property
     def best(self) -> EpochResult | None:
-        """The epoch with the highest HR@10."""
-        return max(self.epochs, key=lambda e: e.hr_at_10) if self.epochs else None
+        """The epoch with the highest HR@10 (the first of equals)."""
+        return best_epoch(self.epochs)
+
+    @property
+    def final(self) -> EpochResult | None:
+        """The epoch whose weights the model holds: the kept (best) one, else the last."""
+        if self.kept_epoch is not None:
+            return next(e for e in self.epochs if e.epoch == self.kept_epoch)
+        return self.last
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: per-epoch records, best, last and run facts."""
@@ -103,9 +117,21 @@ class TrainResult:
             "global_step": self.global_step,
             "steps_per_epoch": self.steps_per_epoch,
             "stopped_early": self.stopped_early,
+            "kept_epoch": self.kept_epoch,
             "num_replicas": self.num_replicas,
             "strategy": self.strategy,
         }
+
+
+def best_epoch(history: list[EpochResult]) -> EpochResult | None:
+    """The epoch with the highest HR@10; of equals the first (a later tie is no better)."""
+    return max(history, key=lambda e: e.hr_at_10) if history else None
+
+
+def epochs_without_better(history: list[EpochResult]) -> int:
+    """Epochs trained since the best one (0: the last epoch is the best)."""
+    best = best_epoch(history)
+    return history[-1].epoch - best.epoch if best else 0
 
 
 def compute_dtype(precision: str, strategy: tf.distribute.Strategy) -> tf.DType:
@@ -273,6 +299,10 @@ class _Trainer:
         else:
             scratch = worker_scratch_dir(self.config.model_dir, _worker_tag(self.strategy))
             self.write_manager = tf.train.CheckpointManager(self.checkpoint, scratch, max_to_keep=1)
+        # The best epoch's model weights (patience only), numbered by epoch; saved as above.
+        self.best_checkpoint = tf.train.Checkpoint(model=self.model)
+        folder = best_dir(self.config.model_dir) if self.is_chief else scratch
+        self.best_manager = tf.train.CheckpointManager(self.best_checkpoint, folder, max_to_keep=1)
 
     def _preemption_handler(self) -> tf.distribute.experimental.PreemptionCheckpointHandler | None:
         """Multi-worker and TPU runs: the handler that checkpoints on a preemption notice."""
@@ -346,6 +376,36 @@ class _Trainer:
         loss, steps, seconds = raw["partial"]
         return (float(loss), int(steps), float(seconds))
 
+    def _save_best(self, epoch: int) -> None:
+        """Keeps the model's weights as epoch ``epoch``'s, the best so far (every worker saves)."""
+        self.best_manager.save(checkpoint_number=epoch)
+        if not self.is_chief:
+            shutil.rmtree(self.best_manager.directory, ignore_errors=True)
+
+    def _keep_best(self, best: EpochResult) -> int | None:
+        """Puts epoch ``best``'s saved weights back and checkpoints them at the final step.
+
+        Returns the epoch kept, or ``None`` (its weights are missing: the last epoch's stay, with
+        a warning). Every worker reads the chief's copy (the model folder is shared storage).
+        """
+        folder = best_dir(self.config.model_dir)
+        path = tf.train.latest_checkpoint(folder)
+        if path is None or not path.endswith(f"-{best.epoch}"):
+            log.warning(
+                "the best epoch's (%d) weights are not in %s (found %s): the model keeps the "
+                "last epoch's weights",
+                best.epoch,
+                folder,
+                path,
+            )
+            return None
+        self.best_checkpoint.read(path).assert_existing_objects_matched()
+        self._save()
+        log.info(
+            "the model holds epoch %d's weights, the best (HR@10 %.4f)", best.epoch, best.hr_at_10
+        )
+        return best.epoch
+
     # -- the run ------------------------------------------------------------------------------
 
     def run(self, on_epoch: Callable[[EpochResult], bool] | None = None) -> TrainResult:
@@ -356,10 +416,16 @@ class _Trainer:
             write_model_config(cfg.model_dir, cfg.model, self.meta)
         history = self.history
         spe = layout.steps_per_epoch
+        patience = cfg.model.patience
         stopped = bool(
-            cfg.model.hr_threshold is not None
-            and history
-            and history[-1].hr_at_10 >= cfg.model.hr_threshold
+            history
+            and (
+                (
+                    cfg.model.hr_threshold is not None
+                    and history[-1].hr_at_10 >= cfg.model.hr_threshold
+                )
+                or (patience is not None and epochs_without_better(history) >= patience)
+            )
         )
         log.info(
             "training: %d replicas, global batch %d (%d per replica), %d steps per epoch, "
@@ -379,6 +445,8 @@ class _Trainer:
                 result = self._run_epoch(epoch, self._current_step() % spe, partial)
                 partial = (0.0, 0, 0.0)
                 history.append(result)
+                if patience is not None and best_epoch(history) is result:
+                    self._save_best(result.epoch)  # Before the epoch's checkpoint: see above.
                 tf.summary.scalar("eval/hr_at_10", result.hr_at_10, step=result.step)
                 tf.summary.scalar("eval/ndcg_at_10", result.ndcg_at_10, step=result.step)
                 for name in ("full_catalog_hr_at_10", "full_catalog_ndcg_at_10"):
@@ -398,10 +466,23 @@ class _Trainer:
                         "HR@10 %.4f reached the target %.4f: stopping", result.hr_at_10, threshold
                     )
                     stopped = True
+                if not stopped and patience is not None:
+                    if epochs_without_better(history) >= patience:
+                        best = best_epoch(history)
+                        log.info(
+                            "no better HR@10 than epoch %d's %.4f for %d epochs: stopping",
+                            best.epoch,
+                            best.hr_at_10,
+                            patience,
+                        )
+                        stopped = True
                 if on_epoch is not None and on_epoch(result) and not stopped:
                     log.info("stopping after epoch %d, as the caller asked", epoch + 1)
                     stopped = True
             self.writer.flush()
+        kept = None
+        if patience is not None and history and best_epoch(history) is not history[-1]:
+            kept = self._keep_best(best_epoch(history))
         return TrainResult(
             epochs=history,
             global_step=self._current_step(),
@@ -410,6 +491,7 @@ class _Trainer:
             num_replicas=layout.num_replicas,
             strategy=type(self.strategy).__name__,
             is_chief=self.is_chief,
+            kept_epoch=kept,
         )
 
     def _steps(
@@ -509,19 +591,19 @@ class _Trainer:
 
 
 def summary_metrics(result: TrainResult) -> dict[str, float]:
-    """The headline numbers of a run (the last epoch), as a Metrics artifact records them."""
-    last = result.last
-    if last is None:
+    """A run's headline numbers (of the epoch the model is), as a Metrics artifact records them."""
+    final = result.final
+    if final is None:
         return {"epochs": 0}
     return {
-        "hr_at_10": last.hr_at_10,
-        "ndcg_at_10": last.ndcg_at_10,
-        "loss": last.loss,
-        "examples_per_sec": last.examples_per_sec,
+        "hr_at_10": final.hr_at_10,
+        "ndcg_at_10": final.ndcg_at_10,
+        "loss": final.loss,
+        "examples_per_sec": final.examples_per_sec,
         "epochs": len(result.epochs),
         "best_hr_at_10": result.best.hr_at_10,
-        "full_catalog_hr_at_10": last.full_catalog_hr_at_10,
-        "full_catalog_ndcg_at_10": last.full_catalog_ndcg_at_10,
+        "full_catalog_hr_at_10": final.full_catalog_hr_at_10,
+        "full_catalog_ndcg_at_10": final.full_catalog_ndcg_at_10,
         "global_step": result.global_step,
     }
 

@@ -6,7 +6,8 @@ KFP component and the pipeline's parameters offer), ``_OPTION_RULES`` their rule
 prepared data, every value checked first with a message naming the option. "Not set" is
 ``None``: the option's default (for ``epochs``, ``learning_rate`` and ``target_hr`` the preset's,
 for ``batch_size`` the data's pre-batch size). One switch stops training early: ``target_hr``
-(``None``: the preset's target; 0 or less: never).
+(``None``: the preset's target; 0 or less: never), which also turns off the preset's
+``patience`` (stop after epochs without a better HR@10, keeping the best one's weights).
 """
 
 from __future__ import annotations
@@ -39,7 +40,11 @@ class TrainOptions:
     l2_regularization: float | None = None  # --l2: embedding L2 penalty; None: the preset's.
     num_factors: int | None = None  # GMF / MF width; None: the preset's.
     mlp_layers: str | None = None  # MLP widths, "256,128,64" (first even); None: the preset's.
-    target_hr: float | None = None  # Stop at this HR@10; None: the preset's; <= 0: never.
+    # Stop at this HR@10; None: the preset's; <= 0: never (nor by the preset's patience).
+    target_hr: float | None = None
+    # Stop after this many epochs without a better HR@10, keeping the best epoch's weights;
+    # None: the preset's; <= 0: never.
+    patience: int | None = None
     seed: int = 0
     steps_per_loop: int = 200
     checkpoint_every_steps: int = 0  # Also checkpoint every N steps; 0: each epoch only.
@@ -59,7 +64,9 @@ class TrainConfig:
         data_dir: a prepared dataset (``metadata.json``).
         model_dir: checkpoints, ``model_config.json`` and summaries go here.
         model: hyperparameters (a preset, see ``training_core.presets``); training stops early
-            once HR@10 reaches ``model.hr_threshold`` (``None``: never).
+            once HR@10 reaches ``model.hr_threshold`` (``None``: never), or once
+            ``model.patience`` epochs bring no better HR@10 (then keeping the best epoch's
+            weights).
         seed: initialization seed.
         steps_per_loop: training steps per host call.
         checkpoint_every_steps: also checkpoint every this many steps (0: only per epoch).
@@ -134,6 +141,11 @@ _OPTION_RULES: dict[str, tuple[str, str, Any]] = {
         "--target-hr",
         "must be at most 1, an HR@10 (0 or less: never stop early)",
         lambda v: not math.isnan(v) and v <= 1,
+    ),
+    "patience": (
+        "--patience",
+        "must be a whole number of epochs (0 or less: never)",
+        lambda v: isinstance(v, int),
     ),
     "seed": ("--seed", "must be an integer", lambda v: isinstance(v, int)),
     "steps_per_loop": ("--steps-per-loop", "must be >= 1", lambda v: v >= 1),
@@ -246,10 +258,12 @@ def config_for(
         num_factors=opts.num_factors,
         layers=parse_layers(opts.mlp_layers) if opts.mlp_layers is not None else None,
     )
-    if opts.target_hr is not None:
-        model = dataclasses.replace(
-            model, hr_threshold=opts.target_hr if opts.target_hr > 0 else None
-        )
+    if opts.target_hr is not None and opts.target_hr > 0:
+        model = dataclasses.replace(model, hr_threshold=opts.target_hr)
+    elif opts.target_hr is not None:  # Never stop early: every epoch trained, the last kept.
+        model = dataclasses.replace(model, hr_threshold=None, patience=None)
+    if opts.patience is not None:  # Set: it wins over the preset's and over target_hr's "never".
+        model = dataclasses.replace(model, patience=opts.patience if opts.patience > 0 else None)
     return TrainConfig(
         data_dir=data_dir,
         model_dir=model_dir,

@@ -158,14 +158,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--target-hr",
         type=float,
-        help="stop early once HR@10 reaches this (default: the preset's target; 0: never)",
+        help="stop early once HR@10 reaches this (default: the preset's target; 0: never stop "
+        "early, nor by the preset's patience)",
+    )
+    p.add_argument(
+        "--patience",
+        type=int,
+        help="stop once this many epochs in a row bring no better HR@10, and keep the best "
+        "epoch's weights as the model (default: the preset's, 3 for ml-20m, else none; 0: never)",
     )
     p.add_argument(
         "--no-early-stop",
         dest="target_hr",
         action="store_const",
         const=0.0,
-        help="train every epoch even after HR@10 reaches the target (--target-hr 0)",
+        help="train every epoch even after HR@10 reaches the target or stops improving (the "
+        "preset's patience), and keep the last (--target-hr 0)",
     )
     p.add_argument(
         "--hypertune-metric",
@@ -220,11 +228,12 @@ def run(args: argparse.Namespace) -> int:
     if args.plots_out:
         with open(args.plots_out, "w") as f:
             f.write(report.training_plots_html(payload["epochs"]))
-    last = result.last
-    if last is not None:
+    final = result.final
+    if final is not None:
+        kept = f", the model is epoch {final.epoch}'s (the best)" if result.kept_epoch else ""
         print(
-            f"trained {result.global_step} steps ({len(result.epochs)} epochs): "
-            f"HR@10 {last.hr_at_10:.4f} NDCG@10 {last.ndcg_at_10:.4f} loss {last.loss:.4f} "
-            f"{last.examples_per_sec:,.0f} examples/s"
+            f"trained {result.global_step} steps ({len(result.epochs)} epochs{kept}): "
+            f"HR@10 {final.hr_at_10:.4f} NDCG@10 {final.ndcg_at_10:.4f} loss {final.loss:.4f} "
+            f"{final.examples_per_sec:,.0f} examples/s"
         )
     return 0

@@ -68,7 +68,9 @@ def train_model(
     for key, value in train.summary_metrics(result).items():
         metrics.log_metric(key, value)
     with open(plots.path, "w") as f:
-        f.write(report.training_plots_html(result.to_dict()["epochs"]))
+        f.write(
+            report.training_plots_html(result.to_dict()["epochs"], kept_epoch=result.kept_epoch)
+        )
     # The preset by name as it trained (auto's pick for this data; its values: model_config.json).
     model.metadata.update(
         {"framework": "tensorflow", "preset": config.preset, "global_step": result.global_step}

@@ -242,6 +242,7 @@ def test_patience_stops_and_the_model_is_the_best_epoch_s(tiny_data, tmp_path):
     the best epoch before it are read off that curve.
     """
     from training_core import evaluate as ev
+    from training_core import report
 
     strategy = tf.distribute.get_strategy()
     patience, epochs = 2, 7
@@ -266,6 +267,9 @@ def test_patience_stops_and_the_model_is_the_best_epoch_s(tiny_data, tmp_path):
     assert [e.hr_at_10 for e in result.epochs] == pytest.approx(hr[: stop + 1], abs=1e-9)
     assert result.stopped_early and result.kept_epoch == best + 1
     assert result.final.epoch == best + 1 and result.to_dict()["kept_epoch"] == best + 1
+    page = report.training_plots_html(result.to_dict()["epochs"], kept_epoch=result.kept_epoch)
+    assert f"The model is epoch {best + 1}'s weights" in page
+    assert "The model is" not in report.training_plots_html(full.to_dict()["epochs"])
     summary = train.summary_metrics(result)
     assert summary["hr_at_10"] == pytest.approx(hr[best]) and summary["epochs"] == stop + 1
     # The latest checkpoint holds the best epoch's weights, at the last step trained.

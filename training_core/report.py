@@ -44,8 +44,16 @@ def _chart(title: str, xs: Sequence[float], ys: Sequence[float]) -> str:
     )
 
 
-def training_plots_html(epochs: Sequence[Mapping[str, float]], title: str = "NCF training") -> str:
-    """One page with a chart per metric, from per-epoch records (``epoch``, ``loss``, ...)."""
+def training_plots_html(
+    epochs: Sequence[Mapping[str, float]],
+    title: str = "NCF training",
+    kept_epoch: int | None = None,
+) -> str:
+    """One page with a chart per metric, from per-epoch records (``epoch``, ``loss``, ...).
+
+    ``kept_epoch``: the epoch whose weights the model holds when it is not the last (patience);
+    its row is marked and a line above the table says so.
+    """
     xs = [float(e["epoch"]) for e in epochs]
     charts = "".join(
         _chart(name, xs, [float(e[key]) for e in epochs])
@@ -55,15 +63,23 @@ def training_plots_html(epochs: Sequence[Mapping[str, float]], title: str = "NCF
             ("NDCG@10", "ndcg_at_10"),
         )
     )
+    bold = " style='font-weight:bold'"
     rows = "".join(
-        f"<tr><td>{int(e['epoch'])}</td><td>{e['loss']:.4f}</td><td>{e['hr_at_10']:.4f}</td>"
+        f"<tr{bold if int(e['epoch']) == kept_epoch else ''}>"
+        f"<td>{int(e['epoch'])}</td><td>{e['loss']:.4f}</td><td>{e['hr_at_10']:.4f}</td>"
         f"<td>{e['ndcg_at_10']:.4f}</td><td>{e['examples_per_sec']:.0f}</td></tr>"
         for e in epochs
+    )
+    kept = (
+        f"<p>The model is epoch {kept_epoch}'s weights (the best HR@10; the epochs after it "
+        "brought no better one), not the last epoch's.</p>"
+        if kept_epoch is not None
+        else ""
     )
     return (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         "<style>body{font-family:sans-serif}div{display:inline-block;margin:8px}"
         "td,th{padding:2px 10px;text-align:right}</style></head><body>"
-        f"<h2>{html.escape(title)}</h2>{charts}<table><tr><th>epoch</th><th>loss</th>"
+        f"<h2>{html.escape(title)}</h2>{charts}{kept}<table><tr><th>epoch</th><th>loss</th>"
         f"<th>HR@10</th><th>NDCG@10</th><th>examples/s</th></tr>{rows}</table></body></html>\n"
     )

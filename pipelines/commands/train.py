@@ -7,7 +7,7 @@ import json
 import os
 
 from pipelines.cli import example_epilog, options
-from training_core.presets import ARCHITECTURES, PRESET_NAMES
+from training_core.presets import ARCHITECTURES, PRESET_NAMES, PRESETS
 from training_core.strategy import ALL_REDUCE_ALGS, STRATEGIES
 from training_core.train_config import (
     DEFAULTS,
@@ -165,7 +165,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--patience",
         type=int,
         help="stop once this many epochs in a row bring no better HR@10, and keep the best "
-        "epoch's weights as the model (default: the preset's, 3 for ml-20m, else none; 0: never)",
+        "epoch's weights as the model (default: the preset's: "
+        + ", ".join(f"{n} {c.patience}" for n, c in PRESETS.items() if c.patience)
+        + ", else none; 0: never)",
     )
     p.add_argument(
         "--no-early-stop",
@@ -227,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
         write_json(args.metrics_out, payload)
     if args.plots_out:
         with open(args.plots_out, "w") as f:
-            f.write(report.training_plots_html(payload["epochs"]))
+            f.write(report.training_plots_html(payload["epochs"], kept_epoch=result.kept_epoch))
     final = result.final
     if final is not None:
         kept = f", the model is epoch {final.epoch}'s (the best)" if result.kept_epoch else ""

@@ -284,6 +284,77 @@ def test_patience_stops_and_the_model_is_the_best_epoch_s(tiny_data, tmp_path):
     assert ev.evaluate(tiny_data, model_dir).hr_at_10 == pytest.approx(hr[best], abs=1e-9)
 
 
+class _Crash(RuntimeError):
+    """A crash injected at one exact moment of a run."""
+
+
+def _patient_config(tiny_data, model_dir):
+    """tiny at a learning rate whose HR@10 peaks and stalls on tiny_data: patience 2 stops it."""
+    c = train_config.config_for(
+        tiny_data, model_dir, "tiny", epochs=7, learning_rate=0.1, target_hr=0.0,
+        steps_per_loop=50,
+    )  # fmt: skip
+    return dataclasses.replace(c, model=dataclasses.replace(c.model, patience=2))
+
+
+def _latest_values(model_dir):
+    reader = tf.train.load_checkpoint(checkpoint_dir(model_dir))
+    return {
+        n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map() if "OBJECT" not in n
+    }
+
+
+@pytest.mark.parametrize("moment", ["best-weights-saved", "best-weights-read-back"])
+def test_a_crash_around_the_best_epoch_s_weights_resumes_to_the_clean_run_s_model(
+    tiny_data, tmp_path, monkeypatch, moment
+):
+    """The two moments the kept model depends on: a crash after the best epoch's weights are
+    saved and before its checkpoint (the rerun trains that epoch again), and one after they are
+    read back at the end and before the final checkpoint (the rerun reads them again). Either way
+    the rerun ends with the clean run's checkpoint, value for value."""
+    strategy = tf.distribute.get_strategy()
+    clean = train.train(_patient_config(tiny_data, str(tmp_path / "clean")), strategy)
+    assert clean.kept_epoch is not None and clean.kept_epoch < len(clean.epochs)
+
+    real_save, real_save_best, real_keep = (
+        train._Trainer._save, train._Trainer._save_best, train._Trainer._keep_best
+    )  # fmt: skip
+    armed = []
+
+    def save(self, *args):
+        if armed:
+            armed.clear()
+            raise _Crash(moment)
+        return real_save(self, *args)
+
+    def save_best(self, epoch):
+        real_save_best(self, epoch)
+        if moment == "best-weights-saved" and epoch == clean.kept_epoch:
+            armed.append(True)  # The epoch's own checkpoint comes next: crash there.
+
+    def keep_best(self, best):
+        if moment == "best-weights-read-back":
+            armed.append(True)  # Its _save, after the read, crashes.
+        return real_keep(self, best)
+
+    monkeypatch.setattr(train._Trainer, "_save", save)
+    monkeypatch.setattr(train._Trainer, "_save_best", save_best)
+    monkeypatch.setattr(train._Trainer, "_keep_best", keep_best)
+    run_dir = str(tmp_path / "crashed")
+    with pytest.raises(_Crash):
+        train.train(_patient_config(tiny_data, run_dir), strategy)
+    monkeypatch.undo()
+
+    resumed = train.train(_patient_config(tiny_data, run_dir), strategy)
+    assert resumed.kept_epoch == clean.kept_epoch
+    assert resumed.global_step == clean.global_step
+    assert [e.hr_at_10 for e in resumed.epochs] == [e.hr_at_10 for e in clean.epochs]
+    a, b = _latest_values(str(tmp_path / "clean")), _latest_values(run_dir)
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
 def test_no_early_stop_turns_off_the_preset_s_patience(tiny_data):
     """``target_hr`` 0 or less (``--no-early-stop``) trains every epoch: no patience either."""
     assert train_config.config_for(tiny_data, "m", "ml-20m").model.patience is not None

@@ -38,8 +38,8 @@ def train_model(
     ``num_factors`` and ``mlp_layers`` ("256,128,64"; what a tuning job found, in the pipeline).
     A negative ``target_hr`` never stops early (nor by the preset's ``patience``); ``patience``
     0 is the preset's, a negative one never. Metrics get
-    the HR@10, NDCG@10, loss and examples/s of the epoch the model is (the last, or the best one
-    when the preset's patience stopped the run); ``plots`` charts them per epoch.
+    the HR@10, NDCG@10, loss and examples/s of the epoch the model is (the last; with patience
+    the best); ``plots`` charts them per epoch.
     ``distribution_strategy`` is the tf.distribute strategy (not named ``strategy``: the Vertex
     AI custom-job wrapper owns that input, the job's scheduling strategy).
     ``expect_accelerator``/``expect_accelerator_count`` (the profile's accelerator) make the step

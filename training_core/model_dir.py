@@ -15,8 +15,8 @@ and read only here (``write_model_config``, ``check_model_folder``, ``read_model
     │   └── history-<step>.json    history_path(): the per-epoch history and the running epoch's
     │                              sums at that step (kept and removed with its checkpoint)
     ├── best/                      BEST_SUBDIR, best_dir(): the model weights of the best epoch so
-    │   └── ckpt-<epoch>.*         far (HR@10), kept only by a preset with patience; restored
-    │                              into the final checkpoint when patience stops the run
+    │   └── ckpt-<epoch>.*         far (HR@10), kept only with patience; at the end of the run
+    │                              read back into the final checkpoint if not the last epoch
     ├── summaries/                 SUMMARIES_SUBDIR, summaries_dir(): TensorBoard events, unless
     │                              the run names another folder ($AIP_TENSORBOARD_LOG_DIR)
     ├── .lock                      training_core.publish.LOCK_FILE: held by the train run

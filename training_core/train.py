@@ -134,6 +134,25 @@ def epochs_without_better(history: list[EpochResult]) -> int:
     return history[-1].epoch - best.epoch if best else 0
 
 
+def stop_reason(model: NeuMFConfig, history: list[EpochResult]) -> str | None:
+    """Why a run with this history stops early (the target reached, or patience), else None.
+
+    The one rule: checked after each epoch, and on a resume against the restored history.
+    """
+    if not history:
+        return None
+    last, target = history[-1], model.hr_threshold
+    if target is not None and last.hr_at_10 >= target:
+        return f"HR@10 {last.hr_at_10:.4f} reached the target {target:.4f}: stopping"
+    if model.patience is not None and epochs_without_better(history) >= model.patience:
+        best = best_epoch(history)
+        return (
+            f"no better HR@10 than epoch {best.epoch}'s {best.hr_at_10:.4f} for "
+            f"{model.patience} epochs: stopping"
+        )
+    return None
+
+
 def compute_dtype(precision: str, strategy: tf.distribute.Strategy) -> tf.DType:
     """The compute dtype: under ``auto``, bfloat16 on TPU, float16 on GPUs, float32 on CPU.
 
@@ -417,16 +436,7 @@ class _Trainer:
         history = self.history
         spe = layout.steps_per_epoch
         patience = cfg.model.patience
-        stopped = bool(
-            history
-            and (
-                (
-                    cfg.model.hr_threshold is not None
-                    and history[-1].hr_at_10 >= cfg.model.hr_threshold
-                )
-                or (patience is not None and epochs_without_better(history) >= patience)
-            )
-        )
+        stopped = stop_reason(cfg.model, history) is not None
         log.info(
             "training: %d replicas, global batch %d (%d per replica), %d steps per epoch, "
             "%d epochs, compute dtype %s, %s embedding updates",
@@ -460,22 +470,10 @@ class _Trainer:
                     result.ndcg_at_10,
                     result.eval_users,
                 )
-                threshold = cfg.model.hr_threshold
-                if threshold is not None and result.hr_at_10 >= threshold:
-                    log.info(
-                        "HR@10 %.4f reached the target %.4f: stopping", result.hr_at_10, threshold
-                    )
+                reason = stop_reason(cfg.model, history)
+                if reason is not None:
+                    log.info("%s", reason)
                     stopped = True
-                if not stopped and patience is not None:
-                    if epochs_without_better(history) >= patience:
-                        best = best_epoch(history)
-                        log.info(
-                            "no better HR@10 than epoch %d's %.4f for %d epochs: stopping",
-                            best.epoch,
-                            best.hr_at_10,
-                            patience,
-                        )
-                        stopped = True
                 if on_epoch is not None and on_epoch(result) and not stopped:
                     log.info("stopping after epoch %d, as the caller asked", epoch + 1)
                     stopped = True

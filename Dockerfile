@@ -2,7 +2,7 @@
 # The images ncf-pipelines components run in: one per accelerator family, all from uv.lock.
 # docs/images.md explains the design; components/_image.py derives every tag (none is written here).
 #
-#   make image                                   # all three, tagged by components/_image.py
+#   make image                                   # every variant, tagged by components/_image.py
 #   docker build --target gpu -t "$(uv run python -m components._image --variant gpu)" .
 #
 # Stages:
@@ -16,9 +16,17 @@
 #   cpu|gpu|tpu  python:3.11-slim + a venv at /opt/venv holding exactly the wheelhouse's wheels,
 #                installed offline with --no-build; no compiler, no pip, no wheel files left behind
 #
+#   dataflow     the cpu set + Beam's worker boot entrypoint (/opt/apache/beam/boot, copied from
+#                the Beam SDK image of the locked apache-beam): Dataflow's worker image
+#
 # Every step is tools/install_locked.sh, which `make image-check` also runs (without Docker).
 # The base of the builder and of the final stages (make image-check substitutes a stand-in).
 ARG PYTHON_IMAGE=python:3.11-slim
+# Beam's SDK image for the Python and apache-beam versions of uv.lock, only for its boot binary
+# (make image-check compares the version with uv.lock's and substitutes a stand-in).
+ARG BEAM_SDK_IMAGE=apache/beam_python3.11_sdk:2.72.0
+
+FROM ${BEAM_SDK_IMAGE} AS beam-sdk
 
 FROM ${PYTHON_IMAGE} AS builder
 # Kept equal to the Makefile's UV_VERSION (make image passes it; make image-check compares them).
@@ -65,10 +73,17 @@ FROM ${PYTHON_IMAGE} AS runtime
 ENV PYTHONUNBUFFERED=1 VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 
 # CUDA, cuDNN, NCCL etc. come from the locked nvidia-* wheels (TensorFlow finds them through its
-# RUNPATH); the NVIDIA driver is mounted into the container by the GPU host (Vertex AI), so the
-# base stays python:3.11-slim.
+# RUNPATH); the NVIDIA driver (libcuda.so.1, nvidia-smi) is not in the image: Vertex AI's GPU
+# nodes mount the host's under /usr/local/nvidia, which the loader does not search by itself.
+# LD_LIBRARY_PATH finds it as mounted; the ld.so.conf.d entry serves runtimes that refresh the
+# container's loader cache (NVIDIA's container toolkit runs ldconfig). Google's deep learning
+# containers set the same paths. make image-check mounts a stand-in driver there and loads it.
 FROM runtime AS gpu
-ENV NCF_PIPELINES_IMAGE_VARIANT=gpu
+ENV NCF_PIPELINES_IMAGE_VARIANT=gpu \
+    PATH=$PATH:/usr/local/nvidia/bin \
+    LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/nvidia/lib
+RUN printf '%s\n' /usr/local/nvidia/lib64 /usr/local/nvidia/lib > /etc/ld.so.conf.d/nvidia.conf \
+    && ldconfig
 RUN --mount=type=bind,from=wheels-gpu,source=/stage,target=/stage \
     --mount=type=bind,from=project,source=/dist,target=/dist \
     UV=/stage/bin/uv /stage/tools/install_locked.sh install gpu /stage/req /stage/wheels /dist /opt/venv
@@ -76,12 +91,28 @@ RUN --mount=type=bind,from=wheels-gpu,source=/stage,target=/stage \
 # TensorFlow's TPU build (tensorflow-tpu) instead of tensorflow. Its libtpu (2.16.0rc0, which
 # also provides the PJRT C API TensorFlow uses on TPU VMs such as v5e) is not on PyPI and so not in
 # uv.lock: until it is, this stage stops with that reason instead of shipping an image that
-# cannot reach a TPU (docs/images.md, "TPU").
+# cannot reach a TPU (docs/images.md, "TPU"). Vertex AI's TPU VM jobs expect libtpu.so in /lib
+# of a custom container: the wheel's copy is linked there once the install has it.
 FROM runtime AS tpu
 ENV NCF_PIPELINES_IMAGE_VARIANT=tpu
 RUN --mount=type=bind,from=wheels-tpu,source=/stage,target=/stage \
     --mount=type=bind,from=project,source=/dist,target=/dist \
-    UV=/stage/bin/uv /stage/tools/install_locked.sh install tpu /stage/req /stage/wheels /dist /opt/venv
+    UV=/stage/bin/uv /stage/tools/install_locked.sh install tpu /stage/req /stage/wheels /dist /opt/venv \
+    && ln -s "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/libtpu/libtpu.so" \
+        /lib/libtpu.so
+
+# Dataflow's worker image (--sdk_container_image): the cpu set, with Beam's boot binary as the
+# entrypoint, which Dataflow runs to start the SDK worker (`python -m
+# apache_beam.runners.worker.sdk_worker_main`, with this venv's python). Without
+# RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT, boot would run the worker in a fresh venv of its own
+# that does not see /opt/venv's packages. docs/beam.md, "The worker image".
+FROM runtime AS dataflow
+ENV NCF_PIPELINES_IMAGE_VARIANT=dataflow RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT=1
+COPY --from=beam-sdk /opt/apache/beam /opt/apache/beam
+RUN --mount=type=bind,from=wheels-cpu,source=/stage,target=/stage \
+    --mount=type=bind,from=project,source=/dist,target=/dist \
+    UV=/stage/bin/uv /stage/tools/install_locked.sh install dataflow /stage/req /stage/wheels /dist /opt/venv
+ENTRYPOINT ["/opt/apache/beam/boot"]
 
 # Last, so that a plain `docker build .` builds the CPU image.
 FROM runtime AS cpu

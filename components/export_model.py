@@ -32,6 +32,9 @@ def export_model(
             export_dir=exported_model.path,
             top_k=top_k,
             default_signature=default_signature,
+            # The folder is this task's own output: a retry replaces what an attempt that died
+            # after publishing left there (the earlier attempt's executor output never came).
+            overwrite=True,
         )
     )
     exported_model.metadata.update(

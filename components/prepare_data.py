@@ -25,6 +25,7 @@ def prepare_data(
     data_fingerprint: str = "",
     runner: str = "local",
     beam_pipeline_args: list = None,
+    worker_image: str = "",
 ):
     """Leave-one-out split, negative sampling and pre-batched TFRecords (training_core.data).
 
@@ -38,15 +39,19 @@ def prepare_data(
     changed data behind an unchanged path is prepared again. ``runner`` "beam" runs the same
     preparation as an Apache Beam job (Dataflow when ``beam_pipeline_args`` name
     ``--runner=DataflowRunner`` and its options; docs/beam.md); the output is the same.
+    ``worker_image`` (the compiled Dataflow worker image) becomes the job's
+    ``--sdk_container_image`` on Dataflow unless the options name one.
     ``examples`` gets the dataset folder and its counts as artifact metadata.
     """
     parameters = dict(locals())
     from training_core import console
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
+    from components._image import with_worker_image
     from training_core.data import config, prepare, report
 
     settings = config.from_parameters(raw_data.path, examples.path, parameters)
-    result = prepare.run(settings, runner, beam_pipeline_args or ())
+    beam_args = with_worker_image(beam_pipeline_args or (), worker_image)
+    result = prepare.run(settings, runner, beam_args)
     print(report.summary(result))
     examples.metadata.update(report.artifact_metadata(result))

@@ -1,8 +1,9 @@
 """KFP components around Vertex AI's hyperparameter tuning job (GCPC's op runs the job itself).
 
 ``tuning_trial_spec`` builds the trials' worker pool (it needs the prepared data's path, known
-only when the pipeline runs) and their output folder; ``best_tuning_options`` reads the finished
-job's trials and hands the best values to ``train_model``. The logic is in
+only when the pipeline runs) and their output folder (its own artifact's: the pipeline never
+serves the step from the cache, so every tuning job gets a fresh one); ``best_tuning_options``
+reads the finished job's trials and hands the best values to ``train_model``. The logic is in
 ``training_core.tune``; KFP embeds only the functions' source, so imports stay inside.
 """
 
@@ -28,12 +29,19 @@ def tuning_trial_spec(
     epochs: int = 0,
     seed: int = 0,
 ) -> NamedTuple("TrialSpec", worker_pool_specs=list, base_output_directory=str):
-    """The trials' worker pool (``ncf-pipelines train`` on ``examples``) and output folder."""
+    """The trials' worker pool (``ncf-pipelines train`` on ``examples``) and output folder.
+
+    The folder is ``trials``' URI: new for every execution, so the pipeline runs this step
+    uncached and each tuning job gets a folder no earlier job wrote to.
+    """
     import collections
 
     from training_core import tune
 
-    command = tune.trial_command(examples.path, preset, architecture, epochs, seed, metric)
+    command = tune.trial_command(
+        examples.path, preset, architecture, epochs, seed, metric,
+        accelerator_type, accelerator_count,
+    )  # fmt: skip
     specs = tune.trial_worker_pool_specs(
         command, image, machine_type, accelerator_type, accelerator_count
     )
@@ -48,6 +56,7 @@ def best_tuning_options(
     trials: Input[Artifact],
     search_space: str,
     tuned: Output[Metrics],
+    max_trial_count: int = 0,
 ) -> NamedTuple(
     "Best",
     learning_rate=float,
@@ -62,6 +71,8 @@ def best_tuning_options(
     each trial's model config and per-epoch history), so no API call is needed.
     ``search_space`` is the search-space file's text (compiled in). An option the space does
     not search comes out as its zero value, "the preset's" for ``train_model``.
+    ``max_trial_count`` (the job's): a folder with more trials than that holds an earlier job's
+    and is refused (0: not checked).
     """
     import collections
     import json
@@ -73,7 +84,7 @@ def best_tuning_options(
         f.write(search_space)
     space = tune.load_search_space(f.name)
     job = json.loads(gcp_resources)["resources"][0]["resourceUri"].split("/v1/", 1)[-1]
-    options, value, trial_id = tune.best_trial_folder(trials.path, space)
+    options, value, trial_id = tune.best_trial_folder(trials.path, space, max_trial_count)
     tuned.log_metric(space.metric, value)
     tuned.metadata.update({"trial": trial_id, "job": job, **options})
     zero = {

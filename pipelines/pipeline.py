@@ -65,10 +65,15 @@ class Outputs(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class Images:
-    """The images a compiled pipeline runs: ``cpu`` for every plain step, ``train`` for training."""
+    """The images a compiled pipeline runs: ``cpu`` for every plain step, ``train`` for training.
+
+    ``dataflow``: the Dataflow workers' image of a profile that prepares data with Beam ("":
+    none, the job's own ``--sdk_container_image`` or Beam's default).
+    """
 
     cpu: str
     train: str
+    dataflow: str = ""
 
     @classmethod
     def for_profile(
@@ -79,7 +84,12 @@ class Images:
             return cls(image, image)
         repo = repository or IMAGE_REPOSITORY
         variant = variant_for_accelerator(profile.train.accelerator_type)
-        return cls(image_for("cpu", repo), image_for(variant, repo))
+        beam = profile.data_runner == prepare_options.RUNNER_BEAM
+        return cls(
+            image_for("cpu", repo),
+            image_for(variant, repo),
+            image_for("dataflow", repo) if beam else "",
+        )
 
 
 def _custom_job_train_op(profile: Profile, train_image: str, launcher_image: str):
@@ -237,6 +247,12 @@ def _tuning(profile, images, examples, preset, architecture, epochs, seed, trial
         metric=space.metric,
     )
     spec.set_display_name("Tuning trials' machine and command")
+    # Never from the cache: its artifact's URI is the tuning job's base_output_directory, so a
+    # cached spec would hand a new tuning job an earlier job's trial folders (a run resubmitted
+    # after a failed job, or with another trial count). Run each time, it gives every job a
+    # fresh folder; the job's own cache key holds that folder, so a job is reused only together
+    # with its own trials.
+    spec.set_caching_options(False)
     job = HyperparameterTuningJobRunOp(
         display_name=TUNE_TASK,
         base_output_directory=spec.outputs["base_output_directory"],
@@ -255,6 +271,7 @@ def _tuning(profile, images, examples, preset, architecture, epochs, seed, trial
         gcp_resources=job.outputs["gcp_resources"],
         trials=spec.outputs["trials"],
         search_space=space_text,
+        max_trial_count=trials,
     )
     best.set_display_name("Best trial's options")
     return {name: best.outputs[name] for name in tune.TUNABLE}
@@ -276,6 +293,8 @@ def build_pipeline(
     if local_registry and not local:
         raise ValueError("local_registry is for local runs; Vertex AI runs use its Model Registry")
     place = placement(profile, local, images)
+    # The Dataflow workers' image (local runs have no Dataflow job, so none).
+    worker_image = "" if local else (images or Images.for_profile(profile)).dataflow
     multiple = eval_users_multiple(profile)
     from google_cloud_pipeline_components import _placeholders
 
@@ -350,6 +369,7 @@ def build_pipeline(
             data_fingerprint=data_fingerprint,
             runner=profile.data_runner,
             beam_pipeline_args=beam_pipeline_args,
+            worker_image=worker_image,
         ).after(validate)
         prep.set_display_name("Prepare pre-batched TFRecords")
         place.apply(prep, "prepare").set_retry(RETRIES, BACKOFF)
@@ -398,10 +418,14 @@ def build_pipeline(
             local_registry=local_registry,
         )
         compare.set_display_name("Compare with the champion")
+        # Never from the cache: with use_registry it reads the registry's default version now,
+        # which no cache key sees (a cached verdict would be against an earlier champion).
+        compare.set_caching_options(False)
         place.apply(compare, "compare").set_retry(RETRIES, BACKOFF)
 
         # Locally (run-local) the branches run too, with the local registry in Vertex AI's place
         # (pipelines/local_conditions.py: kfp.local itself runs no conditions).
+        deploys = profile.deploy and not local
         if local_registry or not local:
             with dsl.If(register == True, name="register-requested"):  # noqa: E712 (KFP condition)
                 with dsl.If(compare.outputs["blessed"] == True, name="challenger-blessed"):  # noqa: E712
@@ -413,7 +437,9 @@ def build_pipeline(
                         parent_model=compare.outputs["champion_model"],
                         decision=compare.outputs["decision"],
                         local_registry=local_registry,
-                        make_default=not (profile.deploy and not local),
+                        make_default=not deploys,
+                        # The serving image for the endpoint's machine (a GPU one for a GPU).
+                        gpu=deploys and bool(profile.serve.accelerator_type),
                         data_fingerprint=data_fingerprint,
                         preset=preset,
                         architecture=architecture,
@@ -423,7 +449,10 @@ def build_pipeline(
                     reg.set_display_name(
                         f"Register in the {'local' if local else 'Vertex AI'} Model Registry"
                     )
-                    if profile.deploy and not local:
+                    # Outside effects (an upload; the default version moves): never from the
+                    # cache, or a resubmitted run would show a registration it never made.
+                    reg.set_caching_options(False)
+                    if deploys:
                         # The version becomes the default once it serves (deploy_model), so a
                         # failed deployment leaves the registry's default serving.
                         serve = profile.serve
@@ -438,6 +467,7 @@ def build_pipeline(
                             replica_count=serve.replica_count,
                         )
                         dep.set_display_name("Deploy to a Vertex AI endpoint")
+                        dep.set_caching_options(False)  # Outside effects, as register's.
                         dep.set_retry(RETRIES, BACKOFF)  # Resumes: a deployed version stays.
 
             # Recommendations for every user from a model that passed the gate.

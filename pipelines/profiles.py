@@ -150,7 +150,7 @@ BUILTIN: dict[str, Profile] = {
         ),
         Profile(
             "gpu-h100",
-            "one NVIDIA H100 80GB",
+            "one NVIDIA H100 80GB (TF 2.16 has sm_90 SASS: no PTX JIT at start; driver R525+)",
             _DATA,
             Machine("a3-highgpu-1g", "NVIDIA_H100_80GB", 1),
             _EVAL,
@@ -158,7 +158,7 @@ BUILTIN: dict[str, Profile] = {
         ),
         Profile(
             "gpu-h100x8",
-            "eight NVIDIA H100 80GB in one machine",
+            "eight NVIDIA H100 80GB in one machine (TF 2.16 has sm_90 SASS: no PTX JIT; R525+)",
             _DATA,
             Machine("a3-highgpu-8g", "NVIDIA_H100_80GB", 8),
             _EVAL,
@@ -297,7 +297,12 @@ def machine_type_problem(machine_type: Any) -> str | None:
     )
 
 
-def _machine_problems(step: str, m: Machine) -> list[str]:
+def _machine_problems(step: str, m: Machine, pipeline_task: bool = True) -> list[str]:
+    """What is wrong with one machine; ``pipeline_task`` false for the endpoint's (``serve``).
+
+    A plain pipeline task is sized by ``cpu_limit``/``memory_limit``; an endpoint's machine is
+    its ``machine_type`` (Vertex AI's prediction service starts it), and takes no limits.
+    """
     out = []
     mt, acc, n = m.machine_type, m.accelerator_type, m.accelerator_count
     unknown = machine_type_problem(mt)
@@ -312,7 +317,7 @@ def _machine_problems(step: str, m: Machine) -> list[str]:
             out.append(f"{step}: accelerator_count {n} without an accelerator_type")
         if mt in _ACCELERATOR_MACHINES:
             out.append(f"{step}: {mt} is an accelerator machine; name its accelerator_type")
-        elif not m.custom_job and not (m.cpu_limit or m.memory_limit):
+        elif pipeline_task and not m.custom_job and not (m.cpu_limit or m.memory_limit):
             # A plain task gets its machine from these limits; its machine_type goes nowhere.
             vcpus = mt.rpartition("-")[2]
             out.append(
@@ -411,7 +416,12 @@ def preflight(
             "it found)"
         )
     if profile.deploy:
-        problems += _machine_problems("serve", profile.serve)
+        problems += _machine_problems("serve", profile.serve, pipeline_task=False)
+        if profile.serve.cpu_limit or profile.serve.memory_limit:
+            problems.append(
+                "serve: cpu_limit and memory_limit size pipeline tasks; the endpoint runs on its "
+                "machine_type, so remove them"
+            )
         if profile.serve.is_tpu:
             problems.append(
                 "serve: the prebuilt TensorFlow serving container runs on CPU or GPU machines; "

@@ -32,6 +32,7 @@ NOT_OPTIONS = {
         "data_fingerprint": "keys the cache only",
         "runner": "which engine (training_core.data.config.RUNNERS)",
         "beam_pipeline_args": "how the Beam engine runs",
+        "worker_image": "the Dataflow workers' image (components/_image.py)",
     },
     "train_model": {
         "examples": "input artifact",
@@ -352,6 +353,8 @@ def test_each_train_flag_reaches_the_config(monkeypatch, data_dir, tmp_path):
         "--tpu",
         "--all-reduce-alg",
         "--num-packs",
+        "--expect-accelerator",
+        "--expect-accelerator-count",
         "--hypertune-metric",  # Where metrics go (training_core/tune.py), not how it trains.
     }
     assert set(_parser_flags("train")) == set(flags) | not_config
@@ -395,6 +398,8 @@ def test_each_evaluate_flag_reaches_the_options(monkeypatch, tmp_path):
         "--tpu",
         "--all-reduce-alg",
         "--num-packs",
+        "--expect-accelerator",
+        "--expect-accelerator-count",
     }
     assert set(_parser_flags("evaluate")) == set(flags) | not_options
 

@@ -324,6 +324,17 @@ def test_export_model_component_and_recommend_as_default(trained_model, tiny_dat
         user_id=tf.constant([1], tf.int64), exclude_seen=tf.constant([True])
     )
     assert out["item_ids"].shape == (1, 3)
+    # A retry of the task (Vertex AI's retryPolicy) after an attempt that published but died
+    # before its executor output finds its own output folder full: the component replaces it.
+    first = set(os.listdir(exported_model.path))
+    retried = dsl.Model(uri=exported_model.uri)
+    export_model.python_func(
+        model=dsl.Model(uri=trained_model),
+        examples=dsl.Dataset(uri=tiny_data),
+        exported_model=retried,
+        top_k=4,
+    )
+    assert set(os.listdir(retried.path)) == first and retried.metadata["top_k"] == 4
 
 
 def test_cli_export_prints_where_and_a_request(trained_model, tiny_data, tmp_path, capsys):

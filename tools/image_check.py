@@ -19,7 +19,18 @@
    python3-dev for Python's headers, which python:3.11-slim has too). The image is then probed
    (python3, tag, no compiler, no wheelhouse left) and deleted.
 
-``--engines chroot`` runs 1-3 only (fast; caches kept), ``--engines buildah`` only 2 and 4.
+5. Each finished image meets the environment its node gives it, emulated: the gpu image gets a
+   stand-in NVIDIA driver (a ``libcuda.so.1`` compiled here, and an ``nvidia-smi``) mounted
+   read-only at ``/usr/local/nvidia``, where Vertex AI's GPU nodes mount the host's driver, and
+   must load it as mounted (``ctypes`` and TensorFlow's own device listing, which calls its
+   ``cuInit``); the same load without the image's ``LD_LIBRARY_PATH`` must fail until
+   ``ldconfig`` reads the image's ld.so.conf.d entry (what NVIDIA's container toolkit runs).
+   The dataflow image must have Beam's boot binary as its entrypoint, and that entrypoint run as
+   Beam's worker pool (``--worker_pool``) must start the pool's service from the image's Python.
+   No registry is reachable, so the Beam SDK image the Dockerfile copies boot from is a stand-in
+   (``beam_sdk_standin``: a script doing what Beam's boot does last, nothing of its provisioning).
+
+``--engines chroot`` runs 1-3 and 5 only (fast; caches kept), ``--engines buildah`` 2, 4 and 5.
 The tpu stage is expected to stop with the "no libtpu" reason (exit 3; docs/images.md, "TPU"):
 that is reported as a known blocker, not a failure, and any other tpu problem fails the check.
 
@@ -34,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import os
 import re
 import shlex
@@ -52,6 +64,12 @@ ROOT_PACKAGES = ("python3", "python3-venv")
 COMPILERS = ("cc", "gcc", "g++", "c++", "clang", "clang++")
 NO_LIBTPU = 3  # tools/verify_image.py's exit status for "tpu environment without libtpu".
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Where Vertex AI's GPU nodes mount the host's NVIDIA driver into a container.
+DRIVER_MOUNT = "/usr/local/nvidia"
+# The version the stand-in driver reports (cuDriverGetVersion), so a probe knows it found it.
+STUB_DRIVER_VERSION = 12030
+# The port Beam's boot gives the worker pool (sdks/python/container/boot.go: --service_port).
+WORKER_POOL_PORT = 50000
 
 
 def log(message: str) -> None:
@@ -151,6 +169,154 @@ def split_run(text: str) -> tuple[list[dict[str, str]], str]:
         mounts.append(dict(part.split("=", 1) for part in match.group(1).split(",")))
         text = text[match.end() :]
     return mounts, text
+
+
+# ---------------------------------------------------------------------------------------------
+# What the nodes give an image, emulated: the GPU driver mount, Beam's boot binary.
+
+STUB_DRIVER_C = r"""
+/* Stand-in for the NVIDIA driver's libcuda.so.1 (make image-check): no GPU, a known version. */
+#include <stdio.h>
+#include <stdlib.h>
+static void note(const char *what) {
+  const char *path = getenv("NCF_STUB_DRIVER_LOG");
+  FILE *f = path ? fopen(path, "a") : NULL;
+  if (f) { fprintf(f, "%s\n", what); fclose(f); }
+}
+int cuInit(unsigned int flags) { (void)flags; note("cuInit"); return 100; /* NO_DEVICE */ }
+int cuDriverGetVersion(int *version) { note("cuDriverGetVersion"); *version = VERSION; return 0; }
+int cuDeviceGetCount(int *count) { note("cuDeviceGetCount"); *count = 0; return 0; }
+""".replace("VERSION", str(STUB_DRIVER_VERSION))
+
+
+def stub_driver(work: Path) -> Path:
+    """A folder laid out as the driver folder Vertex AI mounts: lib64/libcuda.so.1, bin/nvidia-smi.
+
+    The library is compiled here (a C compiler is a requirement of the check anyway).
+    """
+    root = work / "stub-driver"
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "lib64").mkdir(parents=True)
+    (root / "bin").mkdir()
+    source = work / "stub-libcuda.c"
+    source.write_text(STUB_DRIVER_C)
+    run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o",
+         str(root / "lib64" / "libcuda.so.1"), str(source)])  # fmt: skip
+    smi = root / "bin" / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'stand-in nvidia-smi (make image-check)'\n")
+    smi.chmod(0o755)
+    return root
+
+
+# Run in the gpu image with the stand-in driver mounted: how python finds libcuda.so.1 as the
+# node mounts it, without the image's LD_LIBRARY_PATH before and after ldconfig, and whether
+# TensorFlow's own device listing reaches the driver (the stub logs its cuInit).
+DRIVER_PROBE = r"""
+py='import ctypes, sys
+try:
+    lib = ctypes.CDLL("libcuda.so.1")
+except OSError as error:
+    print("missing"); sys.exit(0)
+version = ctypes.c_int()
+lib.cuDriverGetVersion(ctypes.byref(version))
+print("found-%d" % version.value)'
+echo "as-mounted $(python3 -c "$py")"
+echo "without-ld-library-path $(env -u LD_LIBRARY_PATH python3 -c "$py")"
+ldconfig
+echo "after-ldconfig $(env -u LD_LIBRARY_PATH python3 -c "$py")"
+echo "nvidia-smi $(command -v nvidia-smi)"
+rm -f /tmp/ncf-stub-driver.log
+NCF_STUB_DRIVER_LOG=/tmp/ncf-stub-driver.log TF_CPP_MIN_LOG_LEVEL=3 python3 -c \
+  'import tensorflow as tf; tf.config.list_physical_devices("GPU")' >/dev/null 2>&1
+echo "tensorflow $(grep -c cuInit /tmp/ncf-stub-driver.log 2>/dev/null || echo 0)"
+"""
+
+
+def check_driver_probe(output: str) -> str:
+    """Checks DRIVER_PROBE's output; returns what it proved."""
+    seen = dict(line.split(" ", 1) for line in output.splitlines() if " " in line)
+    found = f"found-{STUB_DRIVER_VERSION}"
+    expected = {
+        "as-mounted": found,  # LD_LIBRARY_PATH: what a Vertex AI GPU container relies on.
+        # The negative control: the loader alone does not search the mount (the old image).
+        "without-ld-library-path": "missing",
+        "after-ldconfig": found,  # The ld.so.conf.d entry, for runtimes that run ldconfig.
+        "nvidia-smi": f"{DRIVER_MOUNT}/bin/nvidia-smi",
+    }
+    wrong = {k: seen.get(k) for k, v in expected.items() if seen.get(k) != v}
+    if wrong or not seen.get("tensorflow", "0").strip().isdigit() or seen["tensorflow"] == "0":
+        raise SystemExit(
+            f"gpu image with the driver mounted at {DRIVER_MOUNT}: expected {expected} and "
+            f"TensorFlow calling the driver's cuInit; got {seen}"
+        )
+    return (
+        f"driver at {DRIVER_MOUNT} found as mounted (LD_LIBRARY_PATH) and after ldconfig, not "
+        "without them; TensorFlow called its cuInit"
+    )
+
+
+BOOT_STANDIN = r"""#!/bin/sh
+# Stand-in for Beam's boot binary (make image-check: no registry, so no Beam SDK image to copy
+# it from). It does what boot (sdks/python/container/boot.go) does last: with --worker_pool, run
+# the worker pool from `python` on PATH; otherwise check the container contract's flags and run
+# the SDK worker. Not emulated: provisioning, artifact retrieval, staged-package installs,
+# logging to the runner, and the per-worker venv (which RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT=1
+# turns off; tools/verify_image.py checks that it is set).
+case " $* " in
+  *" --worker_pool "* | *" --worker_pool=true "*)
+    exec python -m apache_beam.runners.worker.worker_pool_main --service_port=PORT \
+      --container_executable=/opt/apache/beam/boot ;;
+esac
+for flag in id logging_endpoint artifact_endpoint provision_endpoint control_endpoint; do
+  case " $* " in *" --$flag="*) ;; *) echo "boot: no --$flag provided" >&2; exit 1 ;; esac
+done
+exec python -m apache_beam.runners.worker.sdk_worker_main
+""".replace("PORT", str(WORKER_POOL_PORT))
+
+
+def beam_sdk_standin(work: Path) -> Path:
+    """A root holding what the Dockerfile copies from the Beam SDK image: /opt/apache/beam."""
+    root = work / "beam-sdk"
+    shutil.rmtree(root, ignore_errors=True)
+    beam = root / "opt" / "apache" / "beam"
+    beam.mkdir(parents=True)
+    (beam / "boot").write_text(BOOT_STANDIN)
+    (beam / "boot").chmod(0o755)
+    (beam / "STAND-IN").write_text("make image-check's stand-in for the Beam SDK image's files\n")
+    return root
+
+
+def worker_pool_probe(entrypoint: list[str]) -> str:
+    """Shell: the entrypoint run as Beam's worker pool; prints "listening" once its port answers."""
+    return (
+        f"{shlex.join(entrypoint)} --worker_pool >/tmp/worker-pool.log 2>&1 & pid=$!; "
+        "python3 -c 'import socket, time\n"
+        "for _ in range(240):\n"
+        "    try:\n"
+        f'        socket.create_connection(("127.0.0.1", {WORKER_POOL_PORT}), 1).close()\n'
+        '        print("listening"); break\n'
+        "    except OSError:\n"
+        "        time.sleep(0.5)\n"
+        "else:\n"
+        '    print("not listening")\'; '
+        "kill $pid 2>/dev/null; wait $pid 2>/dev/null; tail -n 5 /tmp/worker-pool.log; true"
+    )
+
+
+def check_entrypoint(entrypoint: list[str] | None, variant: str) -> None:
+    """The dataflow image's entrypoint must be Beam's boot (components/_image.py's BEAM_BOOT)."""
+    if variant != "dataflow":
+        return
+    boot = image_constant("BEAM_BOOT")
+    if entrypoint != [boot]:
+        raise SystemExit(f"stage dataflow: ENTRYPOINT is {entrypoint}, Dataflow runs {[boot]}")
+
+
+def check_worker_pool(output: str) -> str:
+    """Checks worker_pool_probe's output."""
+    if output.split("\n", 1)[0] != "listening":
+        raise SystemExit(f"dataflow image: Beam's worker pool did not start: {output[-2000:]}")
+    return f"the entrypoint started Beam's worker pool (port {WORKER_POOL_PORT})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,12 +426,32 @@ def chroot(root: Path, env: dict[str, str], command: str, **kwargs):
     )
 
 
-def check_variant(work: Path, variant: str, stages: dict[str, dict], version: str) -> str:
-    """The Dockerfile's final stage ``variant``, executed in a clean root."""
+def copy_from(root: Path, stages: dict[str, dict], standins: dict[str, Path], text: str) -> None:
+    """``COPY --from=STAGE SRC DEST`` into ``root``, from the stand-in for that stage's image."""
+    words = shlex.split(text)
+    flags = [w for w in words if w.startswith("--")]
+    paths = [w for w in words if not w.startswith("--")]
+    origin = [f.split("=", 1)[1] for f in flags if f.startswith("--from=")]
+    parent = stages.get(origin[0], {}).get("parent") if origin else None
+    if len(flags) != 1 or len(paths) != 2 or parent not in standins:
+        raise SystemExit(f"image_check.py reproduces only COPY --from=<stand-in stage>: {text!r}")
+    source = standins[parent] / paths[0].lstrip("/")
+    shutil.copytree(source, root / paths[1].lstrip("/"), symlinks=True, dirs_exist_ok=True)
+
+
+def check_variant(
+    work: Path, variant: str, stages: dict[str, dict], version: str, standins: dict[str, Path]
+) -> str:
+    """The Dockerfile's final stage ``variant``, executed in a clean root, then its node checks.
+
+    ``standins``: a root for each external image a ``COPY --from`` reads, by the stage's base
+    as the Dockerfile writes it (``${BEAM_SDK_IMAGE}``).
+    """
     if variant not in stages:
         raise SystemExit(f"Dockerfile has no stage named {variant!r}")
     host_dirs = {"/stage": work / "stage", "/dist": work / "dist"}
     env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8"}
+    entrypoint = None
     with ExitStack() as stack:
         root = variant_root(stack, work, variant)
         mount(stack, ["-t", "proc", "proc"], root / "proc")
@@ -296,7 +482,11 @@ def check_variant(work: Path, variant: str, stages: dict[str, dict], version: st
                         status = chroot(root, env, command, check=False).returncode
                     if status:
                         break
-                elif keyword not in ("ARG", "LABEL", "WORKDIR", "USER", "CMD", "ENTRYPOINT"):
+                elif keyword == "COPY":
+                    copy_from(root, stages, standins, text)
+                elif keyword == "ENTRYPOINT":
+                    entrypoint = json.loads(text)
+                elif keyword not in ("ARG", "LABEL", "WORKDIR", "USER", "CMD"):
                     raise SystemExit(f"image_check.py does not reproduce {keyword} ({variant})")
             if status:
                 break
@@ -312,7 +502,16 @@ def check_variant(work: Path, variant: str, stages: dict[str, dict], version: st
         size = subprocess.run(
             ["du", "-sh", str(root / venv.lstrip("/"))], capture_output=True, text=True, check=True
         ).stdout.split()[0]
-        return f"ok, {tag}, venv {size}"
+        node = ""
+        check_entrypoint(entrypoint, variant)
+        if variant == "gpu":
+            bind_ro(stack, stub_driver(work), root / DRIVER_MOUNT.lstrip("/"))
+            out = chroot(root, env, DRIVER_PROBE, capture_output=True, text=True).stdout
+            node = "; " + check_driver_probe(out)
+        elif variant == "dataflow":
+            out = chroot(root, env, worker_pool_probe(entrypoint), capture_output=True, text=True)
+            node = "; " + check_worker_pool(out.stdout)
+        return f"ok, {tag}, venv {size}{node}"
 
 
 def probe_script(variant: str) -> str:
@@ -344,6 +543,7 @@ def check_probe(output: str, venv: str, version: str, variant: str) -> str:
 
 BASE_IMAGE = "localhost/ncf-pipelines-check-base:bookworm"
 CHECK_IMAGE = "localhost/ncf-pipelines-check"
+BEAM_SDK_STANDIN = "localhost/ncf-pipelines-check-beam-sdk:standin"
 
 
 def ensure_buildah() -> str:
@@ -413,7 +613,36 @@ def buildah_base(work: Path) -> str:
     return BASE_IMAGE
 
 
-def buildah_variant(variant: str, uv_version: str | None, version: str) -> str:
+def buildah_beam_sdk(work: Path) -> str:
+    """Builds a stand-in for the Beam SDK image: only the /opt/apache/beam it is copied for."""
+    ctr = subprocess.run(
+        ["buildah", "from", "scratch"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    try:
+        mnt = subprocess.run(
+            ["buildah", "mount", ctr], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        run(["cp", "-a", f"{beam_sdk_standin(work)}/.", mnt])
+        run(["buildah", "umount", ctr], stdout=subprocess.DEVNULL)
+        commit = ["buildah", "commit", "--quiet", "--rm", ctr, BEAM_SDK_STANDIN]
+        run(commit, stdout=subprocess.DEVNULL)
+    except BaseException:
+        subprocess.run(["buildah", "rm", ctr], check=False, capture_output=True)
+        raise
+    return BEAM_SDK_STANDIN
+
+
+def buildah_run(ctr: str, script: str, *options: str) -> subprocess.CompletedProcess:
+    """``sh -c script`` in a working container, with the image's environment."""
+    return subprocess.run(
+        ["buildah", "run", "--isolation", "chroot", *options, ctr, "--", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+
+def buildah_variant(variant: str, uv_version: str | None, version: str, work: Path) -> str:
     """``buildah bud --target VARIANT`` of the Dockerfile, then the image probed."""
     tag = f"{CHECK_IMAGE}:{variant}"
     # --layers=false: buildah 1.28 (Debian 12) mishandles RUN --mount=from=<stage> when that
@@ -428,6 +657,8 @@ def buildah_variant(variant: str, uv_version: str | None, version: str) -> str:
         "--force-rm",
         "--build-arg",
         f"PYTHON_IMAGE={BASE_IMAGE}",
+        "--build-arg",
+        f"BEAM_SDK_IMAGE={BEAM_SDK_STANDIN}",
         "--target",
         variant,
         "--tag",
@@ -458,39 +689,26 @@ def buildah_variant(variant: str, uv_version: str | None, version: str) -> str:
         ctr = subprocess.run(
             ["buildah", "from", "--pull=never", tag], capture_output=True, text=True, check=True
         ).stdout.strip()
+        node = ""
         try:
-            probe = subprocess.run(
-                [
-                    "buildah",
-                    "run",
-                    "--isolation",
-                    "chroot",
-                    ctr,
-                    "--",
-                    "sh",
-                    "-c",
-                    probe_script(variant),
-                ],
+            probe = buildah_run(ctr, probe_script(variant))
+            env = buildah_run(ctr, "echo $VIRTUAL_ENV $NCF_PIPELINES_IMAGE_VARIANT").stdout.split()
+            # The whole record: buildah 1.28's --format templates have no json function.
+            inspected = subprocess.run(
+                ["buildah", "inspect", "--type", "image", tag],
                 capture_output=True,
                 text=True,
                 check=True,
-            )
-            env = subprocess.run(
-                [
-                    "buildah",
-                    "run",
-                    "--isolation",
-                    "chroot",
-                    ctr,
-                    "--",
-                    "sh",
-                    "-c",
-                    "echo $VIRTUAL_ENV $NCF_PIPELINES_IMAGE_VARIANT",
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.split()
+            ).stdout
+            entrypoint = json.loads(inspected)["OCIv1"]["config"].get("Entrypoint")
+            check_entrypoint(entrypoint, variant)
+            if variant == "gpu":
+                volume = f"{stub_driver(work)}:{DRIVER_MOUNT}:ro"
+                out = buildah_run(ctr, DRIVER_PROBE, "--volume", volume).stdout
+                node = "; " + check_driver_probe(out)
+            elif variant == "dataflow":
+                out = buildah_run(ctr, worker_pool_probe(entrypoint)).stdout
+                node = "; " + check_worker_pool(out)
         finally:
             subprocess.run(["buildah", "rm", ctr], check=False, capture_output=True)
         if env[1:] != [variant]:
@@ -502,7 +720,7 @@ def buildah_variant(variant: str, uv_version: str | None, version: str) -> str:
             text=True,
             check=True,
         ).stdout.strip()
-        return f"ok, {image_tag}, image {size} (on the stand-in base)"
+        return f"ok, {image_tag}, image {size} (on the stand-in base){node}"
     finally:
         subprocess.run(["buildah", "rmi", "--force", tag], check=False, capture_output=True)
         # Stage images a --layers=false build leaves behind, untagged.
@@ -517,15 +735,36 @@ def disk_usage(*paths: Path) -> str:
     return subprocess.run(["du", "-sh", *existing], capture_output=True, text=True).stdout
 
 
-def image_variants() -> tuple[str, ...]:
-    """``components/_image.py``'s VARIANTS, read without importing it (that needs the package)."""
+def image_constant(name: str):
+    """A constant of ``components/_image.py``, read without importing it (that needs TF & co)."""
     tree = ast.parse((REPO / "components" / "_image.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "VARIANTS" for t in node.targets
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
         ):
-            return tuple(ast.literal_eval(node.value))
-    raise SystemExit("components/_image.py defines no VARIANTS")
+            return ast.literal_eval(node.value)
+    raise SystemExit(f"components/_image.py defines no {name}")
+
+
+def image_variants() -> tuple[str, ...]:
+    """``components/_image.py``'s VARIANTS."""
+    return tuple(image_constant("VARIANTS"))
+
+
+def beam_sdk_image_problem(dockerfile: str, lock: str) -> str | None:
+    """Whether the Dockerfile's BEAM_SDK_IMAGE is Beam's SDK image of uv.lock's apache-beam.
+
+    Returns what is wrong, or None.
+    """
+    arg = re.search(r"^ARG BEAM_SDK_IMAGE=(\S+)", dockerfile, re.M)
+    locked = re.search(r'name = "apache-beam"\nversion = "([^"]+)"', lock)
+    want = f"apache/beam_python3.11_sdk:{locked.group(1)}" if locked else None
+    if not arg or arg.group(1) != want:
+        return (
+            f"Dockerfile ARG BEAM_SDK_IMAGE is {arg and arg.group(1)}; uv.lock's apache-beam "
+            f"needs {want} (Dataflow workers run the launcher's Beam version)"
+        )
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -568,6 +807,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"uv versions differ: Makefile {args.uv_version}, Dockerfile "
                 f"{pinned and pinned.group(1)}, in use {used}"
             )
+    problem = beam_sdk_image_problem(dockerfile.read_text(), (REPO / "uv.lock").read_text())
+    if problem:
+        raise SystemExit(problem)
     if shutil.which("g++") is None:
         run(["apt-get", "update", "-qq"])
         run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "build-essential"])
@@ -590,10 +832,13 @@ def main(argv: list[str] | None = None) -> int:
                     variant,
                     stages,
                     version,
+                    {"${BEAM_SDK_IMAGE}": beam_sdk_standin(work)},
                 )
     if ready and "buildah" in args.engines:
-        if timings.measure("buildah: install", ensure_buildah) and timings.measure(
-            "buildah: stand-in base image", buildah_base, work
+        if (
+            timings.measure("buildah: install", ensure_buildah)
+            and timings.measure("buildah: stand-in base image", buildah_base, work)
+            and timings.measure("buildah: stand-in Beam SDK image", buildah_beam_sdk, work)
         ):
             for variant in args.variants:
                 timings.measure(
@@ -602,6 +847,7 @@ def main(argv: list[str] | None = None) -> int:
                     variant,
                     args.uv_version,
                     version,
+                    work,
                 )
     report = ["step | seconds | result", "--- | --- | ---"]
     report += [f"{name} | {seconds:.0f} | {outcome}" for name, seconds, outcome in timings.steps]

@@ -23,6 +23,8 @@
 #       The checks a finished environment must pass (tools/verify_image.py).
 #
 # Variants are components/_image.py's VARIANTS; what each adds to the base set is export_args.
+# The dataflow variant (Dataflow's worker image) installs the cpu set: lock_set names the set a
+# variant installs, so REQ holds one file per set (cpu.txt serves cpu and dataflow).
 set -euo pipefail
 
 die() { echo "install_locked.sh: $*" >&2; exit 1; }
@@ -44,16 +46,26 @@ fi
 #   `tensorflow` distribution; both in one environment would overwrite each other's files, so the
 #   tpu set is the locked set with `tensorflow` left out and `tensorflow-tpu` in its place.
 export_args() {
-  case "$1" in
+  local lockset
+  lockset=$(lock_set "$1") || exit 1
+  case "$lockset" in
     cpu) ;;
     gpu) echo "--extra gpu" ;;
     tpu) echo "--extra tpu --no-emit-package tensorflow" ;;
-    *) die "unknown variant '$1' (cpu, gpu or tpu)" ;;
+  esac
+}
+
+lock_set() {
+  case "$1" in
+    cpu | dataflow) echo cpu ;;
+    gpu | tpu) echo "$1" ;;
+    *) die "unknown variant '$1' (cpu, gpu, tpu or dataflow)" ;;
   esac
 }
 
 cmd_requirements() {
-  local variant=$1 out=$2 args
+  local variant args out=$2
+  variant=$(lock_set "$1")
   args=$(export_args "$variant")
   mkdir -p "$out"
   # shellcheck disable=SC2086  # args is a list of flags
@@ -74,7 +86,8 @@ cmd_project() {
 }
 
 cmd_wheels() {
-  local variant=$1 req=$2 out=$3 todo
+  local variant req=$2 out=$3 todo
+  variant=$(lock_set "$1")
   [ -f "$req/$variant.hashes.txt" ] || die "no $req/$variant.hashes.txt (run 'requirements' first)"
   mkdir -p "$out"
   # Only what the wheelhouse lacks (a re-run downloads nothing; see tools/wheelhouse.py).
@@ -93,8 +106,9 @@ cmd_wheels() {
 }
 
 cmd_install() {
-  local variant=$1 req=$2 wheels=$3 dist=$4 venv=$5 project
-  [ -f "$req/$variant.txt" ] || die "no $req/$variant.txt"
+  local variant=$1 req=$2 wheels=$3 dist=$4 venv=$5 project lockset
+  lockset=$(lock_set "$variant")
+  [ -f "$req/$lockset.txt" ] || die "no $req/$lockset.txt"
   project=$(ls "$dist"/ncf_pipelines-*.whl 2>/dev/null | head -n1)
   [ -n "$project" ] || die "no project wheel in $dist"
   # A venv without pip: the environment holds the locked set and nothing else.
@@ -104,7 +118,7 @@ cmd_install() {
   # also what lets the tpu set leave `tensorflow` out although TFDV names it.
   # --compile-bytecode: every container start would otherwise recompile TensorFlow & co.
   "$UV" pip install --python "$venv/bin/python" --no-index --no-build --no-deps \
-    --find-links "$wheels" --requirement "$req/$variant.txt" --no-cache --quiet \
+    --find-links "$wheels" --requirement "$req/$lockset.txt" --no-cache --quiet \
     --compile-bytecode
   "$UV" pip install --python "$venv/bin/python" --no-index --no-build --no-deps \
     --no-cache --quiet --compile-bytecode "$project"

@@ -148,7 +148,44 @@ def check_tpu(site: str) -> str:
     return f"tensorflow-tpu {version}, libtpu at {libtpu}"
 
 
-CHECKS = {"cpu": check_cpu, "gpu": check_gpu, "tpu": check_tpu}
+def check_dataflow(site: str) -> str:
+    """The cpu set, and what Beam's boot entrypoint needs to start a Dataflow worker here.
+
+    boot runs ``python -m apache_beam.runners.worker.sdk_worker_main`` (``python``, not
+    ``python3``, from PATH) in the default environment when RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT
+    is set; otherwise in a new venv of its own that would not see this one's packages.
+    """
+    from components import _image
+
+    check_cpu(site)
+    boot = _image.BEAM_BOOT
+    if not (os.path.isfile(boot) and os.access(boot, os.X_OK)):
+        raise Unusable(f"no executable Beam boot entrypoint at {boot}")
+    if os.environ.get("RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT") != "1":
+        raise Unusable(
+            "RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT is not 1: Beam's boot would start the worker in "
+            "a new venv without this environment's packages"
+        )
+    workers = (
+        "apache_beam.runners.worker.sdk_worker_main",
+        "apache_beam.runners.worker.worker_pool_main",
+        "training_core.data.prepare_beam",  # The DoFns the workers unpickle.
+    )
+    run = subprocess.run(
+        ["python", "-c", "import sys, " + ", ".join(workers) + "; print(sys.prefix)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if run.returncode != 0 or run.stdout.strip() != sys.prefix:
+        raise Unusable(
+            f"`python` on PATH (what boot runs) is not this environment or cannot import the "
+            f"worker modules: prefix {run.stdout.strip()!r}, {run.stderr.strip()[-500:]}"
+        )
+    return f"{boot}, `python` on PATH imports Beam's worker and training_core.data.prepare_beam"
+
+
+CHECKS = {"cpu": check_cpu, "gpu": check_gpu, "tpu": check_tpu, "dataflow": check_dataflow}
 
 
 def main(argv: list[str]) -> int:

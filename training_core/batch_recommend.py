@@ -12,9 +12,12 @@ fewer than ``k`` candidates left gets fewer items (the export's empty ``-1`` slo
 The export decides what "seen" is and ranks the items (training_core/export.py): the bulk
 answer is the online answer.
 
-Nothing half-written looks complete: locally the files are written into a private folder and
-published in one step (``publish.replace_folder``); on Cloud Storage the shards go to the folder
-and ``manifest.json`` (:data:`MANIFEST_FILE`, written last) says the output is complete.
+Nothing half-written looks complete: ``manifest.json`` (:data:`MANIFEST_FILE`, written last)
+says the output is complete, and :func:`read` reads only what it lists. Locally the files are
+written into a private folder and published with ``publish.replace_folder``: in one step on a
+local disk; on the Cloud Storage FUSE mount (``/gcs/``, which renames no folders) file by file,
+with the manifest last. On ``gs://`` the shards go to the folder itself, its old manifest
+removed first.
 """
 
 from __future__ import annotations
@@ -300,7 +303,7 @@ def recommend(config: RecommendConfig) -> RecommendResult:
             with tf.io.gfile.GFile(os.path.join(target, MANIFEST_FILE), "w") as f:
                 f.write(json.dumps(manifest, indent=2) + "\n")
             if local:
-                publish.replace_folder(target, out)
+                publish.replace_folder(target, out, marker=MANIFEST_FILE)
     finally:
         _release_models()
         if local and os.path.exists(target):

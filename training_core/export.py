@@ -295,7 +295,7 @@ def _check_target(export_dir: str, overwrite: bool) -> bool:
         return False
     if not tf.io.gfile.isdir(export_dir):
         raise FileExistsError(f"{export_dir} exists and is not a folder")
-    if tf.io.gfile.listdir(export_dir) and not overwrite:
+    if tf.io.gfile.listdir(export_dir) and not overwrite and not publish.interrupted(export_dir):
         raise FileExistsError(
             f"{export_dir} is not empty; choose another folder or pass overwrite (--overwrite)"
         )
@@ -313,10 +313,13 @@ def _make_room(export_dir: str, overwrite: bool) -> None:
 def export(config: ExportConfig) -> ExportResult:
     """Restores the model on the CPU and writes the serving SavedModel to ``config.export_dir``.
 
-    The SavedModel is written to a private sibling folder and published last, so a folder at
-    ``export_dir`` is always complete: on local disks an existing export is swapped for the new
-    one in one step (``publish.replace_folder``); on Cloud Storage the rename is a copy, and
-    ``serving_metadata.json`` is written before it. SIGTERM removes the private folder.
+    The SavedModel is written to a private sibling folder and published last, and
+    ``serving_metadata.json`` (what registering and ``recommend`` read) says it is complete: on
+    local disks an existing export is swapped for the new one in one step; on the Cloud Storage
+    FUSE mount, which renames no folders, its files are moved in one by one with
+    ``serving_metadata.json`` last (``publish.replace_folder``), and a folder an interrupted
+    attempt left that way is published over, as a retry of the task needs. On ``gs://`` the
+    folder is copied, then ``serving_metadata.json`` written. SIGTERM removes the private folder.
 
     Raises:
         FileNotFoundError: no checkpoint, model_config.json or prepared dataset.
@@ -386,14 +389,17 @@ def export(config: ExportConfig) -> ExportResult:
     with publish.terminate_as_exit():
         try:
             tf.saved_model.save(module, tmp, signatures=signatures)
-            with tf.io.gfile.GFile(os.path.join(tmp, SERVING_METADATA_FILE), "w") as f:
-                f.write(json.dumps(serving_metadata(result, config), indent=2) + "\n")
+            marker = json.dumps(serving_metadata(result, config), indent=2) + "\n"
             if local:
+                with tf.io.gfile.GFile(os.path.join(tmp, SERVING_METADATA_FILE), "w") as f:
+                    f.write(marker)
                 _check_target(export_dir, config.overwrite)
-                publish.replace_folder(tmp, export_dir)
-            else:
+                publish.replace_folder(tmp, export_dir, marker=SERVING_METADATA_FILE)
+            else:  # An object store: the marker goes after the copy of every other object.
                 _make_room(export_dir, config.overwrite)
                 tf.io.gfile.rename(tmp, export_dir)
+                with tf.io.gfile.GFile(os.path.join(export_dir, SERVING_METADATA_FILE), "w") as f:
+                    f.write(marker)
         finally:
             if tf.io.gfile.exists(tmp):
                 tf.io.gfile.rmtree(tmp)

@@ -9,10 +9,17 @@
   also says who holds it, for the message a second writer gets.
 - :func:`die_with_parent` makes a worker process die with the process that started it.
 - :func:`terminate_as_exit` turns SIGTERM into ``SystemExit`` so that ``finally`` blocks clean up.
+- :func:`replace_folder` publishes a folder built aside: swapped in with one rename where the
+  file system renames folders (a local disk); where it does not (the Cloud Storage FUSE mount,
+  see below) its files are moved in one by one and the folder's completion marker last.
 
 On the Cloud Storage FUSE mount (``/gcs/...`` on Vertex AI) ``flock`` is not shared between
-machines; there each pipeline task writes its own artifact folder, and readers still see only
-published states because the last step of a publish is one object write.
+machines, and a folder cannot be renamed (``ENOSYS`` on a flat-namespace bucket; with
+``--rename-dir-limit`` only folders with few descendants, object by object); renaming a file
+works (a copy, then a delete). There each pipeline task writes its own artifact folder, and
+readers still see only published states because the last step of a publish is one object
+write: the folder's completion marker (``metadata.json``, ``serving_metadata.json``,
+``manifest.json``), which readers check.
 """
 
 from __future__ import annotations
@@ -278,23 +285,113 @@ def _exchange(a: str, b: str) -> bool:
     raise OSError(err, os.strerror(err), b)
 
 
-def replace_folder(new: str, target: str) -> None:
-    """Publishes the complete folder ``new`` at ``target`` (a local path), replacing what is there.
+# A folder's rename is refused where these come back: ENOSYS (gcsfuse, flat namespace), EMFILE
+# (gcsfuse past --rename-dir-limit), EOPNOTSUPP (gcsfuse, a file in it open), EXDEV (overlayfs,
+# a folder of a lower layer), EINVAL. Files still rename there.
+_NO_FOLDER_RENAME = {errno.ENOSYS, errno.EMFILE, errno.EOPNOTSUPP, errno.EXDEV, errno.EINVAL}
+PUBLISHING_FILE = ".publishing"  # In a folder while files are moved into it one by one.
+
+
+def replace_folder(new: str, target: str, marker: str) -> None:
+    """Publishes the complete folder ``new`` at ``target`` (a path), replacing what is there.
 
     Where the file system can, old and new are swapped in one step, so ``target`` is always one
     complete folder; elsewhere the old one is renamed aside first (a moment without ``target``).
     The old folder is removed afterwards.
+
+    Where folders cannot be renamed (the Cloud Storage FUSE mount: see the module doc), the
+    files are moved into ``target`` one by one instead (:func:`move_in`): ``marker`` (a file
+    in ``new`` that readers check, such as ``serving_metadata.json``) is removed from ``target``
+    first and moved in last, so a reader that checks it never takes a part for the whole.
+
+    Args:
+        new: the complete folder (on the file system of ``target``).
+        target: where to publish it.
+        marker: the name of the file in ``new`` that says the folder is complete.
     """
     if not os.path.lexists(target):
-        os.rename(new, target)
+        try:
+            os.rename(new, target)
+            return
+        except OSError as e:
+            _no_folder_rename(e, target, marker)
+        move_in(new, target, marker)
         return
     if _exchange(new, target):
         shutil.rmtree(new, ignore_errors=True)  # It holds the old folder now.
         return
     aside = partial_name(target)
-    os.rename(target, aside)
-    os.rename(new, target)
+    try:
+        os.rename(target, aside)
+    except OSError as e:
+        _no_folder_rename(e, target, marker)
+        move_in(new, target, marker)
+        return
+    try:
+        os.rename(new, target)
+    except OSError as e:
+        _no_folder_rename(e, target, marker)
+        move_in(new, target, marker)
     shutil.rmtree(aside, ignore_errors=True)
+
+
+def _no_folder_rename(e: OSError, target: str, marker: str) -> None:
+    """Re-raises ``e`` unless it says this file system renames no folders (then logs it)."""
+    if e.errno not in _NO_FOLDER_RENAME:
+        raise e
+    log.info(
+        "%s: folders cannot be renamed here (%s); moving the files in one by one, %s last",
+        target,
+        e.strerror,
+        marker,
+    )
+
+
+def move_in(new: str, target: str, marker: str) -> None:
+    """Replaces ``target``'s files with ``new``'s, one file rename at a time, ``marker`` last.
+
+    For file systems that rename files but not folders. ``target`` (created if missing) holds
+    :data:`PUBLISHING_FILE` from the first step to the last, so a retry can tell an interrupted
+    publish (:func:`interrupted`) from someone else's folder. In order: the publishing file is
+    written, ``target/marker`` removed, every other old entry removed, ``new``'s files moved in
+    (folders made as needed), ``marker`` moved in, the publishing file removed, ``new`` removed.
+
+    Raises:
+        FileNotFoundError: ``new`` holds no ``marker``.
+    """
+    if not os.path.isfile(os.path.join(new, marker)):
+        raise FileNotFoundError(f"{new} holds no {marker}; it is not a complete folder")
+    os.makedirs(target, exist_ok=True)
+    publishing = os.path.join(target, PUBLISHING_FILE)
+    with open(publishing, "w") as f:  # Its presence is the fact; what it says is for people.
+        f.write(json.dumps({"from": new, "pid": os.getpid(), "marker": marker}) + "\n")
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(target, marker))
+    for name in os.listdir(target):
+        if name in (PUBLISHING_FILE, LOCK_FILE):
+            continue
+        old = os.path.join(target, name)
+        if os.path.isdir(old) and not os.path.islink(old):
+            shutil.rmtree(old)
+        else:
+            os.remove(old)
+    for folder, dirs, files in os.walk(new):
+        rel = os.path.relpath(folder, new)
+        there = target if rel == "." else os.path.join(target, rel)
+        for name in dirs:
+            os.makedirs(os.path.join(there, name), exist_ok=True)
+        for name in files:
+            if rel == "." and name == marker:
+                continue
+            os.replace(os.path.join(folder, name), os.path.join(there, name))
+    os.replace(os.path.join(new, marker), os.path.join(target, marker))
+    os.remove(publishing)
+    shutil.rmtree(new, ignore_errors=True)
+
+
+def interrupted(folder: str) -> bool:
+    """Whether ``folder`` holds a :func:`move_in` that did not finish (safe to publish over)."""
+    return os.path.isfile(os.path.join(folder, PUBLISHING_FILE))
 
 
 _PR_SET_PDEATHSIG = 1

@@ -194,19 +194,36 @@ def vertex_metric_spec(space: SearchSpace) -> list[dict[str, Any]]:
 
 
 def trial_command(
-    data_path: str, preset: str, architecture: str, epochs: int, seed: int, metric: str
+    data_path: str,
+    preset: str,
+    architecture: str,
+    epochs: int,
+    seed: int,
+    metric: str,
+    accelerator_type: str = "",
+    accelerator_count: int = 0,
 ) -> list[str]:
     """A tuning trial's container command.
 
     Vertex AI appends the trial's ``--NAME=VALUE`` s and sets ``AIP_MODEL_DIR`` (the trial's
     own folder, where ``train`` writes when no ``--model-dir`` is given). ``architecture`` ""
-    and ``epochs`` 0: the preset's.
+    and ``epochs`` 0: the preset's. ``accelerator_type``/``accelerator_count`` (the trial's
+    machine, as ``trial_worker_pool_specs`` gets it) become ``--expect-accelerator``: a trial
+    that cannot see its accelerators fails, as the training job does, instead of training on
+    the CPU and reporting a CPU trial's metric.
     """
     command = ["ncf-pipelines", "train", "--data", data_path, "--preset", preset]
     if architecture:
         command += ["--model", architecture]
     if epochs:
         command += ["--epochs", str(epochs)]
+    if accelerator_type:
+        command += [
+            "--expect-accelerator",
+            accelerator_type,
+            "--expect-accelerator-count",
+            str(int(accelerator_count or 1)),
+        ]
     return command + ["--seed", str(seed), "--no-early-stop", "--hypertune-metric", metric]
 
 
@@ -245,7 +262,9 @@ def trial_options(model: Any, space: SearchSpace) -> dict[str, Any]:
     return {p.name: own[p.name] for p in space.parameters}
 
 
-def best_trial_folder(trials_dir: str, space: SearchSpace) -> tuple[dict[str, Any], float, str]:
+def best_trial_folder(
+    trials_dir: str, space: SearchSpace, max_trials: int = 0
+) -> tuple[dict[str, Any], float, str]:
     """The best trial of a Vertex AI tuning job, read from its trials' folders.
 
     Vertex AI gives each trial ``TRIALS_DIR/<trial id>/`` (the job's ``base_output_directory``)
@@ -253,12 +272,28 @@ def best_trial_folder(trials_dir: str, space: SearchSpace) -> tuple[dict[str, An
     per-epoch history. The best trial is the one whose best epoch has the highest metric (the
     job's ``BEST_MEASUREMENT``); a trial without one finished epoch is left out. Returns its
     options, that metric and the trial's id.
+
+    The folder must be the job's own (the pipeline gives every tuning job a fresh one):
+    ``max_trials`` (the job's ``max_trial_count``; 0: not checked) refuses a folder holding
+    more trial folders than the job ran, which only an earlier job's trials can be.
+
+    Raises:
+        RuntimeError: no trial finished an epoch, or the folder holds another job's trials.
     """
     from training_core.model_dir import history_files, read_model_config
 
+    found = sorted(os.listdir(trials_dir)) if os.path.isdir(trials_dir) else []
+    trial_ids = [t for t in found if os.path.isdir(os.path.join(trials_dir, t))]
+    if max_trials and len(trial_ids) > max_trials:
+        raise RuntimeError(
+            f"{trials_dir} holds {len(trial_ids)} trial folders ({', '.join(trial_ids)}) but the "
+            f"tuning job ran at most {max_trials}: it holds an earlier job's trials, and its best "
+            "could be stale. Give each tuning job a fresh base_output_directory "
+            "(tuning_trial_spec runs uncached for this)"
+        )
     best: tuple[dict[str, Any], float, str] | None = None
     looked = []
-    for trial_id in sorted(os.listdir(trials_dir)) if os.path.isdir(trials_dir) else []:
+    for trial_id in trial_ids:
         model_dir = os.path.join(trials_dir, trial_id, "model")
         histories = history_files(model_dir) if os.path.isdir(model_dir) else {}
         looked.append(trial_id)

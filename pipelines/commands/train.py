@@ -43,6 +43,17 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
         help="cross-device all-reduce for mirrored (default: TensorFlow's choice)",
     )
     p.add_argument("--num-packs", type=int, default=1, help="gradient packs for that all-reduce")
+    p.add_argument(
+        "--expect-accelerator",
+        help="fail unless this accelerator is visible (a Vertex AI accelerator type such as "
+        "NVIDIA_H100_80GB or TPU_V3; a tuning trial's command sets it), instead of training on "
+        "the CPU",
+    )
+    p.add_argument(
+        "--expect-accelerator-count",
+        type=int,
+        help="how many of --expect-accelerator must be visible (default 1)",
+    )
 
 
 def strategy_from_args(args: argparse.Namespace):
@@ -56,6 +67,8 @@ def strategy_from_args(args: argparse.Namespace):
             tpu_address=args.tpu_address,
             all_reduce_alg=args.all_reduce_alg,
             num_packs=args.num_packs,
+            expect_accelerator=args.expect_accelerator,
+            expect_accelerator_count=args.expect_accelerator_count,
         )
     )
 

@@ -434,7 +434,7 @@ class JobServiceStandIn:
                 trial.state = types.Trial.State.SUCCEEDED
             else:
                 failed += 1
-                trial.state = types.Trial.State.FAILED
+                trial.state = types.Trial.State.INFEASIBLE  # Trial.State has no FAILED.
                 trial.infeasible_reason = trial_job.error or "no metric was reported"
         if failed == job.max_trial_count:
             self._finish(record, "JOB_STATE_FAILED", "every trial failed; see their logs")

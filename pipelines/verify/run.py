@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pipelines.verify import cache, custom_job, placeholders, report, shim, template
+from pipelines.verify import gcsfuse as gcsfuse_emulation
 from pipelines.verify.executor_io import Scope, build_executor_input, read_outputs, task_inputs
 from pipelines.verify.parameters import DATA_URI, plan_parameters, stage
 from pipelines.verify.report import FAILED, SKIPPED, ProcessRecord, TaskRecord
@@ -56,6 +57,8 @@ class Verification:
             Vertex AI's execution cache does (``None``: every task runs).
         retries: run a failed task again as its ``retryPolicy`` allows, as Vertex AI does
             (without waiting the backoff); ``False``: stop at the first failure.
+        gcsfuse: the ``/gcs/`` stand-in refuses what Cloud Storage FUSE refuses (directory
+            renames, hard links; ``pipelines/verify/gcsfuse.py``); ``False``: a plain folder.
         echo: called with a line as each task starts and ends.
 
     Raises:
@@ -79,6 +82,7 @@ class Verification:
         poll_seconds: float = 0.5,
         cache_dir: str | None = None,
         retries: bool = False,
+        gcsfuse: bool = True,
         echo: Callable[[str], None] | None = None,
     ) -> None:
         from pipelines import submit
@@ -116,12 +120,15 @@ class Verification:
         self.poll_seconds = poll_seconds
         self.cache_dir = os.path.abspath(cache_dir) if cache_dir else None
         self.retries = retries
+        self.gcsfuse = gcsfuse
+        self._gcsfuse: tuple[str, str | None] | None = None
         self.echo = echo or (lambda line: None)
         self.data_fingerprint = ""
         self.job_service = None
         self.records: list[TaskRecord] = []
         self.notes: list[str] = []
         self._root: Scope | None = None
+        self._scopes: dict[str, tuple[template.Task, Scope]] = {}  # For run_task.
         self._attempts: dict[str, int] = {}
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -142,6 +149,8 @@ class Verification:
 
         os.makedirs(self.gcs_dir, exist_ok=True)
         shim.write_shim(self.shim_dir)
+        if self.gcsfuse:
+            self._gcsfuse = gcsfuse_emulation.prepare(self.shim_dir)
         if self.data_path:
             uri = self.parameters[DATA_URI]
             stage(self.data_path, uri, self.local_path(uri))
@@ -159,6 +168,9 @@ class Verification:
         self.notes += [
             f"Cloud Storage: gs:// objects are files under {self.gcs_dir} (the /gcs/ mount's "
             "stand-in)",
+            gcsfuse_emulation.describe(self._gcsfuse[0])
+            if self._gcsfuse
+            else "gcsfuse rules off: the /gcs/ stand-in renames folders as a local disk does",
             f"Vertex AI JobService: a gRPC stand-in on {address}; every process runs offline",
             f"container images: every step ran in this Python environment ({sys.executable})",
         ]
@@ -178,6 +190,7 @@ class Verification:
             write_log=write_log,
             job_service=self.job_service.address if job_service else None,
             poll_seconds=self.poll_seconds,
+            gcsfuse=self._gcsfuse,
         )
 
     # --- the DAG ---------------------------------------------------------------------------
@@ -190,6 +203,7 @@ class Verification:
         """
         self._root = Scope(parameters=dict(self.parameters), artifacts={})
         self.records = []
+        self._scopes = {}
         try:
             self._run_dag(self.spec["root"], self._root)
         except template.TemplateError as e:
@@ -197,19 +211,22 @@ class Verification:
         return self.report()
 
     def run_task(self, name: str) -> TaskRecord:
-        """Runs one root task again on the outputs its upstream tasks produced (a retry).
+        """Runs one task again on the outputs its upstream tasks produced (a retry).
 
-        The first attempt's files, ``gcp_resources`` included, are where it left them, as a
-        Vertex AI retry of the task finds them. The cache is not consulted.
+        The task is a root task or one inside a condition whose sub-DAG ran. The first
+        attempt's files, ``gcp_resources`` included, are where it left them, as a Vertex AI
+        retry of the task finds them. The cache is not consulted.
 
         Raises:
-            KeyError: no such task, or ``run`` has not been called.
+            KeyError: no such task, or ``run`` has not reached it.
         """
         if self._root is None:
             raise KeyError("call run() first")
-        tasks = {t.name: t for t in template.dag_tasks(self.spec, self.spec["root"])}
-        record = self._run_one(tasks[name], self._root, use_cache=False)
-        self._root.records[name] = record
+        if name not in self._scopes:
+            raise KeyError(f"{name}: no such task, or its DAG did not run")
+        task, scope = self._scopes[name]
+        record = self._run_one(task, scope, use_cache=False)
+        scope.records[name] = record
         self.records = [record if r.name == name else r for r in self.records]
         return record
 
@@ -227,6 +244,7 @@ class Verification:
 
     def _run_dag(self, component: Mapping[str, Any], scope: Scope) -> None:
         for task in template.dag_tasks(self.spec, component):
+            self._scopes[task.name] = (task, scope)
             blocked = _blocked_by(task, scope)
             if blocked:
                 record = TaskRecord(task.name, task.display_name, task.kind, SKIPPED, blocked)
@@ -316,7 +334,9 @@ class Verification:
             return
         key = ""
         if self.cache_dir and use_cache and _caches(task):
-            key = cache.key(task.executor, executor_input, self.data_fingerprint)
+            key = cache.key(
+                task.executor, executor_input, self.data_fingerprint, self.ctx.pipeline_name
+            )
             if self._from_cache(key, record):
                 return
         before = len(self.job_service.jobs)

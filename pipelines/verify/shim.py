@@ -10,6 +10,10 @@ makes the difference, and only when the variables below are set:
 - ``NCF_VERIFY_WRITE_LOG``: every ``/gcs/`` file the process opens for writing is appended here
   as a ``gs://`` URI (how a report shows which replica wrote what).
 - ``NCF_VERIFY_OFFLINE``: connections to anything but this host fail at once (no cloud calls).
+- ``NCF_VERIFY_GCSFUSE`` (``python``): Python's ``os.rename``/``os.replace`` of a directory under
+  the stand-in fail with ``ENOSYS``, a rename across its edge with ``EXDEV`` and ``os.link``
+  with ``ENOSYS``, as on the gcsfuse mount; ``preload`` says ``LD_PRELOAD`` does it for every
+  caller instead (``pipelines/verify/gcsfuse.py``).
 - ``NCF_VERIFY_JOB_SERVICE`` (``HOST:PORT``) and ``NCF_VERIFY_POLL_SECONDS``: the custom-job
   launcher's ``JobServiceClient`` talks gRPC to the stand-in over an insecure channel, sending
   the endpoint it was built for in ``x-ncf-verify-endpoint``, and polls at that interval.
@@ -22,6 +26,7 @@ from __future__ import annotations
 import os
 import sys
 
+from pipelines.verify import gcsfuse as gcsfuse_emulation
 from training_core.publish import write_text_atomic
 
 GCS_DIR_ENV = "NCF_VERIFY_GCS_DIR"
@@ -31,7 +36,13 @@ JOB_SERVICE_ENV = "NCF_VERIFY_JOB_SERVICE"
 POLL_ENV = "NCF_VERIFY_POLL_SECONDS"
 ENDPOINT_HEADER = "x-ncf-verify-endpoint"
 # Variables a process must not inherit from the machine verify runs on.
-_SCRUB = ("TF_CONFIG", "CLUSTER_SPEC", "GOOGLE_APPLICATION_CREDENTIALS", "PYTHONSTARTUP")
+_SCRUB = (
+    "TF_CONFIG",
+    "CLUSTER_SPEC",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "PYTHONSTARTUP",
+    gcsfuse_emulation.MODE_ENV,
+)
 
 SITECUSTOMIZE = r'''"""Written by `ncf-pipelines verify`; inert unless NCF_VERIFY_* is set."""
 import builtins
@@ -106,6 +117,49 @@ if _GCS:
         setattr(os, _name, _wrap(getattr(os, _name), 1))
     for _name in ("rename", "replace"):
         setattr(os, _name, _wrap(getattr(os, _name), 2))
+
+if _GCS and os.environ.get("NCF_VERIFY_GCSFUSE") == "python":
+    # No LD_PRELOAD library (no C compiler): gcsfuse's answers for Python's os module only.
+    import errno
+
+    _ROOTS = {os.path.abspath(_GCS), os.path.realpath(_GCS)}
+
+    def _on_gcs(path):
+        if type(path) is not str:
+            return False
+        full = os.path.abspath(path)
+        return any(full == r or full.startswith(r.rstrip("/") + "/") for r in _ROOTS)
+
+    def _gcsfuse_error(code, src, dst):
+        return OSError(code, os.strerror(code), src, None, dst)
+
+    def _gcsfuse_rename(fn):
+        def wrapper(src, dst, *args, **kwargs):
+            src, dst = _local(src), _local(dst)
+            inside, outside = _on_gcs(src), _on_gcs(dst)
+            if inside != outside:
+                raise _gcsfuse_error(errno.EXDEV, src, dst)
+            if inside and os.path.isdir(src) and not os.path.islink(src):
+                raise _gcsfuse_error(errno.ENOSYS, src, dst)
+            return fn(src, dst, *args, **kwargs)
+
+        wrapper.__wrapped__ = fn
+        return wrapper
+
+    def _gcsfuse_link(fn):
+        def wrapper(src, dst, *args, **kwargs):
+            src, dst = _local(src), _local(dst)
+            if _on_gcs(src) or _on_gcs(dst):
+                code = errno.ENOSYS if _on_gcs(src) == _on_gcs(dst) else errno.EXDEV
+                raise _gcsfuse_error(code, src, dst)
+            return fn(src, dst, *args, **kwargs)
+
+        wrapper.__wrapped__ = fn
+        return wrapper
+
+    os.rename = _gcsfuse_rename(os.rename)
+    os.replace = _gcsfuse_rename(os.replace)
+    os.link = _gcsfuse_link(os.link)
 
 
 def _patch_kfp(module):
@@ -247,12 +301,14 @@ def process_env(
     write_log: str | None = None,
     job_service: str | None = None,
     poll_seconds: float = 0.5,
+    gcsfuse: tuple[str, str | None] | None = None,
     extra: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """The environment of one process verify starts.
 
     ``python3`` resolves to this interpreter (its folder first on ``PATH``); the shim and the
-    folder this package was imported from come first on ``PYTHONPATH``.
+    folder this package was imported from come first on ``PYTHONPATH``. ``gcsfuse`` is what
+    ``pipelines.verify.gcsfuse.prepare`` chose (None: the stand-in is a plain folder).
     """
     env = {k: v for k, v in base.items() if k not in _SCRUB}
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -266,5 +322,7 @@ def process_env(
     if job_service:
         env[JOB_SERVICE_ENV] = job_service
         env[POLL_ENV] = str(poll_seconds)
+    if gcsfuse is not None:
+        gcsfuse_emulation.process_env(env, *gcsfuse)
     env.update(extra or {})
     return env

@@ -11,11 +11,14 @@ XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 IMAGE_VARIANTS ?=
 IMAGE_REPOSITORY ?=
 IMAGE_CHECK_ENGINES ?= chroot buildah
+# make push: the profile whose images are built and pushed to IMAGE_REPOSITORY; DRY_RUN=1 prints.
+PROFILE ?= cpu
+DRY_RUN ?=
 # Where image-check keeps its clean root and downloaded wheels between runs.
 IMAGE_CHECK_WORK ?= out/image-check
 
 .PHONY: help setup run test test-fast lint format bench-prepare bench-reference bench-quality \
-	image image-check clean
+	image image-check push clean
 
 help: ## Show this help.
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-15s %s\n", $$1, $$2}'
@@ -56,7 +59,7 @@ bench-quality: setup ## HR@10/NDCG@10 per epoch, ours vs the reference (writes d
 	bash bench/reference/setup_reference_env.sh
 	$(UV) run python bench/quality_curve.py --epochs 5 --docs
 
-image: setup ## Build the cpu, gpu and tpu images with Docker; tags from components/_image.py.
+image: setup ## Build every image variant (cpu, gpu, dataflow, tpu) with Docker; tags from components/_image.py.
 	@command -v docker >/dev/null 2>&1 || { echo "make image needs Docker; without it: make image-check"; exit 1; }
 	@set -e; for variant in $(or $(IMAGE_VARIANTS),$$($(UV) run --frozen python -c \
 			'from components._image import VARIANTS; print(*VARIANTS)')); do \
@@ -66,6 +69,11 @@ image: setup ## Build the cpu, gpu and tpu images with Docker; tags from compone
 		DOCKER_BUILDKIT=1 docker build --build-arg UV_VERSION=$(UV_VERSION) \
 			--target $$variant --tag $$tag .; \
 	done
+
+push: setup ## Build and push the images PROFILE's template runs to IMAGE_REPOSITORY (docs/submit.md).
+	$(UV) run --frozen python -m pipelines.push_images --profile $(PROFILE) \
+		$(if $(IMAGE_REPOSITORY),--repository $(IMAGE_REPOSITORY)) --uv-version $(UV_VERSION) \
+		$(if $(DRY_RUN),--dry-run)
 
 image-check: setup ## Without Docker: each stage's install (--no-build) in a clean root; buildah build (CI).
 	python3 tools/image_check.py --uv-version $(UV_VERSION) --engines $(IMAGE_CHECK_ENGINES) \

@@ -2,10 +2,12 @@
 
 ``pipelines.pipeline`` builds the pipeline to this layout; ``pipelines.submit`` (and
 ``compile_pipeline`` itself) read a compiled spec back through it: which task trains, where its
-custom job's worker pools are, and what run parameter values cannot run on those machines. No KFP
-import: reading a compiled template needs none.
+custom job's worker pools are, what run parameter values cannot run on those machines, and which
+images it names. No KFP import: reading a compiled template needs none.
 """
 
+import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,4 +60,21 @@ def run_problems(spec: Mapping[str, Any], values: Mapping[str, Any]) -> list[str
         users = resolve_eval_users_per_batch(int(eval_rows), int(value("eval_negatives")), 1, 1)
     return batch_problems(
         compiled_replicas(spec), None if train_rows is None else int(train_rows), users
+    )
+
+
+def images_from(spec: Mapping[str, Any], repository: str) -> list[str]:
+    """Every image of ``repository`` the compiled spec names, as ``REPOSITORY:TAG``, sorted.
+
+    Looked for anywhere in the spec: the executors' containers, the custom job's worker pools and
+    any option that carries an image (a Beam worker image), so that nothing a run pulls is missed.
+    """
+    text = json.dumps(spec)
+    return sorted(
+        set(
+            re.findall(
+                r"(?<![A-Za-z0-9._/-])" + re.escape(repository) + r":[A-Za-z0-9_][A-Za-z0-9_.-]*",
+                text,
+            )
+        )
     )

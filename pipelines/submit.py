@@ -3,7 +3,8 @@
 ``describe(config)`` says what would be sent without any network call (``--dry-run``);
 ``submit(config)`` sends it through ``google.cloud.aiplatform.PipelineJob``. Inputs are checked
 before any request: labels against Vertex AI's rules, parameters against the template's root
-inputs (and converted to their declared types). Errors from the service become a
+inputs (and converted to their declared types), and no value may hold a placeholder from the
+docs (``pipelines.placeholder_values``). Errors from the service become a
 ``SubmitError`` whose message carries the service's own words and what to check.
 
 The REST transport is used for every call, so what the tests exercise against the local
@@ -22,6 +23,8 @@ import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+
+from pipelines import placeholder_values
 
 _LOG = logging.getLogger(__name__)
 
@@ -80,8 +83,10 @@ class SubmitConfig:
         service_account: the run's service account (default: the Compute Engine default one).
         network: VPC to peer with, ``projects/NUMBER/global/networks/NAME``.
         labels: Vertex AI labels for the run.
-        enable_caching: ``None`` keeps the compiled per-task settings; ``True``/``False``
-            overrides them for every task.
+        enable_caching: ``None`` or ``True`` keep the compiled per-task settings (the steps
+            with outside effects and the tuning trials' folder are compiled uncached, and the
+            SDK's ``enable_caching=True`` would turn them on: :func:`job_caching`); ``False``
+            turns caching off for every task.
         experiment: Vertex AI Experiment to associate the run with (runs only).
         parameter_values: pipeline parameters; strings are converted to the declared types.
         display_name: run (or schedule) display name (default: the pipeline's name).
@@ -344,6 +349,14 @@ def validate_config(config: SubmitConfig) -> None:
     Raises:
         ValueError: with the field, the value and the expected form.
     """
+    placeholder_values.check_placeholders(
+        {
+            "project": (config.project, "project"),
+            "pipeline root": (config.pipeline_root, "bucket"),
+            "service account": (config.service_account, "service account"),
+            "network": (config.network, "network"),
+        }
+    )
     if not _PROJECT.fullmatch(config.project or ""):
         raise ValueError(
             f"project {config.project!r} is not a project id (6-30 lowercase letters, digits "
@@ -505,6 +518,8 @@ def prepare(config: SubmitConfig) -> tuple[Template, dict[str, Any]]:
     if warning:
         _LOG.warning("%s", warning)
     data_uri = values.get(DATA_URI)
+    if isinstance(data_uri, str):
+        placeholder_values.check_placeholders({DATA_URI: (data_uri, "bucket")})
     if isinstance(data_uri, str) and not data_uri.startswith("gs://"):
         raise ValueError(
             f"{DATA_URI} {data_uri!r} is not in Cloud Storage; Vertex AI cannot read local "
@@ -610,6 +625,16 @@ def with_data_fingerprint(config: SubmitConfig, *, offline: bool = False) -> Sub
     )
 
 
+def job_caching(config: SubmitConfig) -> bool | None:
+    """What to give ``PipelineJob(enable_caching=...)``: ``False`` or ``None`` (as compiled).
+
+    The SDK writes a ``True`` into every task's ``cachingOptions``, which would serve register,
+    deploy, compare and the tuning trials' folder from Vertex AI's cache (pipelines/pipeline.py
+    compiles them uncached); caching "on" is therefore the compiled settings.
+    """
+    return False if config.enable_caching is False else None
+
+
 def scheduled_caching(config: SubmitConfig) -> SubmitConfig:
     """Turns caching off for a schedule unless asked for explicitly.
 
@@ -701,10 +726,12 @@ def describe(config: SubmitConfig) -> dict[str, Any]:
         "pipeline_root": config.pipeline_root,
         "parameter_values": values,
         "labels": dict(config.labels),
-        "service_account": config.service_account or "(Compute Engine default service account)",
+        "service_account": config.service_account
+        or "(the project's Compute Engine default account, "
+        f"{placeholder_values.DEFAULT_COMPUTE_SERVICE_ACCOUNT})",
         "network": config.network,
         "enable_caching": (
-            "(as compiled)" if config.enable_caching is None else config.enable_caching
+            "(as compiled)" if job_caching(config) is None else config.enable_caching
         ),
         "experiment": config.experiment,
         # Where, as whom and on which network each training custom job runs.
@@ -772,7 +799,7 @@ def submit(config: SubmitConfig) -> SubmitResult:
             template_path=config.template_path,
             pipeline_root=config.pipeline_root,
             parameter_values=values,
-            enable_caching=config.enable_caching,
+            enable_caching=job_caching(config),
             labels=dict(config.labels) or None,
             project=config.project,
             location=config.region,

@@ -152,6 +152,23 @@ def test_caching_left_as_compiled_by_default(template, standin):
     assert all(t["cachingOptions"]["enableCache"] is True for t in tasks.values())
 
 
+@dsl.pipeline(name="ncf-submit-test-effects")
+def pipeline_with_an_effect(data_uri: str, data_fingerprint: str = "", epochs: int = 1):
+    touch_data(data_uri=data_uri, data_fingerprint=data_fingerprint, epochs=epochs)
+    effect = touch_data(data_uri=data_uri, data_fingerprint="effect", epochs=epochs)
+    effect.set_caching_options(False)  # As pipelines/pipeline.py compiles register and deploy.
+
+
+def test_cache_on_keeps_uncached_steps_uncached(standin, tmp_path):
+    path = str(tmp_path / "effects.yaml")
+    compiler.Compiler().compile(pipeline_with_an_effect, path)
+    vs.submit(_config(path, standin, enable_caching=True, parameter_values={"data_uri": DATA}))
+    tasks = _created_job(standin)["pipelineSpec"]["root"]["dag"]["tasks"]
+    # The SDK's enable_caching=True would write True into every task, the effect's included.
+    assert tasks["touch-data"]["cachingOptions"]["enableCache"] is True
+    assert tasks["touch-data-2"]["cachingOptions"].get("enableCache", False) is False
+
+
 def test_schedule_is_created_with_cron_and_caching_off(template, standin):
     config = _config(
         template, standin, schedule_cron="TZ=Europe/Paris 0 3 * * *", max_concurrent_runs=2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from components._image import warn_unbuildable
 from pipelines.cli import add_param_option, example_epilog
 
 
@@ -54,15 +55,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Compiles and says where."""
-    from pipelines import pipeline, profiles, submit
+    from pipelines import pipeline, placeholder_values, profiles, submit
 
+    image = args.image or os.environ.get("NCF_PIPELINES_IMAGE")
+    repository = args.image_repository or os.environ.get("NCF_PIPELINES_IMAGE_REPOSITORY")
+    placeholder_values.check_placeholders(
+        {
+            "--image-repository": (repository, "image repository"),
+            "--image": (image, "image"),
+        }
+    )
     profile = profiles.get_profile(args.profile, args.profiles_file)
     defaults: dict[str, object] = dict(submit.parse_assignments(args.param, "--param"))
     if args.train_batch_size is not None:
         defaults["train_batch_size"] = args.train_batch_size
     submit.check_parameter_values(defaults)  # Before compiling: preset names, value ranges.
-    image = args.image or os.environ.get("NCF_PIPELINES_IMAGE")
-    repository = args.image_repository or os.environ.get("NCF_PIPELINES_IMAGE_REPOSITORY")
     path = pipeline.compile_pipeline(
         profile, args.output, image=image, image_repository=repository, defaults=defaults
     )
@@ -74,4 +81,6 @@ def run(args: argparse.Namespace) -> int:
         f"strategy {profile.strategy}) to {path}\n  images: steps {images.cpu}, "
         f"training {images.train}"
     )
+    placeholder_values.warn_placeholder_repository(path)
+    warn_unbuildable(path)  # An image the template pulls that cannot be built yet (tpu).
     return 0

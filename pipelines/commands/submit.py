@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 
+from components._image import warn_unbuildable
 from pipelines.cli import UserError, add_param_option, example_epilog
+from pipelines.placeholder_values import warn_placeholder_repository
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,14 +26,14 @@ def register(sub: argparse._SubParsersAction) -> None:
             "GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_REGION."
         ),
         epilog=example_epilog(
-            "ncf-pipelines submit --template pipeline.yaml --project my-proj "
+            "ncf-pipelines submit --template pipeline.yaml --project my-project "
             "--region us-central1 --pipeline-root gs://my-bucket/root "
-            "--service-account runner@my-proj.iam.gserviceaccount.com "
+            "--service-account runner@my-project.iam.gserviceaccount.com "
             "--param data_uri=gs://my-bucket/ml-1m/ --param epochs=5 --label team=recs",
-            "ncf-pipelines submit --template pipeline.yaml --project my-proj "
+            "ncf-pipelines submit --template pipeline.yaml --project my-project "
             "--region us-central1 --pipeline-root gs://my-bucket/root "
             '--param data_uri=gs://my-bucket/ml-1m/ --schedule "0 3 * * *"',
-            "ncf-pipelines submit --template pipeline.yaml --project my-proj "
+            "ncf-pipelines submit --template pipeline.yaml --project my-project "
             "--region us-central1 --pipeline-root gs://my-bucket/root "
             "--param data_uri=gs://my-bucket/ml-1m/ --dry-run",
         ),
@@ -57,8 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--cache",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="turn caching on or off for every task (default: as compiled for a run, off for "
-        "a schedule)",
+        help="--no-cache: caching off for every task; --cache: as compiled (steps with outside "
+        "effects stay uncached). Default: as compiled for a run, off for a schedule",
     )
     p.add_argument("--experiment", help="Vertex AI Experiment to add the run to")
     p.add_argument("--display-name", help="display name (default: the pipeline's name)")
@@ -121,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
         max_concurrent_runs=args.max_concurrent_runs,
         api_endpoint=args.api_endpoint,
     )
+    warn_placeholder_repository(args.template)
+    warn_unbuildable(args.template)  # An image the template pulls that cannot be built yet (tpu).
     try:
         if args.dry_run:
             config = vs.with_data_fingerprint(config, offline=True)

@@ -68,6 +68,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "at the first failure)",
     )
     p.add_argument(
+        "--no-gcsfuse",
+        dest="gcsfuse",
+        action="store_false",
+        help="let the /gcs/ stand-in rename folders and hard-link files as a local disk does "
+        "(default: it refuses them as Cloud Storage FUSE does on Vertex AI)",
+    )
+    p.add_argument(
         "--task-timeout",
         type=float,
         default=1800.0,
@@ -84,6 +91,16 @@ def run(args: argparse.Namespace) -> int:
     problem = submit.region_problem(args.region, "--region")
     if problem:
         raise UserError(problem)
+    from pipelines.placeholder_values import check_placeholders
+
+    check_placeholders(  # As submit and compile refuse them (docs/submit.md).
+        {
+            "--project": (args.project, "project"),
+            "--service-account": (args.service_account, "service account"),
+            "--network": (args.network, "network"),
+            "--pipeline-root": (args.pipeline_root, "bucket"),
+        }
+    )
     try:
         report = verify.verify(
             args.template,
@@ -98,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
             pipeline_root=args.pipeline_root,
             cache_dir=args.cache_dir,
             retries=args.retries,
+            gcsfuse=args.gcsfuse,
             task_timeout_s=args.task_timeout,
             echo=lambda line: print(f"  {line}", file=sys.stderr, flush=True),
         )

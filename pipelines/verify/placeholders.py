@@ -71,10 +71,14 @@ class RunContext:
 
     @property
     def effective_service_account(self) -> str:
-        """The run's service account; Vertex falls back to the default compute account."""
-        return (
-            self.service_account or f"{self.project_number}-compute@developer.gserviceaccount.com"
-        )
+        """The run's service account; Vertex falls back to the default compute account.
+
+        That account is named after the project's number, which nothing offline knows: it is
+        shown as ``PROJECT_NUMBER-compute@...``, never with the stand-in number above.
+        """
+        from pipelines.placeholder_values import DEFAULT_COMPUTE_SERVICE_ACCOUNT
+
+        return self.service_account or DEFAULT_COMPUTE_SERVICE_ACCOUNT
 
     @property
     def job_resource_name(self) -> str:

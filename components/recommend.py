@@ -21,16 +21,20 @@ def recommend(
     exclude_seen: bool = True,
     batch_size: int = 1024,
     beam_pipeline_args: list = None,
+    worker_image: str = "",
 ):
     """Writes each user's top-k raw item ids and scores (Parquet or JSON Lines).
 
     The options are ``training_core.batch_recommend.RecommendConfig``'s, with its defaults;
     ``top_k`` 0 is the export's. ``recommendations`` gets the folder (its ``manifest.json``
-    lists the files) and the counts as artifact metadata.
+    lists the files) and the counts as artifact metadata. ``worker_image`` (the compiled
+    Dataflow worker image) becomes the job's ``--sdk_container_image`` on Dataflow unless the
+    options name one.
     """
     from training_core import console
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
+    from components._image import with_worker_image
     from training_core import batch_recommend
 
     result = batch_recommend.recommend(
@@ -42,7 +46,7 @@ def recommend(
             top_k=top_k,
             exclude_seen=exclude_seen,
             batch_size=batch_size,
-            pipeline_args=tuple(beam_pipeline_args or ()),
+            pipeline_args=tuple(with_worker_image(beam_pipeline_args or (), worker_image)),
         )
     )
     print(

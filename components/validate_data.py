@@ -20,6 +20,7 @@ def validate_data(
     fail_on_anomalies: bool = True,
     beam_pipeline_args: list = None,
     data_fingerprint: str = "",
+    worker_image: str = "",
 ):
     """Statistics, schema and anomalies of ``raw_data``; fails the step when there are anomalies.
 
@@ -29,11 +30,14 @@ def validate_data(
     ``FEATURE=linf:T`` / ``FEATURE=js:T`` strings (as the CLI's ``--drift``).
     ``fail_on_anomalies=False`` only warns. ``data_fingerprint`` (the content hash ``submit``
     computes) only keys the cache, so changed data behind an unchanged path is checked again.
+    ``worker_image`` (the compiled Dataflow worker image) becomes the job's
+    ``--sdk_container_image`` on Dataflow unless the options name one.
     See training_core.validate and docs/validation.md.
     """
     from training_core import console
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
+    from components._image import with_worker_image
     from training_core import validate as v
 
     result = v.validate(
@@ -45,7 +49,7 @@ def validate_data(
             baseline_statistics=baseline_statistics_uri or None,
             drift=tuple(v.parse_drift(s) for s in drift or ()),
             fail_on_anomalies=fail_on_anomalies,
-            beam_pipeline_args=tuple(beam_pipeline_args or ()),
+            beam_pipeline_args=tuple(with_worker_image(beam_pipeline_args or (), worker_image)),
         )
     )
     print(v.summary(result))

@@ -348,6 +348,7 @@ def build_pipeline(
             baseline_statistics_uri=baseline_statistics_uri,
             data_fingerprint=data_fingerprint,
             beam_pipeline_args=beam_pipeline_args,
+            worker_image=worker_image,
         )
         validate.set_display_name("Validate raw data (TFDV gate)")
         # No retry: the gate is deterministic, a blocked run would only block again.
@@ -478,6 +479,7 @@ def build_pipeline(
                         examples=prep.outputs["examples"],
                         output_format=recommend_format,
                         beam_pipeline_args=beam_pipeline_args,
+                        worker_image=worker_image,
                     )
                     rec.set_display_name("Recommend for every user (batch)")
                     place.apply(rec, "recommend").set_retry(RETRIES, BACKOFF)

@@ -178,8 +178,16 @@ def test_the_dataflow_profile_compiles_with_the_worker_image(tmp_path):
         path = pipeline.compile_pipeline(
             profiles.BUILTIN[profile], str(tmp_path / f"{profile}.yaml"), **kwargs
         )
-        task = yaml.safe_load(open(path))["root"]["dag"]["tasks"]["prepare-data"]
-        return task["inputs"]["parameters"]["worker_image"]["runtimeValue"]["constant"]
+        spec = yaml.safe_load(open(path))
+        dags = [spec["root"]["dag"]] + [c["dag"] for c in spec["components"].values() if "dag" in c]
+        tasks = {name: t for dag in dags for name, t in dag["tasks"].items()}
+        # Every step that runs a Beam job with the run's options: validate, prepare, recommend.
+        images = {
+            name: tasks[name]["inputs"]["parameters"]["worker_image"]["runtimeValue"]["constant"]
+            for name in ("validate-data", "prepare-data", "recommend")
+        }
+        assert len(set(images.values())) == 1, images
+        return images["prepare-data"]
 
     compiled = worker_image("gpu-a100x8-dataflow", image_repository="europe-docker.pkg.dev/p/r/n")
     assert compiled == "europe-docker.pkg.dev/p/r/n:" + _image.package_version() + "-dataflow"

@@ -328,3 +328,45 @@ def test_a_headed_table_separated_by_tabs_semicolons_or_pipes_reads_as_a_csv(
     other.write_text("\n".join(line.replace(",", delimiter) for line in lines) + "\n")
     with pytest.raises(rio.DataError, match=rf"events\.txt:4: expected {len(layout.names)} fields"):
         rio.read_interactions(str(other))
+
+
+# A harmless stand-in for CVE-2023-47248's payload: reading the file would create MARKER.
+_CRAFTED_PARQUET = """
+import pathlib, sys
+import pyarrow as pa, pyarrow.parquet as pq
+
+class Crafted(pa.PyExtensionType):
+    def __init__(self):
+        super().__init__(pa.int64())
+
+    def __reduce__(self):  # What pickle stores, and runs when the file is read.
+        return (pathlib.Path.touch, (pathlib.Path(sys.argv[2]),))
+
+column = pa.ExtensionArray.from_storage(Crafted(), pa.array([1, 2], pa.int64()))
+table = pa.table({"user_id": [1, 2], "item_id": [3, 4], "timestamp": column})
+pq.write_table(table, sys.argv[1])
+"""
+
+
+def test_a_crafted_parquet_file_runs_no_code_when_read(tmp_path):
+    """The single-machine reader, in a fresh process (no Beam import to install the hotfix for
+    it), refuses a pickled extension column with the file's name and runs nothing."""
+    import subprocess
+    import sys
+
+    path, marker = tmp_path / "ratings.parquet", tmp_path / "code-ran"
+    subprocess.run([sys.executable, "-c", _CRAFTED_PARQUET, path, marker], check=True)
+    read = (
+        "import sys\n"
+        "from training_core.data import io\n"
+        "try:\n"
+        "    io.read_interactions(sys.argv[1])\n"
+        "except io.DataError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", read, path], capture_output=True, text=True, timeout=120
+    )
+    assert not marker.exists(), "reading the file ran the code it carries"
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"{path}: refused" in out.stdout and rio.PICKLED_ARROW_TYPE in out.stdout

@@ -319,6 +319,8 @@ def read(output_dir: str) -> list[dict[str, Any]]:
     """The rows of a complete output folder (for tests and small outputs)."""
     import pyarrow.parquet as pq
 
+    import training_core.data  # noqa: F401 (pyarrow_hotfix first: CVE-2023-47248)
+
     with open(os.path.join(output_dir, MANIFEST_FILE)) as f:
         manifest = json.load(f)
     rows: list[dict[str, Any]] = []

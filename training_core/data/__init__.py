@@ -7,3 +7,8 @@ and folder layout (``dataset_folder``), the preparation engines (``prepare`` on 
 (``shards``) and run result (``report``), and data that needs no download (``sample_data``,
 ``synthetic``). Nothing here imports the trainer.
 """
+
+# CVE-2023-47248: the locked pyarrow (10, pinned by TFDV's tfx-bsl) unpickles a Parquet or
+# Arrow IPC file's "arrow.py_extension_type" column, so a crafted ratings file runs code as it
+# is read. The hotfix refuses that type; every reader here imports this package first.
+import pyarrow_hotfix  # noqa: E402, F401

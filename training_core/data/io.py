@@ -71,6 +71,10 @@ TIME_ADVICE = (
 _BLOCK_BYTES = 1 << 24  # pyarrow's CSV block; types are inferred from the first one.
 
 
+# The Arrow extension type that pickles a Python object (refused by pyarrow_hotfix).
+PICKLED_ARROW_TYPE = "arrow.py_extension_type"
+
+
 class DataError(ValueError):
     """Raw input that cannot be read as interactions; the message says where and what to do."""
 
@@ -271,6 +275,14 @@ def describe_file(path: str, fmt: str) -> FileLayout:
             names = tuple(pq.read_schema(path).names)
         except (pa.ArrowInvalid, OSError) as e:
             raise DataError(f"{path}: not a readable Parquet file ({e})") from None
+        except RuntimeError as e:  # pyarrow_hotfix (training_core/data/__init__.py).
+            if PICKLED_ARROW_TYPE not in str(e):
+                raise
+            raise DataError(
+                f"{path}: refused: it declares a column of type {PICKLED_ARROW_TYPE}, a pickled "
+                "Python object that would run code as the file is read (CVE-2023-47248). Write "
+                "the file again with plain column types"
+            ) from None
         return FileLayout(path, fmt, names)
     delim, fixed, _ = _layout(fmt)
     if fixed is not None:

@@ -7,7 +7,7 @@ Dockerfile's stages are named after ``VARIANTS``, ``make image`` asks this modul
 - ``cpu``: every step that runs on CPU machines (validate, prepare, evaluate, export; CPU training).
 - ``gpu``: training on NVIDIA GPUs (TensorFlow with its CUDA libraries).
 - ``tpu``: training on Cloud TPU VMs (TensorFlow with ``libtpu``). Cannot be built yet
-  (``UNBUILDABLE``): compile and submit say so (``warn_unbuildable``).
+  (``UNBUILDABLE``): compile and submit say so (``unbuildable_images``).
 - ``dataflow``: Dataflow's workers for the Beam steps (the cpu set with Beam's boot entrypoint,
   ``BEAM_BOOT``); ``with_worker_image`` adds it to a Dataflow job's options.
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import logging
 import re
 from collections.abc import Sequence
 
@@ -99,15 +98,6 @@ def unbuildable_images(text: str) -> list[str]:
         found = sorted(set(re.findall(rf"[\w.-]+(?:/[\w.-]+)*:[\w.]+-{variant}\b", text)))
         if found:
             warnings.append(f"{', '.join(found)}: {reason}")
-    return warnings
-
-
-def warn_unbuildable(template_path: str) -> list[str]:
-    """Logs (``ncf-pipelines`` logger, a warning) and returns ``unbuildable_images`` of a file."""
-    with open(template_path) as f:
-        warnings = unbuildable_images(f.read())
-    for warning in warnings:
-        logging.getLogger("ncf-pipelines").warning("%s", warning)
     return warnings
 
 

@@ -12,7 +12,8 @@ Two kinds, each recognised here and nowhere else:
 - **The placeholder image repository**: ``components._image.IMAGE_REPOSITORY``, which compiled
   templates name unless ``--image-repository`` is given. Nothing is pushed there, so a template
   that names it runs here (``verify``, ``run-local``) but would fail on Vertex AI pulling its
-  images; ``compile`` and ``submit`` warn (``placeholder_repository_warning``).
+  images; ``compile`` and ``submit`` warn (``placeholder_repository_warning``, logged with
+  the other warnings about a template's images by ``warn_about_images``).
 
 The Compute Engine default service account a run falls back to is named with the placeholder
 word ``PROJECT_NUMBER`` (``DEFAULT_COMPUTE_SERVICE_ACCOUNT``): its number is the project's, which
@@ -108,10 +109,18 @@ def placeholder_repository_warning(spec: Mapping[str, Any], path: str) -> str | 
     )
 
 
-def warn_placeholder_repository(path: str) -> None:
-    """Logs ``placeholder_repository_warning`` for the template at ``path`` (compile, submit)."""
+def warn_about_images(path: str) -> None:
+    """Logs what is wrong with the images the template at ``path`` names (compile, submit).
+
+    The placeholder repository (``placeholder_repository_warning``) and images that cannot be
+    built yet (``components._image.unbuildable_images``: the tpu one), from one read of it.
+    """
+    import json
+
+    from components._image import unbuildable_images
     from pipelines import submit
 
-    warning = placeholder_repository_warning(submit.load_template(path).spec, path)
-    if warning:
+    spec = submit.load_template(path).spec
+    warnings = [placeholder_repository_warning(spec, path), *unbuildable_images(json.dumps(spec))]
+    for warning in filter(None, warnings):
         logging.getLogger("ncf-pipelines").warning("%s", warning)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 
-from components._image import warn_unbuildable
 from pipelines.cli import add_param_option, example_epilog
 
 
@@ -81,6 +80,5 @@ def run(args: argparse.Namespace) -> int:
         f"strategy {profile.strategy}) to {path}\n  images: steps {images.cpu}, "
         f"training {images.train}"
     )
-    placeholder_values.warn_placeholder_repository(path)
-    warn_unbuildable(path)  # An image the template pulls that cannot be built yet (tpu).
+    placeholder_values.warn_about_images(path)
     return 0

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from components._image import warn_unbuildable
 from pipelines.cli import UserError, add_param_option, example_epilog
-from pipelines.placeholder_values import warn_placeholder_repository
+from pipelines.placeholder_values import warn_about_images
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -123,8 +122,7 @@ def run(args: argparse.Namespace) -> int:
         max_concurrent_runs=args.max_concurrent_runs,
         api_endpoint=args.api_endpoint,
     )
-    warn_placeholder_repository(args.template)
-    warn_unbuildable(args.template)  # An image the template pulls that cannot be built yet (tpu).
+    warn_about_images(args.template)  # The placeholder repository; the tpu image.
     try:
         if args.dry_run:
             config = vs.with_data_fingerprint(config, offline=True)

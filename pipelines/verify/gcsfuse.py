@@ -21,10 +21,9 @@ Two ways to make the stand-in folder answer as gcsfuse does, for the processes v
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import subprocess
+
+from pipelines.verify import preload
 
 MODE_ENV = "NCF_VERIFY_GCSFUSE"  # Which emulation a process runs under (read by the shim).
 PRELOAD = "preload"
@@ -35,31 +34,10 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gcsfuse_prelo
 def build(directory: str, cc: str | None = None) -> str | None:
     """Compiles the preload library into ``directory``; returns its path (None: no compiler).
 
-    The library's name carries a digest of the source, so an existing build is reused.
-
     Raises:
         RuntimeError: the compiler failed (its message is included).
     """
-    cc = cc or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not cc or not shutil.which(cc):
-        return None
-    with open(SOURCE, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()[:12]
-    os.makedirs(directory, exist_ok=True)
-    library = os.path.join(directory, f"libncf-gcsfuse-{digest}.so")
-    if os.path.exists(library):
-        return library
-    partial = f"{library}.partial-{os.getpid()}"
-    done = subprocess.run(
-        [cc, "-shared", "-fPIC", "-O2", "-o", partial, SOURCE, "-ldl"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{cc} could not build {SOURCE}: {done.stderr.strip()}")
-    os.replace(partial, library)
-    return library
+    return preload.build(SOURCE, "ncf-gcsfuse", directory, cc)
 
 
 def prepare(directory: str) -> tuple[str, str | None]:
@@ -72,7 +50,7 @@ def process_env(env: dict[str, str], mode: str, library: str | None) -> None:
     """Puts the emulation into a process's environment ``env`` (in place)."""
     env[MODE_ENV] = mode
     if mode == PRELOAD and library:
-        env["LD_PRELOAD"] = " ".join(p for p in (library, env.get("LD_PRELOAD", "")) if p)
+        preload.add(env, library)
 
 
 def describe(mode: str) -> str:

@@ -1,4 +1,4 @@
-"""A local stand-in for Vertex AI's JobService (gRPC on 127.0.0.1) that runs custom jobs here.
+"""A local stand-in for Vertex AI's JobService (gRPC on a private Unix socket) that runs jobs here.
 
 It serves ``CreateCustomJob``, ``GetCustomJob`` and ``CancelCustomJob`` of
 ``google.cloud.aiplatform.v1.JobService``, and the same three for ``HyperparameterTuningJob`` (a
@@ -6,13 +6,15 @@ tuning job runs its trials one after another, each as a custom job of its trial 
 trial's values appended as ``--NAME=VALUE``, sampled from the study spec with a fixed seed; each
 trial's metric is read from the file ``cloudml-hypertune`` writes, its best measurement kept), with
 the aiplatform proto-plus types' own (de)serializers, so the launcher's real ``JobServiceClient``
-talks to it unchanged apart from its channel. A request is checked as the service checks it
-(``custom_job.service_problems``) and refused with ``INVALID_ARGUMENT`` if it fails; an accepted
-job runs each worker pool's container ``command + args`` as one local process per replica, with the
-``CLUSTER_SPEC`` Vertex AI gives each (``workerpoolN`` names, loopback addresses on free ports) and
-the ``AIP_*`` variables it sets. The job is ``RUNNING`` until every replica has exited, then
-``SUCCEEDED``, or ``FAILED`` with the failing replica's last lines of output. The container image
-is not pulled: this Python environment stands in for it.
+talks to it unchanged apart from its channel. The stand-in listens on a Unix socket in a new folder
+only this user can open (mode 0700), never on a TCP port: it runs whatever command a job names, so
+no other user of this machine (and nothing off it) may reach it. A request is checked as the
+service checks it (``custom_job.service_problems``) and refused with ``INVALID_ARGUMENT`` if it
+fails; an accepted job runs each worker pool's container ``command + args`` as one local process
+per replica, with the ``CLUSTER_SPEC`` Vertex AI gives each (``workerpoolN`` names, loopback
+addresses on free ports) and the ``AIP_*`` variables it sets. The job is ``RUNNING`` until every
+replica has exited, then ``SUCCEEDED``, or ``FAILED`` with the failing replica's last lines of
+output. The container image is not pulled: this Python environment stands in for it.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ import itertools
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -186,12 +190,17 @@ class JobServiceStandIn:
         self._threads: list[threading.Thread] = []
         self._processes: dict[str, list[subprocess.Popen]] = {}
         self._server = None
+        self._socket_dir = ""
         self.address = ""
 
     # --- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> str:
-        """Starts serving on a free loopback port; returns ``HOST:PORT``."""
+        """Starts serving on a Unix socket in a new private folder; returns ``unix:PATH``.
+
+        The folder is made in the system's temporary folder (``TMPDIR``), not in ``work_dir``:
+        a socket path is limited to 107 bytes and ``work_dir`` may be long or shared.
+        """
         import grpc
         from google.cloud.aiplatform_v1 import types
         from google.protobuf import empty_pb2
@@ -230,10 +239,12 @@ class JobServiceStandIn:
         }
         server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=8))
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-        port = server.add_insecure_port("127.0.0.1:0")
+        self._socket_dir = tempfile.mkdtemp(prefix="ncf-verify-jobs-")  # Mode 0700.
+        address = f"unix:{os.path.join(self._socket_dir, 'job-service.sock')}"
+        server.add_insecure_port(address)
         server.start()
         self._server = server
-        self.address = f"127.0.0.1:{port}"
+        self.address = address
         return self.address
 
     def stop(self) -> None:
@@ -245,6 +256,9 @@ class JobServiceStandIn:
         if self._server is not None:
             self._server.stop(grace=None)
             self._server = None
+        if self._socket_dir:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = ""
 
     def __enter__(self) -> JobServiceStandIn:
         self.start()

@@ -41,6 +41,10 @@ class PlaceholderError(ValueError):
     """A placeholder that Vertex AI would not resolve (or that verify does not know)."""
 
 
+class GcsPathError(ValueError):
+    """A ``gs://`` URI or ``/gcs/`` path that would lead out of verify's ``/gcs/`` stand-in."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RunContext:
     """What Vertex AI knows about a pipeline run when it resolves placeholders.
@@ -121,6 +125,28 @@ class RunContext:
 def gcs_path(uri: str) -> str:
     """``gs://b/o`` as the container sees it: ``/gcs/b/o`` (other URIs unchanged)."""
     return GCS_MOUNT + uri[len("gs://") :] if uri.startswith("gs://") else uri
+
+
+def mount_relative(uri_or_path: str) -> str | None:
+    """``BUCKET/OBJECT`` of a ``gs://`` URI or ``/gcs/`` path (``None``: it is neither).
+
+    Raises:
+        GcsPathError: it has no bucket (``gs:///x``) or a ``..`` segment; joined to the
+            stand-in folder it would name a file outside it (Cloud Storage has no such object).
+    """
+    path = gcs_path(uri_or_path)
+    if not path.startswith(GCS_MOUNT):
+        return None
+    relative = path[len(GCS_MOUNT) :]
+    segments = relative.split("/")
+    if not segments[0] or ".." in segments:
+        problem = "has no bucket name" if not segments[0] else "has a '..' segment"
+        raise GcsPathError(
+            f"{uri_or_path!r} {problem}: verify maps gs://BUCKET/OBJECT (and /gcs/BUCKET/OBJECT) "
+            "into its /gcs/ stand-in folder and refuses what would lead out of it; write the "
+            "URI as gs://BUCKET/PATH without '..'"
+        )
+    return relative
 
 
 def json_escape(text: str, level: int) -> str:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pipelines.verify import cache, custom_job, placeholders, report, shim, template
+from pipelines.verify import cache, custom_job, offline, placeholders, report, shim, template
 from pipelines.verify import gcsfuse as gcsfuse_emulation
 from pipelines.verify.executor_io import Scope, build_executor_input, read_outputs, task_inputs
 from pipelines.verify.parameters import DATA_URI, plan_parameters, stage
@@ -89,6 +89,10 @@ class Verification:
 
         if not pipeline_root.startswith("gs://"):
             raise VerifyError(f"pipeline_root must be a gs:// URI, got {pipeline_root!r}")
+        try:
+            placeholders.mount_relative(pipeline_root)
+        except placeholders.GcsPathError as e:
+            raise VerifyError(f"pipeline_root: {e}") from e
         bucket = pipeline_root[len("gs://") :].split("/", 1)[0]
         try:
             self.spec = template.load_spec(template_path)
@@ -122,6 +126,7 @@ class Verification:
         self.retries = retries
         self.gcsfuse = gcsfuse
         self._gcsfuse: tuple[str, str | None] | None = None
+        self._offline: offline.Guard | None = None
         self.echo = echo or (lambda line: None)
         self.data_fingerprint = ""
         self.job_service = None
@@ -151,9 +156,18 @@ class Verification:
         shim.write_shim(self.shim_dir)
         if self.gcsfuse:
             self._gcsfuse = gcsfuse_emulation.prepare(self.shim_dir)
+        self._offline = offline.prepare(self.shim_dir, os.path.join(self.work_dir, "home"))
+        try:
+            self._env(None)  # A work folder LD_PRELOAD cannot carry fails here, not in a task.
+        except ValueError as e:
+            raise VerifyError(str(e)) from e
         if self.data_path:
             uri = self.parameters[DATA_URI]
-            stage(self.data_path, uri, self.local_path(uri))
+            try:
+                local = self.local_path(uri)
+            except placeholders.GcsPathError as e:
+                raise VerifyError(f"{DATA_URI}: {e}") from e
+            stage(self.data_path, uri, local)
             self.data_fingerprint = cache.fingerprint_path(self.data_path)
             self.notes.append(f"data: {self.data_path} staged as {uri}")
         self.job_service = JobServiceStandIn(
@@ -171,16 +185,20 @@ class Verification:
             gcsfuse_emulation.describe(self._gcsfuse[0])
             if self._gcsfuse
             else "gcsfuse rules off: the /gcs/ stand-in renames folders as a local disk does",
-            f"Vertex AI JobService: a gRPC stand-in on {address}; every process runs offline",
+            f"Vertex AI JobService: a gRPC stand-in on {address} (a socket only this user can "
+            "open)",
+            offline.describe(self._offline),
             f"container images: every step ran in this Python environment ({sys.executable})",
         ]
 
     def local_path(self, uri_or_path: str) -> str:
-        """The stand-in file behind a ``gs://`` URI or ``/gcs/`` path."""
-        path = placeholders.gcs_path(uri_or_path)
-        if not path.startswith(placeholders.GCS_MOUNT):
-            return path
-        return os.path.join(self.gcs_dir, path[len(placeholders.GCS_MOUNT) :])
+        """The stand-in file behind a ``gs://`` URI or ``/gcs/`` path (other paths unchanged).
+
+        Raises:
+            placeholders.GcsPathError: the URI has no bucket or a ``..`` segment.
+        """
+        relative = placeholders.mount_relative(uri_or_path)
+        return uri_or_path if relative is None else os.path.join(self.gcs_dir, relative)
 
     def _env(self, write_log: str | None, job_service: bool = False) -> dict[str, str]:
         return shim.process_env(
@@ -191,6 +209,7 @@ class Verification:
             job_service=self.job_service.address if job_service else None,
             poll_seconds=self.poll_seconds,
             gcsfuse=self._gcsfuse,
+            offline_guard=self._offline,
         )
 
     # --- the DAG ---------------------------------------------------------------------------
@@ -296,6 +315,7 @@ class Verification:
         except (
             template.TemplateError,
             placeholders.PlaceholderError,
+            placeholders.GcsPathError,
             custom_job.RequestError,
         ) as e:
             record.status, record.reason = FAILED, str(e)

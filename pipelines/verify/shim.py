@@ -9,14 +9,18 @@ makes the difference, and only when the variables below are set:
   artifacts' ``.path`` points into it (so TensorFlow's own file system sees it too).
 - ``NCF_VERIFY_WRITE_LOG``: every ``/gcs/`` file the process opens for writing is appended here
   as a ``gs://`` URI (how a report shows which replica wrote what).
-- ``NCF_VERIFY_OFFLINE``: connections to anything but this host fail at once (no cloud calls).
+- ``NCF_VERIFY_OFFLINE``: Python's name lookups and socket connections to anything but this
+  host fail at once, with a message saying why (``pipelines/verify/offline.py`` adds the
+  libc-level guard, the private ``HOME`` and the credential scrub that make it hold beyond
+  Python).
 - ``NCF_VERIFY_GCSFUSE`` (``python``): Python's ``os.rename``/``os.replace`` of a directory under
   the stand-in fail with ``ENOSYS``, a rename across its edge with ``EXDEV`` and ``os.link``
   with ``ENOSYS``, as on the gcsfuse mount; ``preload`` says ``LD_PRELOAD`` does it for every
   caller instead (``pipelines/verify/gcsfuse.py``).
-- ``NCF_VERIFY_JOB_SERVICE`` (``HOST:PORT``) and ``NCF_VERIFY_POLL_SECONDS``: the custom-job
-  launcher's ``JobServiceClient`` talks gRPC to the stand-in over an insecure channel, sending
-  the endpoint it was built for in ``x-ncf-verify-endpoint``, and polls at that interval.
+- ``NCF_VERIFY_JOB_SERVICE`` (``unix:PATH``, a socket in a folder only this user can open) and
+  ``NCF_VERIFY_POLL_SECONDS``: the custom-job launcher's ``JobServiceClient`` talks gRPC to the
+  stand-in over an insecure channel to that socket, sending the endpoint it was built for in
+  ``x-ncf-verify-endpoint``, and polls at that interval.
 
 Any ``sitecustomize`` the environment already had is run after this one.
 """
@@ -27,6 +31,7 @@ import os
 import sys
 
 from pipelines.verify import gcsfuse as gcsfuse_emulation
+from pipelines.verify import offline
 from training_core.publish import write_text_atomic
 
 GCS_DIR_ENV = "NCF_VERIFY_GCS_DIR"
@@ -39,7 +44,6 @@ ENDPOINT_HEADER = "x-ncf-verify-endpoint"
 _SCRUB = (
     "TF_CONFIG",
     "CLUSTER_SPEC",
-    "GOOGLE_APPLICATION_CREDENTIALS",
     "PYTHONSTARTUP",
     gcsfuse_emulation.MODE_ENV,
 )
@@ -67,7 +71,16 @@ def _local(path):
         path = os.fspath(path)
         if type(path) is not str:
             return path
-    return os.path.join(_GCS, path[len(_MOUNT):]) if path.startswith(_MOUNT) else path
+    if not path.startswith(_MOUNT):
+        return path
+    relative = path[len(_MOUNT):]
+    if relative.startswith("/") or ".." in relative.split("/"):
+        # As the kernel resolves it on Vertex AI: /gcs//b is /gcs/b, /gcs/../etc is /etc.
+        path = os.path.normpath(path)
+        if path != _MOUNT.rstrip("/") and not path.startswith(_MOUNT):
+            return path
+        relative = path[len(_MOUNT):]
+    return os.path.join(_GCS, relative)
 
 
 def _log_write(path):
@@ -302,15 +315,19 @@ def process_env(
     job_service: str | None = None,
     poll_seconds: float = 0.5,
     gcsfuse: tuple[str, str | None] | None = None,
+    offline_guard: offline.Guard | None = None,
     extra: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """The environment of one process verify starts.
 
     ``python3`` resolves to this interpreter (its folder first on ``PATH``); the shim and the
     folder this package was imported from come first on ``PYTHONPATH``. ``gcsfuse`` is what
-    ``pipelines.verify.gcsfuse.prepare`` chose (None: the stand-in is a plain folder).
+    ``pipelines.verify.gcsfuse.prepare`` chose (None: the stand-in is a plain folder);
+    ``offline_guard`` what ``pipelines.verify.offline.prepare`` set up (None: Python's check
+    only). Credential variables are never passed on.
     """
     env = {k: v for k, v in base.items() if k not in _SCRUB}
+    offline.scrub_credentials(env)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (shim_dir, root, env.get("PYTHONPATH", "")) if p)
@@ -324,5 +341,7 @@ def process_env(
         env[POLL_ENV] = str(poll_seconds)
     if gcsfuse is not None:
         gcsfuse_emulation.process_env(env, *gcsfuse)
+    if offline_guard is not None:
+        offline.process_env(env, offline_guard)
     env.update(extra or {})
     return env

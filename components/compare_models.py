@@ -22,13 +22,18 @@ def compare_models(
     metric: str = "hr_at_10",
     tolerance: float = 0.0,
     local_registry: str = "",
+    registry_model: str = "",
+    model_root: str = "",
 ) -> NamedTuple("Outputs", [("blessed", bool), ("champion_model", str)]):
     """Blesses the exported challenger only if it is not worse than the champion.
 
     The champion is the exported model at ``champion_uri`` when given, else, with
     ``use_registry`` (the pipeline's ``register``), the default version of the registry model
-    ``model_display_name`` in ``project``/``location``, else there is none and the challenger
-    is blessed. Both are ranked through their
+    ``registry_model`` (a resource name) or, without it, of the model named
+    ``model_display_name`` that carries this pipeline's label (``registry.find_champion``), in
+    ``project``/``location``; else there is none and the challenger is blessed. A registry
+    champion is loaded only from under ``model_root`` (a ``gs://`` folder; empty: the bucket
+    the challenger was written to, the pipeline root's). Both are ranked through their
     ``score`` signatures on ``examples``' held-out set (training_core/compare.py); ``metric``
     (hr_at_10 or ndcg_at_10) decides with an absolute ``tolerance``. A refused challenger is a
     successful step: ``blessed`` is False and the reason is in the log, ``decision`` and
@@ -54,8 +59,11 @@ def compare_models(
         found = local.find_champion(local_registry, model_display_name)
         if found is not None:
             champion_dir, champion_model = found.path, found.resource_name
-    elif use_registry and project and model_display_name:
-        found = registry.find_champion(project, location, model_display_name)
+    elif use_registry and project and (registry_model or model_display_name):
+        root = model_root or registry.bucket_of(challenger.uri, "model_root")
+        found = registry.find_champion(
+            project, location, model_display_name, root, model_name=registry_model
+        )
         if found is not None:
             champion_dir = registry.mounted_path(found.artifact_uri)
             champion_model = found.resource_name

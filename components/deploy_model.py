@@ -1,7 +1,8 @@
 """KFP component ``deploy_model``: a registered model version onto a Vertex AI endpoint.
 
-The logic (find or create the endpoint, deploy with all the traffic, undeploy what served before,
-then make the version the registry's default) lives in ``training_core.deploy``; see
+The logic (find this pipeline's endpoint or create it, deploy with our earlier versions' traffic,
+undeploy those earlier versions of the same model and nothing else, then make the version the
+registry's default) lives in ``training_core.deploy``; see
 docs/after-training.md. KFP embeds only the function's source in the container, so the imports
 stay inside the body.
 """
@@ -25,11 +26,14 @@ def deploy_model(
     replica_count: int = 1,
     make_default: bool = True,
 ):
-    """Serves ``register_model``'s version on the endpoint named ``endpoint_display_name``.
+    """Serves ``register_model``'s version on the endpoint ``endpoint_display_name`` names.
 
-    The previous deployment keeps serving until the new one takes all the traffic, and is then
-    undeployed; ``make_default`` makes the version the model's default only after that, so a
-    failed deployment leaves the registry's default and the endpoint as they were.
+    A resource name (``projects/P/locations/L/endpoints/ID``) is used as it is; a display name
+    (empty: the model's) finds the endpoint of that name carrying this pipeline's label, or
+    creates it. The previous version keeps serving until the new one takes its traffic, and is
+    then undeployed; other models on the endpoint keep theirs. ``make_default`` makes the
+    version the model's default only after that, so a failed deployment leaves the registry's
+    default and the endpoint as they were.
     """
     from training_core import console
 

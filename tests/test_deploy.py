@@ -1,5 +1,10 @@
 """``deploy_model`` against the Vertex AI stand-in: versions, an endpoint, traffic, failures.
 
+Also what the pipeline trusts in the registry: ``compare_models``' registry champion and
+``deploy_model``'s endpoint are this pipeline's own (its label, a resource name, its bucket),
+never a stranger's model or endpoint of the same display name; the filters the real client sends
+are asserted as the stand-in received them.
+
 The component's own function runs with the real ``google-cloud-aiplatform`` client over REST to
 ``tests/vertex_standin.py`` on 127.0.0.1, which parses every request as the service's message
 types and applies the v1 reference's traffic rules (a split adds up to 100; a deployed model that
@@ -27,6 +32,8 @@ from training_core import export, registry, train, train_config
 from training_core.registry import SERVING_METADATA_FILE
 
 LOCATION = "europe-west4"
+ROOT = f"gs://{BUCKET}/"  # Where this pipeline writes its models (compare_models' model_root).
+OUR_FILTER = 'display_name="ncf-neumf" AND labels.ncf_pipelines_model="ncf-neumf"'
 SERVE_CHECK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_check.py")
 
 
@@ -129,7 +136,7 @@ def test_a_new_version_serves_before_the_old_one_goes_and_then_becomes_the_defau
     v2 = _register(tmp_path, "run-2", parent=model, make_default=False)
     assert v2.metadata["versionId"] == "2"
     assert _default_version(vertex, model) == "1"
-    assert registry.find_champion(PROJECT, LOCATION, "ncf-neumf").version_id == "1"
+    assert registry.find_champion(PROJECT, LOCATION, "ncf-neumf", ROOT).version_id == "1"
     before = len(vertex.requests)
     second = _deploy("run-2", v2)
     calls = [r.path.rsplit(":", 1)[-1] for r in vertex.requests[before:] if ":" in r.path]
@@ -147,7 +154,7 @@ def test_a_new_version_serves_before_the_old_one_goes_and_then_becomes_the_defau
     assert second.metadata["undeployed"] == [only["id"]]
     assert second.metadata["createdEndpoint"] is False  # The same endpoint, found by name.
     assert _default_version(vertex, model) == "2"
-    assert registry.find_champion(PROJECT, LOCATION, "ncf-neumf").version_id == "2"
+    assert registry.find_champion(PROJECT, LOCATION, "ncf-neumf", ROOT).version_id == "2"
 
 
 def test_a_failed_deployment_or_upload_leaves_the_previous_version_serving(vertex, tmp_path):
@@ -174,7 +181,7 @@ def test_a_failed_deployment_or_upload_leaves_the_previous_version_serving(verte
     after = [r.path.rsplit(":", 1)[-1] for r in vertex.requests[before:] if ":" in r.path]
     assert after == ["deployModel"], after  # Nothing undeployed, the default not moved.
     assert _default_version(vertex, model) == "1"
-    assert registry.find_champion(PROJECT, LOCATION, "ncf-neumf").version_id == "1"
+    assert registry.find_champion(PROJECT, LOCATION, "ncf-neumf", ROOT).version_id == "1"
 
     # The step's retry finishes the job.
     _deploy("run-3", v2)
@@ -189,6 +196,179 @@ def test_a_retried_step_does_not_deploy_a_served_version_twice(vertex, tmp_path)
     assert len(_paths(vertex, ":deployModel")) == 1
     ((name, endpoint),) = vertex.endpoints.items()
     assert len(endpoint["deployedModels"]) == 1
+
+
+# --- only this pipeline's models and endpoints are trusted ----------------------------------------
+
+
+def _stranger_model(display_name: str, uri: str, labels: dict | None = None) -> str:
+    """A model someone else in the project uploads (the real SDK's upload), newer than ours."""
+    from google.cloud import aiplatform
+
+    return aiplatform.Model.upload(
+        display_name=display_name,
+        artifact_uri=uri,
+        serving_container_image_uri="us-docker.pkg.dev/someone/else/serving:latest",
+        labels=labels or {},
+        project=PROJECT,
+        location=LOCATION,
+        sync=True,
+    ).resource_name
+
+
+def _gate(tmp_path, monkeypatch, **kw) -> tuple[str, str | None]:
+    """compare_models' own function with the registry on: the registry model it returns and the
+    champion folder it would load (the scoring itself is test_compare.py's; here it records)."""
+    from components.compare_models import compare_models
+    from training_core import compare
+
+    loaded = []
+
+    def record(challenger_dir, data_dir, champion_dir=None, metric="", tolerance=0.0):
+        loaded.append(champion_dir)
+        scores = compare.Scores(challenger_dir, 0.5, 0.3, 10, 1.0, 1.0)
+        return compare.Decision(True, "recorded", metric, tolerance, scores, None)
+
+    monkeypatch.setattr(compare, "compare", record)
+    args = dict(
+        challenger=dsl.Model(uri=f"gs://{BUCKET}/pipeline-root/run-9/export-model/exported_model"),
+        examples=dsl.Dataset(uri=str(tmp_path / "examples")),
+        decision=dsl.Metrics(uri=str(tmp_path / "decision")),
+        report=dsl.HTML(uri=str(tmp_path / "report.html")),
+        use_registry=True,
+        project=PROJECT,
+        location=LOCATION,
+        model_display_name="ncf-neumf",
+    )
+    args.update(kw)
+    _, champion_model = compare_models.python_func(**args)
+    return champion_model, loaded[0]
+
+
+def _list_filters(standin, kind: str) -> list[str]:
+    found = standin.find("GET", rf"^/v1/projects/{PROJECT}/locations/{LOCATION}/{kind}$")
+    return [f for r in found for f in r.query.get("filter", [])]
+
+
+def test_a_strangers_newer_model_of_the_same_name_is_not_the_champion(
+    vertex, tmp_path, monkeypatch
+):
+    from google.cloud.aiplatform_v1 import types
+
+    ours = _register(tmp_path, "run-1").metadata["resourceName"]
+    upload = types.UploadModelRequest.from_json(
+        vertex.find("POST", r"/models:upload$")[-1].raw, ignore_unknown_fields=False
+    )
+    # Someone who may upload models publishes "ncf-neumf" too, later: in our bucket, even.
+    theirs = _stranger_model("ncf-neumf", f"gs://{BUCKET}/pipeline-root/x/planted")
+    assert vertex.models[theirs]["updateTime"] > vertex.models[ours]["updateTime"]
+
+    champion_model, loaded = _gate(tmp_path, monkeypatch)
+    assert champion_model == ours
+    assert loaded == f"/gcs/{BUCKET}/pipeline-root/run-1/export-model/exported_model"
+    assert _list_filters(vertex, "models") == [OUR_FILTER]  # As the real client sent it.
+    assert upload.model.labels["ncf_pipelines_model"] == "ncf-neumf"  # Our register sets it.
+
+    # By resource name: that model, no lookup by name at all.
+    before = len(vertex.requests)
+    assert _gate(tmp_path, monkeypatch, registry_model=ours)[0] == ours
+    assert not [r for r in vertex.requests[before:] if r.path.endswith("/models")]
+
+
+@pytest.mark.parametrize("option", ["model_display_name", "endpoint_display_name"])
+def test_a_display_name_cannot_widen_the_registry_filter(vertex, tmp_path, monkeypatch, option):
+    from google.cloud import aiplatform
+
+    ours = _register(tmp_path, "run-1")
+    _deploy("run-1", ours)
+    (our_endpoint,) = vertex.endpoints
+    v2 = _register(tmp_path, "run-2", parent=ours.metadata["resourceName"], make_default=False)
+    # A stranger's model and endpoint named "theirs", newer than ours.
+    _stranger_model("theirs", f"gs://{BUCKET}/pipeline-root/x/planted", {"team": "other"})
+    aiplatform.Endpoint.create(display_name="theirs", project=PROJECT, location=LOCATION)
+    injected = 'ncf-neumf" OR display_name="theirs'
+    before = len(vertex.requests)
+    with pytest.raises(ValueError, match=f"{option} .*cannot be used") as e:
+        if option == "model_display_name":
+            _gate(tmp_path, monkeypatch, model_display_name=injected)
+        else:
+            _deploy("run-2", v2, endpoint_display_name=injected)
+    assert "'\"'" in str(e.value)  # The character is named.
+    # The injected text never reached the service; nothing was deployed anywhere.
+    assert not [r for r in vertex.requests[before:] if "theirs" in json.dumps(r.query)]
+    others = [e for n, e in vertex.endpoints.items() if n != our_endpoint]
+    assert [e.get("deployedModels", []) for e in others] == [[]]
+    assert [d["modelVersionId"] for d in vertex.endpoints[our_endpoint]["deployedModels"]] == ["1"]
+    for name in ("bad\\name", "x" * 129, "tab\tname", ""):
+        with pytest.raises(ValueError, match="cannot be used"):
+            registry.family_filter(name, "ncf-neumf", option)
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "gs://other-bucket/models/theirs",
+        f"gs://{BUCKET}-lookalike/pipeline-root/theirs",
+        f"gs://{BUCKET}/pipeline-root/../../other-bucket/theirs",
+    ],
+)
+def test_a_champion_stored_outside_the_pipelines_bucket_is_not_loaded(
+    vertex, tmp_path, monkeypatch, planted
+):
+    _register(tmp_path, "run-1")
+    # A stranger copies our label too: the location of the SavedModel still gives it away.
+    theirs = _stranger_model("ncf-neumf", planted, {"ncf_pipelines_model": "ncf-neumf"})
+    with pytest.raises(ValueError, match=f"outside gs://{BUCKET}/ .*not loaded") as e:
+        _gate(tmp_path, monkeypatch)
+    assert theirs in str(e.value) and planted in str(e.value)
+    # The same by resource name, and under a narrower model_root than the bucket.
+    with pytest.raises(ValueError, match="outside"):
+        _gate(tmp_path, monkeypatch, registry_model=theirs)
+    with pytest.raises(ValueError, match=f"outside gs://{BUCKET}/elsewhere/"):
+        _gate(tmp_path, monkeypatch, model_root=f"gs://{BUCKET}/elsewhere")
+    # A challenger outside Cloud Storage gives no default for model_root: asked for by name.
+    with pytest.raises(ValueError, match="model_root: give the gs:// folder"):
+        _gate(tmp_path, monkeypatch, challenger=dsl.Model(uri=str(tmp_path / "local-export")))
+
+
+def test_deploy_keeps_other_models_and_other_peoples_endpoints(vertex, tmp_path):
+    from google.cloud import aiplatform
+
+    v1 = _register(tmp_path, "run-1")
+    model = v1.metadata["resourceName"]
+    _deploy("run-1", v1)
+    (ours,) = vertex.endpoints
+    (mine,) = vertex.endpoints[ours]["deployedModels"]
+    # Another team serves its model on our endpoint with 30% of the traffic...
+    other = aiplatform.Model(_stranger_model("their-model", "gs://other-bucket/m"))
+    endpoint = aiplatform.Endpoint(ours)
+    endpoint.deploy(
+        other, traffic_split={"0": 30, mine["id"]: 70}, machine_type="n1-standard-2", sync=True
+    )
+    (their_id,) = {d["id"] for d in vertex.endpoints[ours]["deployedModels"]} - {mine["id"]}
+    # ...and someone makes a newer endpoint with our endpoint's name (without our label).
+    planted = aiplatform.Endpoint.create(
+        display_name="ncf-neumf", project=PROJECT, location=LOCATION
+    ).resource_name
+
+    v2 = _register(tmp_path, "run-2", parent=model, make_default=False)
+    done = _deploy("run-2", v2)
+    assert done.metadata["resourceName"] == ours
+    assert not vertex.endpoints[planted].get("deployedModels")
+    assert _list_filters(vertex, "endpoints")[-1] == OUR_FILTER
+    assert vertex.endpoints[ours]["labels"] == {"ncf_pipelines_model": "ncf-neumf"}
+    served = {d["id"]: d for d in vertex.endpoints[ours]["deployedModels"]}
+    assert their_id in served  # The other team's model stays, with its share.
+    new_id = done.metadata["deployedModelId"]
+    assert vertex.endpoints[ours]["trafficSplit"] == {their_id: 30, new_id: 70}
+    assert done.metadata["undeployed"] == [mine["id"]]
+    assert (served[new_id]["model"], served[new_id]["modelVersionId"]) == (model, "2")
+
+    # By resource name: that endpoint, even one without our label.
+    v3 = _register(tmp_path, "run-3", parent=model, make_default=False)
+    done = _deploy("run-3", v3, endpoint_display_name=planted)
+    assert done.metadata["resourceName"] == planted
+    assert their_id in {d["id"] for d in vertex.endpoints[ours]["deployedModels"]}
 
 
 # --- the endpoint answers Vertex AI's requests with the real exported model ----------------------

@@ -13,9 +13,11 @@ Endpoints:
     POST      /v1/projects/P/locations/L/models:upload (a new model, or a new version of
               ``parent_model``; the "default" alias moves to a version uploaded with it)
     GET       /v1/projects/P/locations/L/models[/ID[@VERSION]] (list: each model's default
-              version; ``filter`` display_name="..." only, else 400)
+              version; ``filter``: display_name="..." and labels.KEY="..." terms joined by
+              AND/OR, else 400; ``order_by`` update_time desc)
     POST      /v1/projects/P/locations/L/models/ID@VERSION:mergeVersionAliases
-    POST/GET  /v1/projects/P/locations/L/endpoints[/ID] (list: ``filter`` display_name="...")
+    POST/GET  /v1/projects/P/locations/L/endpoints[/ID] (list: ``filter`` and ``order_by`` as
+              for models)
     POST      /v1/.../endpoints/ID:deployModel, :undeployModel (operations; the traffic rules of
               the v1 reference: a split adds up to 100, a model with traffic is not undeployed)
     POST      /v1/.../endpoints/ID:predict, :rawPredict (answered by ``predictor``, a test's
@@ -417,18 +419,9 @@ class VertexStandIn:
 
     def _list_models(self, req: Request, loc: str) -> tuple[int, dict]:
         # HTTP rule: GET /v1/{parent}/models; each model once, as its default version.
-        wanted = _display_name_filter(req)
-        models = [
-            m
-            for name, m in self.models.items()
-            if name.startswith(f"{loc}/models/") and wanted in (None, m.get("displayName"))
-        ]
-        order = req.query.get("orderBy", [""])[0].replace(" ", "")
-        if order in ("update_timedesc", "updateTimedesc"):
-            models.sort(key=lambda m: m["updateTime"], reverse=True)
-        elif order:
-            raise Invalid(f"The stand-in orders only by update_time desc: {order!r}", "order_by")
-        return 200, {"models": models}
+        wanted = _list_filter(req)
+        models = [m for n, m in self.models.items() if n.startswith(f"{loc}/models/") and wanted(m)]
+        return 200, {"models": _ordered(req, models)}
 
     def _get_operation(self, req: Request, name: str) -> tuple[int, dict]:
         if name not in self.operations:
@@ -518,13 +511,11 @@ class VertexStandIn:
         return 200, self._operation(name, "CreateEndpoint", response)
 
     def _list_endpoints(self, req: Request, loc: str) -> tuple[int, dict]:
-        wanted = _display_name_filter(req)
+        wanted = _list_filter(req)
         found = [
-            e
-            for name, e in self.endpoints.items()
-            if name.startswith(f"{loc}/endpoints/") and wanted in (None, e.get("displayName"))
+            e for n, e in self.endpoints.items() if n.startswith(f"{loc}/endpoints/") and wanted(e)
         ]
-        return 200, {"endpoints": found}
+        return 200, {"endpoints": _ordered(req, found)}
 
     def _get_endpoint(self, req: Request, loc: str, id: str) -> tuple[int, dict]:
         name = f"{loc}/endpoints/{id}"
@@ -934,18 +925,59 @@ def _whole_numbers(value: Any) -> Any:
     return value
 
 
-def _display_name_filter(req: Request) -> str | None:
-    """The display name a list request's ``filter`` asks for (None: no filter), else 400."""
-    wanted = None
+_FILTER_TERM = re.compile(r'\s*(display_name|labels\.[a-z][a-z0-9_-]*)\s*=\s*"([^"]*)"\s*')
+_FILTER_JOIN = re.compile(r"(AND|OR)\b")
+
+
+def _list_filter(req: Request) -> Any:
+    """A list request's ``filter`` as a test on a resource (REST JSON), else 400.
+
+    The subset of the v1 list filters (AIP-160) the clients here send: ``display_name="..."``
+    and ``labels.KEY="..."`` terms joined by ``AND`` and ``OR`` (``OR`` binds tighter, as in
+    AIP-160); no parentheses, no escapes (a string ends at the next quote, as the service reads
+    it). An injected ``" OR display_name="..."`` therefore widens the filter here as it would
+    there.
+    """
+    clauses: list[list[tuple[str, str]]] = []  # AND of ORs.
     for expression in req.query.get("filter", []):
-        m = re.fullmatch(r'\s*display_name\s*=\s*"([^"]*)"\s*', expression)
-        if not m:
-            raise Invalid(
-                f'The stand-in understands only display_name="..." filters: {expression!r}',
-                "filter",
-            )
-        wanted = m.group(1)
-    return wanted
+        rest, ors, joined = expression, [], "AND"
+        while True:
+            m = _FILTER_TERM.match(rest)
+            if not m:
+                raise Invalid(
+                    'The stand-in understands only display_name="..." and labels.KEY="..." terms '
+                    f"joined by AND/OR: {expression!r}",
+                    "filter",
+                )
+            if joined == "AND" and ors:
+                clauses.append(ors)
+                ors = []
+            ors.append((m.group(1), m.group(2)))
+            rest = rest[m.end() :]
+            if not rest:
+                break
+            j = _FILTER_JOIN.match(rest)
+            if not j:
+                raise Invalid(f"The stand-in cannot parse the filter {expression!r}", "filter")
+            joined, rest = j.group(1), rest[j.end() :]
+        clauses.append(ors)
+
+    def value(resource: dict, field: str) -> str | None:
+        if field == "display_name":
+            return resource.get("displayName")
+        return resource.get("labels", {}).get(field.removeprefix("labels."))
+
+    return lambda r: all(any(value(r, f) == v for f, v in ors) for ors in clauses)
+
+
+def _ordered(req: Request, found: list[dict]) -> list[dict]:
+    """``found`` in the list request's ``order_by`` (only ``update_time desc``), else 400."""
+    order = req.query.get("orderBy", [""])[0].replace(" ", "")
+    if order in ("update_timedesc", "updateTimedesc"):
+        return sorted(found, key=lambda m: m["updateTime"], reverse=True)
+    if order:
+        raise Invalid(f"The stand-in orders only by update_time desc: {order!r}", "order_by")
+    return found
 
 
 def _now() -> str:

@@ -3,11 +3,14 @@
 No TensorFlow here; ``google.cloud.aiplatform`` is imported only inside :func:`deploy`. The order
 is what keeps a failure harmless (docs/after-training.md):
 
-1. find the endpoint by display name, or create it;
+1. find the endpoint: by resource name, or the one of that display name carrying this
+   pipeline's label (``registry.FAMILY_LABEL``), or create it with the label;
 2. deploy the version (the prebuilt TensorFlow serving container its registry entry names) with
-   100% of the traffic: Vertex AI moves the traffic only once the new model serves, so a deploy
-   that fails (quota, a container that does not start) leaves the endpoint as it was;
-3. undeploy the models that served before (they have 0% by then);
+   the traffic our earlier versions had (100% unless other models share the endpoint: those keep
+   their share): Vertex AI moves the traffic only once the new model serves, so a deploy that
+   fails (quota, a container that does not start) leaves the endpoint as it was;
+3. undeploy the earlier versions of the same registry model (they have 0% by then); other
+   models on the endpoint are never touched;
 4. make the version the model's ``default`` alias, when asked: the registry's default is what
    serves, and the next run's champion.
 
@@ -19,8 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
+
+from training_core import registry
 
 log = logging.getLogger(__name__)
+
+# An endpoint given by resource name rather than display name.
+ENDPOINT_NAME = re.compile(r"projects/[^/]+/locations/[^/]+/endpoints/[^/]+")
 
 DEFAULT_ALIAS = "default"  # Vertex AI's alias for a model's default version.
 
@@ -57,27 +66,45 @@ def machine_args(
     return args
 
 
-def _find_or_create_endpoint(aiplatform, display_name: str, project: str, location: str):
+def _find_or_create_endpoint(aiplatform, endpoint: str, family: str, project: str, location: str):
+    """The endpoint to deploy to, and whether it was created.
+
+    ``endpoint`` is a resource name, or a display name: then the endpoint of that name with
+    ``family``'s label, else a new one carrying it.
+    """
+    if ENDPOINT_NAME.fullmatch(endpoint):
+        return aiplatform.Endpoint(endpoint, project=project, location=location), False
     found = aiplatform.Endpoint.list(
-        filter=f'display_name="{display_name}"',
+        filter=registry.family_filter(endpoint, family, "endpoint_display_name"),
         order_by="update_time desc",
         project=project,
         location=location,
     )
     if len(found) > 1:
         log.warning(
-            "%d endpoints are named %r; deploying to the most recently updated, %s",
+            "%d endpoints are named %r with label %s; deploying to the most recently updated, %s",
             len(found),
-            display_name,
+            endpoint,
+            registry.family_label(family),
             found[0].resource_name,
         )
     if found:
         return found[0], False
-    log.info("creating endpoint %r in %s/%s", display_name, project, location)
+    log.info("creating endpoint %r in %s/%s", endpoint, project, location)
     created = aiplatform.Endpoint.create(
-        display_name=display_name, project=project, location=location, sync=True
+        display_name=endpoint,
+        labels=registry.family_label(family),
+        project=project,
+        location=location,
+        sync=True,
     )
     return created, True
+
+
+def _model_id(name: str) -> str:
+    # The service may write the project as its number or its id; the model's id is unique in
+    # the endpoint's project and region.
+    return name.split("@")[0].rsplit("/models/", 1)[-1]
 
 
 def deploy(
@@ -99,8 +126,10 @@ def deploy(
         version_id: the version to serve.
         project: the Google Cloud project.
         location: the Vertex AI region.
-        endpoint_display_name: the endpoint's name; created when no endpoint has it; empty:
-            the registry model's display name.
+        endpoint_display_name: the endpoint's resource name
+            (``projects/P/locations/L/endpoints/ID``), or its display name: the endpoint of
+            that name carrying this pipeline's label for the model, created (with the label)
+            when there is none; empty: the registry model's display name.
         machine_type: the serving machine type (a hardware profile's ``serve`` machine).
         accelerator_type: its accelerator, if any (``NVIDIA_TESLA_T4``...).
         accelerator_count: accelerators per machine.
@@ -108,26 +137,45 @@ def deploy(
         make_default: make the version the model's default once it serves.
 
     Raises:
-        whatever the service answered; the endpoint's traffic and the registry's default are then
-        as they were before the call, unless the failure came after the new version took the
-        traffic (the log says which step failed).
+        ValueError: a display name that cannot go into a list filter (naming the option).
+        Otherwise whatever the service answered; the endpoint's traffic and the registry's
+        default are then as they were before the call, unless the failure came after the new
+        version took the traffic (the log says which step failed).
     """
     from google.cloud import aiplatform
 
     model = model.split("@")[0]
     aiplatform.init(project=project, location=location)
     registered = aiplatform.Model(model_name=model, version=version_id)
-    endpoint_display_name = endpoint_display_name or registered.display_name
     endpoint, created = _find_or_create_endpoint(
-        aiplatform, endpoint_display_name, project, location
+        aiplatform,
+        endpoint_display_name or registered.display_name,
+        registered.display_name,
+        project,
+        location,
     )
     before = {d.id: d for d in endpoint.list_models()}
-    same = [d for d in before.values() if d.model == model and d.model_version_id == version_id]
+    # Ours: versions of this registry model. Whatever else the endpoint serves (another
+    # model, another team's) keeps its deployment and its share of the traffic.
+    ours = {i for i, d in before.items() if _model_id(d.model) == _model_id(model)}
+    others = {i: p for i, p in endpoint.traffic_split.items() if i not in ours and p}
+    share = 100 - sum(others.values())
+    if not share:
+        log.warning(
+            "the other models on %s take all its traffic (%s): version %s of %s is deployed "
+            "with none",
+            endpoint.resource_name,
+            others,
+            version_id,
+            model,
+        )
+    same = [i for i in ours if before[i].model_version_id == version_id]
     if same:
-        new_id = same[0].id
+        new_id = same[0]
         log.info("version %s of %s is already deployed as %s", version_id, model, new_id)
-        if endpoint.traffic_split.get(new_id, 0) != 100:
-            endpoint.update(traffic_split={new_id: 100})
+        wanted = {**others, new_id: share} if share else others
+        if dict(endpoint.traffic_split) != wanted:
+            endpoint.update(traffic_split=wanted)
     else:
         log.info(
             "deploying %s version %s to %s on %s",
@@ -139,17 +187,20 @@ def deploy(
         endpoint.deploy(
             registered,
             deployed_model_display_name=f"{registered.display_name}-v{version_id}",
-            traffic_percentage=100,
+            traffic_split={**others, "0": share},
             sync=True,
             **machine_args(machine_type, accelerator_type, accelerator_count, replica_count),
         )
         now = {d.id for d in endpoint.list_models()}
         (new_id,) = now - set(before)
-    old = [d for d in before if d != new_id]
+    old = sorted(ours - {new_id})
     for deployed_model_id in old:
         # 0% of the traffic since the deploy above; the SDK sends the split without it.
         log.info(
-            "undeploying %s (served before) from %s", deployed_model_id, endpoint.resource_name
+            "undeploying %s (an earlier version of %s) from %s",
+            deployed_model_id,
+            model,
+            endpoint.resource_name,
         )
         endpoint.undeploy(deployed_model_id=deployed_model_id, sync=True)
     if make_default:

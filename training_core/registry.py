@@ -3,8 +3,11 @@
 No TensorFlow here: registering reads the TensorFlow version the export recorded in its
 ``serving_metadata.json`` (:data:`SERVING_METADATA_FILE`, written by ``training_core.export``),
 picks the prebuilt serving image for it (:func:`serving_container_for`) and uploads
-(:func:`register`). The two pure functions are checked by the tests without a network;
-``google.cloud.aiplatform`` is imported only by :func:`register`.
+(:func:`register`), labelling every version with :data:`FAMILY_LABEL`; :func:`find_champion`
+finds this pipeline's model again by that label (or by resource name) and checks where its
+SavedModel lives before anyone loads it (docs/after-training.md, "What the gate and the
+deployment trust"). ``google.cloud.aiplatform`` is imported only inside the functions that call
+the service.
 """
 
 from __future__ import annotations
@@ -129,6 +132,15 @@ def upload_args(
     }
 
 
+# The label every registry model and endpoint this pipeline makes carries: its value is the
+# model's display name as a label value. Lookups ask for it, so a model or an endpoint someone
+# else made under the same name is not taken for ours.
+FAMILY_LABEL = "ncf_pipelines_model"
+# Vertex AI's limit on display names, and the characters that cannot go into a filter's string.
+MAX_DISPLAY_NAME = 128
+FILTER_UNSAFE = '"\\'
+
+
 def label_value(value: object) -> str:
     """A Vertex AI label value: lower case, ``[a-z0-9_-]``, at most 63 characters."""
     text = re.sub(r"[^a-z0-9_-]", "_", str(value).lower())
@@ -146,38 +158,146 @@ def version_labels(metrics: dict[str, float], **facts: object) -> dict[str, str]
     return out
 
 
-def find_champion(project: str, location: str, display_name: str) -> Champion | None:
-    """The default version of the registry model named ``display_name``; ``None`` if none.
+def check_display_name(name: str, option: str) -> str:
+    """``name`` if it can stand in a registry filter's quoted string, else a ``ValueError``.
 
-    When several models carry the name (uploads made without ``parent_model``), the most
-    recently updated one is the champion, and the others are named in the log.
+    Vertex AI allows any UTF-8 in a display name, but a quote or a backslash would end or escape
+    the filter's string literal (``x" OR display_name="y`` would widen the lookup to another
+    model), and control characters have no place in a name: those are refused, naming
+    ``option`` (the parameter the name came from).
+    """
+    bad = sorted({c for c in name if c in FILTER_UNSAFE or ord(c) < 32 or ord(c) == 127})
+    if not name or len(name) > MAX_DISPLAY_NAME or bad:
+        why = (
+            f"it has {', '.join(repr(c) for c in bad)}"
+            if bad
+            else f"it must be 1 to {MAX_DISPLAY_NAME} characters"
+        )
+        raise ValueError(
+            f"{option} {name!r} cannot be used to find models or endpoints in Vertex AI: {why}; "
+            "use a name of letters, digits, spaces and -_.: (no quotes, backslashes or control "
+            "characters)"
+        )
+    return name
+
+
+def family_label(display_name: str) -> dict[str, str]:
+    """The label this pipeline puts on its registry models and endpoints (:data:`FAMILY_LABEL`)."""
+    return {FAMILY_LABEL: label_value(display_name)}
+
+
+def family_filter(display_name: str, family: str, option: str) -> str:
+    """The list filter for resources named ``display_name`` carrying ``family``'s label.
+
+    Only checked text goes into it (:func:`check_display_name`; the label value is
+    ``[a-z0-9_-]`` by construction), so it always means exactly these two equalities.
+    """
+    check_display_name(display_name, option)
+    ((key, value),) = family_label(family).items()
+    return f'display_name="{display_name}" AND labels.{key}="{value}"'
+
+
+def bucket_of(uri: str, option: str) -> str:
+    """``gs://B/`` for a ``gs://B/...`` URI or its ``/gcs/B/...`` path.
+
+    Raises:
+        ValueError: a URI outside Cloud Storage, asking for ``option``.
+    """
+    uri = gs_uri(uri)
+    bucket = uri[len("gs://") :].split("/", 1)[0] if uri.startswith("gs://") else ""
+    if not bucket:
+        raise ValueError(
+            f"{option}: give the gs:// folder this pipeline's models live in (it defaults to the "
+            f"bucket of the new model, but that is not in Cloud Storage: {uri!r})"
+        )
+    return f"gs://{bucket}/"
+
+
+def check_model_location(artifact_uri: str, model_root: str, what: str) -> str:
+    """``artifact_uri`` when it lies under ``model_root`` (both ``gs://``), else ``ValueError``.
+
+    A SavedModel is a program: the gate loads one only from where this pipeline writes its
+    models. ``..`` segments and look-alike buckets (``gs://b-evil`` for ``gs://b``) do not pass.
+    """
+    root = model_root.rstrip("/") + "/"
+    if not root.startswith("gs://") or len(root) <= len("gs:///"):
+        raise ValueError(
+            f"model_root must be a gs://BUCKET[/PREFIX] folder (where this pipeline writes its "
+            f"models), got {model_root!r}"
+        )
+    uri = (artifact_uri or "").rstrip("/") + "/"
+    parts = uri[len("gs://") :].split("/")
+    if not uri.startswith(root) or any(p in (".", "..") for p in parts):
+        raise ValueError(
+            f"{what} has its SavedModel at {artifact_uri!r}, outside {root} (model_root: where "
+            "this pipeline writes its models). A SavedModel is a program, so it is not loaded: "
+            "check who uploaded this version; give model_root if the pipeline's models live "
+            "elsewhere, or champion_uri to compare with a model you trust"
+        )
+    return artifact_uri
+
+
+def find_champion(
+    project: str,
+    location: str,
+    display_name: str,
+    model_root: str,
+    model_name: str = "",
+) -> Champion | None:
+    """The default version of this pipeline's registry model; ``None`` if there is none.
+
+    The model is ``model_name`` (a resource name, ``projects/P/locations/L/models/ID``) when
+    given, else the model named ``display_name`` that carries this pipeline's
+    :data:`FAMILY_LABEL` (set by :func:`register`): a model someone else uploaded under the same
+    name, without the label, is not seen. Whichever is found, its SavedModel must lie under
+    ``model_root`` (:func:`check_model_location`). When several labelled models carry the name
+    (uploads made without ``parent_model``), the most recently updated one is the champion, and
+    the others are named in the log.
+
+    Raises:
+        ValueError: a display name that cannot go into a filter (naming ``model_display_name``);
+            a champion whose SavedModel lies outside ``model_root``.
     """
     from google.cloud import aiplatform
 
-    found = aiplatform.Model.list(
-        filter=f'display_name="{display_name}"',
-        order_by="update_time desc",
-        project=project,
-        location=location,
-    )
-    if not found:
-        log.info("no model named %r in the registry of %s/%s", display_name, project, location)
-        return None
-    if len(found) > 1:
-        log.warning(
-            "%d models are named %r; the most recently updated one, %s, is the champion (the "
-            "others: %s)",
-            len(found),
-            display_name,
-            found[0].resource_name,
-            ", ".join(m.resource_name for m in found[1:]),
+    if model_name:
+        model = aiplatform.Model(model_name=model_name, project=project, location=location)
+    else:
+        found = aiplatform.Model.list(
+            filter=family_filter(display_name, display_name, "model_display_name"),
+            order_by="update_time desc",
+            project=project,
+            location=location,
         )
-    model = found[0]
+        if not found:
+            log.info(
+                "no model named %r with label %s in the registry of %s/%s",
+                display_name,
+                family_label(display_name),
+                project,
+                location,
+            )
+            return None
+        if len(found) > 1:
+            log.warning(
+                "%d models are named %r; the most recently updated one, %s, is the champion (the "
+                "others: %s)",
+                len(found),
+                display_name,
+                found[0].resource_name,
+                ", ".join(m.resource_name for m in found[1:]),
+            )
+        model = found[0]
+    check_model_location(
+        model.uri,
+        model_root,
+        f"the champion {model.resource_name}@{model.version_id} ({model.display_name!r})",
+    )
     return Champion(
         resource_name=model.resource_name,
         version_id=str(model.version_id),
         artifact_uri=model.uri,
-        display_name=display_name,
+        display_name=model.display_name,
     )
 
 
@@ -210,11 +330,13 @@ def register(
         serving_image: an image to use instead of the prebuilt one for its TensorFlow version.
         gpu: pick the GPU prebuilt image.
         parent_model: upload as a new version of this model (resource name); empty: new model.
-        labels: the version's labels (``version_labels``).
+        labels: the version's labels (``version_labels``); :func:`family_label` is added, so
+            :func:`find_champion` finds the model.
         is_default_version: make it the model's default version (what serves by default).
     """
     from google.cloud import aiplatform
 
+    check_display_name(display_name, "model_display_name")
     tf_version = saved_tensorflow_version(export_dir)
     args = upload_args(
         artifact_uri,
@@ -223,7 +345,7 @@ def register(
         serving_image,
         gpu,
         location,
-        labels=labels,
+        labels={**(labels or {}), **family_label(display_name)},
         parent_model=parent_model,
         is_default_version=is_default_version,
     )

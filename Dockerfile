@@ -14,12 +14,19 @@
 #                their locked sdists
 #   project      the project's own wheel (training_core, components, pipelines)
 #   cpu|gpu|tpu  python:3.11-slim + a venv at /opt/venv holding exactly the wheelhouse's wheels,
-#                installed offline with --no-build; no compiler, no pip, no wheel files left behind
+#                installed offline with --no-build; no compiler, no pip, no wheel files left behind;
+#                run as the unprivileged user ncf (uid 1000), who cannot change /opt/venv
 #
 #   dataflow     the cpu set + Beam's worker boot entrypoint (/opt/apache/beam/boot, copied from
 #                the Beam SDK image of the locked apache-beam): Dataflow's worker image
 #
 # Every step is tools/install_locked.sh, which `make image-check` also runs (without Docker).
+# Every download is checked: the base images by digest once pinned (below), uv by its PyPI
+# sha256, the wheels and sdists by uv.lock's hashes (pip --require-hashes in install_locked.sh).
+#
+# The two base images are named by tag until `make pin-base` (Docker and a registry needed)
+# appends the digest each tag names now (NAME:TAG@sha256:...): commit that, and a re-pushed tag
+# changes nothing here. docs/images.md, "Pinning by digest".
 # The base of the builder and of the final stages (make image-check substitutes a stand-in).
 ARG PYTHON_IMAGE=python:3.11-slim
 # Beam's SDK image for the Python and apache-beam versions of uv.lock, only for its boot binary
@@ -31,14 +38,25 @@ FROM ${BEAM_SDK_IMAGE} AS beam-sdk
 FROM ${PYTHON_IMAGE} AS builder
 # Kept equal to the Makefile's UV_VERSION (make image passes it; make image-check compares them).
 ARG UV_VERSION=0.13.8
+# The sha256 of uv UV_VERSION's Linux wheels on PyPI (x86_64 manylinux_2_17; aarch64
+# manylinux_2_28 and manylinux_2_17), from https://pypi.org/pypi/uv/json: pip installs no other
+# file. A new UV_VERSION needs its hashes here: with the old ones, pip stops the build.
+ARG UV_SHA256="e18a57b8b352eb7c8feb317b9f6f533c8f0ad9673fd6cf34bbe3cf1a9f6a8984 \
+5337c30bb893b4f9ce0ceb921ba2da0d13f649da644f40ad3bef84083bef0203 \
+0b3e8b1a4f5e405e31e2ff33de8af4744831e9f7338539671efbd8c3c94e791d"
 # A C/C++ compiler for the sdist-only packages (pyfarmhash is a C++ extension). Only here.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends build-essential \
     && rm -rf /var/lib/apt/lists/*
 # uv (exports the lock, builds the project wheel, installs the final venvs) and pip (downloads
-# and builds the wheelhouse) in a venv of their own.
+# and builds the wheelhouse) in a venv of their own. uv from a one-line requirements file with
+# its hashes: --require-hashes refuses any file whose sha256 is not one of UV_SHA256.
 RUN python3 -m venv /opt/build \
-    && /opt/build/bin/pip install --no-cache-dir --disable-pip-version-check "uv==${UV_VERSION}"
+    && printf 'uv==%s' "$UV_VERSION" > /tmp/uv.txt \
+    && for h in $UV_SHA256; do printf ' --hash=sha256:%s' "$h" >> /tmp/uv.txt; done \
+    && /opt/build/bin/pip install --no-cache-dir --disable-pip-version-check --require-hashes \
+        --only-binary :all: -r /tmp/uv.txt \
+    && rm /tmp/uv.txt
 ENV PATH=/opt/build/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml uv.lock README.md ./
@@ -69,7 +87,17 @@ RUN tools/install_locked.sh project /dist
 # What every final stage shares. python3 on PATH is the environment's (KFP lightweight
 # components run `python3 -m kfp.dsl.executor_main`; Vertex custom jobs run GCPC's
 # `python3 -m google_cloud_pipeline_components.container.v1.custom_job.launcher`), so no entrypoint.
+# The unprivileged account the images run as: each final stage installs as root, then ends with
+# `USER 1000:1000` (numeric, so a runtime that requires a non-root user can tell). Its home is
+# its only folder of its own; /tmp and the mounts Vertex AI gives (/gcs, /usr/local/nvidia) are
+# the rest of what it writes or reads.
 FROM ${PYTHON_IMAGE} AS runtime
+# /var/hypertune: where Vertex AI's tuning service has a trial write its metric
+# (CLOUD_ML_HP_METRIC_FILE, cloudml-hypertune); made here, owned by ncf, because a user who is not
+# root cannot create it under /var at run time.
+RUN groupadd --gid 1000 ncf \
+    && useradd --uid 1000 --gid 1000 --create-home --shell /usr/sbin/nologin ncf \
+    && install -d -o 1000 -g 1000 -m 0755 /var/hypertune
 ENV PYTHONUNBUFFERED=1 VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 
 # CUDA, cuDNN, NCCL etc. come from the locked nvidia-* wheels (TensorFlow finds them through its
@@ -87,6 +115,7 @@ RUN printf '%s\n' /usr/local/nvidia/lib64 /usr/local/nvidia/lib > /etc/ld.so.con
 RUN --mount=type=bind,from=wheels-gpu,source=/stage,target=/stage \
     --mount=type=bind,from=project,source=/dist,target=/dist \
     UV=/stage/bin/uv /stage/tools/install_locked.sh install gpu /stage/req /stage/wheels /dist /opt/venv
+USER 1000:1000
 
 # TensorFlow's TPU build (tensorflow-tpu) instead of tensorflow. Its libtpu (2.16.0rc0, which
 # also provides the PJRT C API TensorFlow uses on TPU VMs such as v5e) is not on PyPI and so not in
@@ -100,6 +129,7 @@ RUN --mount=type=bind,from=wheels-tpu,source=/stage,target=/stage \
     UV=/stage/bin/uv /stage/tools/install_locked.sh install tpu /stage/req /stage/wheels /dist /opt/venv \
     && ln -s "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/libtpu/libtpu.so" \
         /lib/libtpu.so
+USER 1000:1000
 
 # Dataflow's worker image (--sdk_container_image): the cpu set, with Beam's boot binary as the
 # entrypoint, which Dataflow runs to start the SDK worker (`python -m
@@ -112,6 +142,10 @@ COPY --from=beam-sdk /opt/apache/beam /opt/apache/beam
 RUN --mount=type=bind,from=wheels-cpu,source=/stage,target=/stage \
     --mount=type=bind,from=project,source=/dist,target=/dist \
     UV=/stage/bin/uv /stage/tools/install_locked.sh install dataflow /stage/req /stage/wheels /dist /opt/venv
+# boot runs as ncf too: it writes only under its --semi_persist_dir (/tmp) and, with
+# RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT, installs nothing unless the job stages packages, which
+# ours do not (a job that did would need them in the image instead).
+USER 1000:1000
 ENTRYPOINT ["/opt/apache/beam/boot"]
 
 # Last, so that a plain `docker build .` builds the CPU image.
@@ -120,3 +154,4 @@ ENV NCF_PIPELINES_IMAGE_VARIANT=cpu
 RUN --mount=type=bind,from=wheels-cpu,source=/stage,target=/stage \
     --mount=type=bind,from=project,source=/dist,target=/dist \
     UV=/stage/bin/uv /stage/tools/install_locked.sh install cpu /stage/req /stage/wheels /dist /opt/venv
+USER 1000:1000

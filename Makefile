@@ -16,9 +16,13 @@ PROFILE ?= cpu
 DRY_RUN ?=
 # Where image-check keeps its clean root and downloaded wheels between runs.
 IMAGE_CHECK_WORK ?= out/image-check
+# make audit: pip-audit's own venv (uv.lock's audit group) and the exports and report; where the
+# advisories come from: snapshot (tools/advisories.json, offline; CI), pypi or osv (live, pip-audit).
+AUDIT_WORK ?= out/audit
+AUDIT_SERVICE ?= snapshot
 
 .PHONY: help setup run test test-fast lint format bench-prepare bench-reference bench-quality \
-	image image-check push clean
+	image image-check pin-base push audit clean
 
 help: ## Show this help.
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-15s %s\n", $$1, $$2}'
@@ -70,6 +74,9 @@ image: setup ## Build every image variant (cpu, gpu, dataflow, tpu) with Docker;
 			--target $$variant --tag $$tag .; \
 	done
 
+pin-base: ## Pin the Dockerfile's base images to the digests their tags name now (Docker; then commit).
+	python3 tools/image_check.py --pin-base
+
 push: setup ## Build and push the images PROFILE's template runs to IMAGE_REPOSITORY (docs/submit.md).
 	$(UV) run --frozen python -m pipelines.push_images --profile $(PROFILE) \
 		$(if $(IMAGE_REPOSITORY),--repository $(IMAGE_REPOSITORY)) --uv-version $(UV_VERSION) \
@@ -79,6 +86,12 @@ image-check: setup ## Without Docker: each stage's install (--no-build) in a cle
 	python3 tools/image_check.py --uv-version $(UV_VERSION) --engines $(IMAGE_CHECK_ENGINES) \
 		--work $(IMAGE_CHECK_WORK) \
 		$(if $(IMAGE_VARIANTS),--variants $(IMAGE_VARIANTS))
+
+audit: setup ## Dependency audit of uv.lock's sets (AUDIT_SERVICE=snapshot|pypi|osv); accepted findings: tools/audit_accepted.toml.
+	UV_PROJECT_ENVIRONMENT=$(AUDIT_WORK)/venv $(UV) sync --frozen --only-group audit \
+		--no-install-project --quiet
+	$(AUDIT_WORK)/venv/bin/python tools/audit.py --uv "$(UV)" --work $(AUDIT_WORK) \
+		--pip-audit $(AUDIT_WORK)/venv/bin/pip-audit --vulnerability-service $(AUDIT_SERVICE)
 
 clean: ## Remove outputs (keeps .venv).
 	rm -rf out .pytest_cache

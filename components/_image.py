@@ -14,6 +14,11 @@ Dockerfile's stages are named after ``VARIANTS``, ``make image`` asks this modul
 Pipelines compile with these tags unless ``--image-repository`` (or
 ``NCF_PIPELINES_IMAGE_REPOSITORY``, read by the CLI) names another repository, or ``--image``
 names one image for every step.
+
+A tag can be pushed again; a digest (``REPO@sha256:...``) names one image's content for good.
+``compile --image NAME@sha256:...`` and ``compile --image-digest VARIANT=sha256:...`` write
+digests (``digest_problem`` checks the form, ``pinned`` turns a tag into its digest form);
+``compile`` and ``submit`` warn about the images a template names only by tag.
 """
 
 from __future__ import annotations
@@ -39,6 +44,46 @@ UNBUILDABLE = {
         "(--image); see docs/images.md, 'TPU'"
     ),
 }
+
+
+# A content digest as registries give it (docker push, docker inspect's RepoDigests).
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def digest_problem(image: str, what: str) -> str | None:
+    """Why ``image`` is a malformed digest reference (``NAME@...``), or None.
+
+    Args:
+        image: an image reference as given; one without ``@`` is a tag reference (fine).
+        what: where it came from, for the message (``--image``).
+    """
+    if "@" not in image:
+        return None
+    name, _, digest = image.rpartition("@")
+    if name and DIGEST.fullmatch(digest):
+        return None
+    return (
+        f"{what} {image!r} is not NAME@sha256:DIGEST with 64 lowercase hex digits: copy the "
+        "digest `docker push` printed, or `docker inspect --format '{{index .RepoDigests 0}}' "
+        "TAG` (docs/images.md, 'Pinning by digest')"
+    )
+
+
+def pinned(tag: str, digest: str) -> str:
+    """``REPO:TAG`` (or ``REPO``) with ``sha256:...`` as ``REPO@sha256:...``.
+
+    Raises:
+        ValueError: ``digest`` is not ``sha256:`` and 64 lowercase hex digits.
+    """
+    if not DIGEST.fullmatch(digest):
+        raise ValueError(f"{digest!r} is not sha256: and 64 lowercase hex digits")
+    name = tag.rsplit(":", 1)[0] if ":" in tag.rsplit("/", 1)[-1] else tag
+    return f"{name}@{digest}"
+
+
+def is_pinned(image: str) -> bool:
+    """Whether ``image`` names its content by digest (``NAME@sha256:...``)."""
+    return digest_problem(image, "") is None and "@" in image
 
 
 def package_version() -> str:

@@ -78,3 +78,56 @@ def images_from(spec: Mapping[str, Any], repository: str) -> list[str]:
             )
         )
     )
+
+
+# Where a compiled spec names an image besides executors and worker pools: the Beam steps'
+# Dataflow worker image (their component parameter), and a Beam job's own option.
+WORKER_IMAGE = "worker_image"
+_WORKER_IMAGE_OPTION = re.compile(r"--(?:sdk_container_image|worker_harness_container_image)=(\S+)")
+
+
+def _worker_images(node: Any) -> set[str]:
+    """The constant values of every ``worker_image`` task parameter below ``node``."""
+    found: set[str] = set()
+    if isinstance(node, Mapping):
+        constant = node.get(WORKER_IMAGE, {})
+        constant = constant.get("runtimeValue", {}) if isinstance(constant, Mapping) else {}
+        if isinstance(constant, Mapping) and constant.get("constant"):
+            found.add(constant["constant"])
+        for value in node.values():
+            found |= _worker_images(value)
+    elif isinstance(node, list):
+        for value in node:
+            found |= _worker_images(value)
+    return found
+
+
+def images_named(spec: Mapping[str, Any]) -> list[str]:
+    """Every container image the compiled spec runs, sorted.
+
+    The executors' containers, the custom job's worker pools and the Dataflow workers' image
+    (the Beam steps' ``worker_image``, or a ``--sdk_container_image`` option).
+    """
+    executors = spec.get("deploymentSpec", {}).get("executors", {}).values()
+    images = {e["container"]["image"] for e in executors if "container" in e}
+    if TRAIN_TASK in spec.get("root", {}).get("dag", {}).get("tasks", {}):
+        images |= {p["container_spec"]["image_uri"] for p in worker_pools(spec)}
+    images |= _worker_images(spec.get("root", {})) | _worker_images(spec.get("components", {}))
+    images |= set(_WORKER_IMAGE_OPTION.findall(json.dumps(spec)))
+    return sorted(images)
+
+
+def pin_images(text: str, digests: Mapping[str, str]) -> str:
+    """A compiled template's text with each image tag of ``digests`` pinned.
+
+    Each ``{tag: "REPO@sha256:..."}`` replaces the whole tag wherever it appears.
+
+    Raises:
+        ValueError: the template does not name one of the tags.
+    """
+    for tag, reference in digests.items():
+        pattern = re.compile(r"(?<![A-Za-z0-9._/-])" + re.escape(tag) + r"(?![A-Za-z0-9_.:@-])")
+        text, count = pattern.subn(reference, text)
+        if not count:
+            raise ValueError(f"the template names no image {tag}")
+    return text

@@ -17,7 +17,9 @@ Two kinds, each recognised here and nowhere else:
 
 The Compute Engine default service account a run falls back to is named with the placeholder
 word ``PROJECT_NUMBER`` (``DEFAULT_COMPUTE_SERVICE_ACCOUNT``): its number is the project's, which
-nothing offline knows, so a dry run shows the rule instead of inventing a number.
+nothing offline knows, so a dry run shows the rule instead of inventing a number. ``submit``
+warns when a run would execute as it (``default_service_account_warning``): it usually holds the
+project's Editor role.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ _WORD = re.compile(r"(?<![A-Za-z0-9_])[A-Z][A-Z0-9_]*[A-Z0-9](?![A-Za-z0-9_])")
 
 DEFAULT_COMPUTE_SERVICE_ACCOUNT = "PROJECT_NUMBER-compute@developer.gserviceaccount.com"
 """The account a run without ``--service-account`` runs as (Vertex AI's documented default)."""
+# That account with the project's number in place of the placeholder word.
+_DEFAULT_COMPUTE = re.compile(
+    re.escape(DEFAULT_COMPUTE_SERVICE_ACCOUNT).replace("PROJECT_NUMBER", r"[0-9]+")
+)
 
 # What replaces each kind of value, for the message.
 WHAT_TO_PUT = {
@@ -82,6 +88,27 @@ def check_placeholders(checks: Mapping[str, tuple[str | None, str]]) -> None:
             raise ValueError(problem)
 
 
+def default_service_account_warning(service_account: str | None) -> str | None:
+    """A warning when a run would execute as the Compute Engine default account, else None.
+
+    That account (no ``--service-account``, or ``NUMBER-compute@developer...`` named) usually
+    holds the project-wide Editor role, so every step, and any code a bad input file or model
+    could run in one, would act with it. docs/submit.md, "A service account for the pipeline",
+    lists the roles a dedicated account needs and creates one.
+    """
+    if service_account is not None and not _DEFAULT_COMPUTE.fullmatch(service_account):
+        return None
+    who = (
+        service_account or f"the Compute Engine default account, {DEFAULT_COMPUTE_SERVICE_ACCOUNT}"
+    )
+    return (
+        f"the run executes as {who}, which usually holds the project's Editor role: every "
+        "step could change anything in the project. Create a service account with only the "
+        'roles the pipeline needs and pass --service-account (docs/submit.md, "A service '
+        'account for the pipeline")'
+    )
+
+
 def bucket_of(uri: str) -> str:
     """The bucket of a ``gs://`` URI (``""`` for anything else: a local path is no bucket)."""
     return uri[len("gs://") :].split("/", 1)[0] if uri.startswith("gs://") else ""
@@ -109,11 +136,37 @@ def placeholder_repository_warning(spec: Mapping[str, Any], path: str) -> str | 
     )
 
 
+def movable_tags_warning(spec: Mapping[str, Any], path: str) -> str | None:
+    """A warning when the compiled template names images by tag rather than digest, else None.
+
+    A tag can be pushed again, so a later run (a schedule's, a retry's) could pull different
+    code under the same name. Images of the placeholder repository are left to
+    ``placeholder_repository_warning``.
+    """
+    from components._image import is_pinned
+    from pipelines import compiled
+
+    movable = [
+        i
+        for i in compiled.images_named(spec)
+        if not is_pinned(i) and not i.startswith(IMAGE_REPOSITORY + ":")
+    ]
+    if not movable:
+        return None
+    return (
+        f"{path} names images by tag ({', '.join(movable)}): whoever can push to those tags "
+        "decides what later runs execute. Pin them by digest: compile with --image-digest "
+        "VARIANT=sha256:... for each (the digests make push prints), or --image "
+        "NAME@sha256:...; docs/images.md, 'Pinning by digest'"
+    )
+
+
 def warn_about_images(path: str) -> None:
     """Logs what is wrong with the images the template at ``path`` names (compile, submit).
 
-    The placeholder repository (``placeholder_repository_warning``) and images that cannot be
-    built yet (``components._image.unbuildable_images``: the tpu one), from one read of it.
+    The placeholder repository (``placeholder_repository_warning``), images named by movable
+    tag (``movable_tags_warning``) and images that cannot be built yet
+    (``components._image.unbuildable_images``: the tpu one), from one read of it.
     """
     import json
 
@@ -121,6 +174,10 @@ def warn_about_images(path: str) -> None:
     from pipelines import submit
 
     spec = submit.load_template(path).spec
-    warnings = [placeholder_repository_warning(spec, path), *unbuildable_images(json.dumps(spec))]
+    warnings = [
+        placeholder_repository_warning(spec, path),
+        movable_tags_warning(spec, path),
+        *unbuildable_images(json.dumps(spec)),
+    ]
     for warning in filter(None, warnings):
         logging.getLogger("ncf-pipelines").warning("%s", warning)

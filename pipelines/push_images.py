@@ -4,6 +4,9 @@ The pipeline is compiled for the profile with ``--image-repository REPOSITORY`` 
 folder), and every ``REPOSITORY:TAG`` the template names is built from the Dockerfile stage of
 its variant and pushed: the tags are the template's own, derived by ``components._image``, so
 what is pushed is what the compiled template pulls. ``--dry-run`` prints the commands instead.
+After the push, the digest each tag now names is read back (``docker image inspect``) and the
+``compile --image-digest`` options that pin them are printed: a tag can be pushed again, a
+digest cannot.
 
 ``python -m pipelines.push_images --profile gpu-a100 --repository R [--dry-run]``; ``make push
 PROFILE=gpu-a100 IMAGE_REPOSITORY=R [DRY_RUN=1]`` runs it (docs/submit.md, step 4).
@@ -12,6 +15,7 @@ PROFILE=gpu-a100 IMAGE_REPOSITORY=R [DRY_RUN=1]`` runs it (docs/submit.md, step 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import shutil
@@ -69,6 +73,38 @@ def commands(builds: list[tuple[str, str]], uv_version: str) -> list[list[str]]:
     return out
 
 
+def repo_digest(tag: str, repository: str) -> str:
+    """The ``sha256:...`` digest ``tag`` was pushed as (its RepoDigests entry for repository).
+
+    Raises:
+        ValueError: Docker knows no digest of it in that repository (not pushed).
+    """
+    out = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{json .RepoDigests}}", tag],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return digest_in(json.loads(out) or [], repository, tag)
+
+
+def digest_in(repo_digests: list[str], repository: str, tag: str) -> str:
+    """The digest of ``repository`` among Docker's ``RepoDigests`` (``REPO@sha256:...``)."""
+    for ref in repo_digests:
+        name, _, digest = ref.rpartition("@")
+        if name == repository.rstrip("/"):
+            return digest
+    raise ValueError(f"docker knows no digest of {tag} in {repository}: was it pushed?")
+
+
+def pin_options(repository: str, digests: dict[str, str]) -> str:
+    """The compile options that pin each pushed variant: ``--image-digest VARIANT=sha256:...``."""
+    return " ".join(
+        [f"--image-repository {repository}"]
+        + [f"--image-digest {variant}={digest}" for variant, digest in sorted(digests.items())]
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Builds and pushes (or prints, with --dry-run) the profile's images; the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -114,7 +150,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"make push: error: {shlex.join(command)} failed", file=sys.stderr)
                 return 1
     if not args.dry_run:
-        print(f"Pushed. Compile with: --image-repository {args.repository}")
+        digests = {v: repo_digest(tag, args.repository) for v, tag in builds}
+        print(
+            f"Pushed. Compile with: {pin_options(args.repository, digests)}\n"
+            "(the digests pin what was pushed now; the tags alone would follow later pushes)"
+        )
     return 0
 
 

@@ -17,10 +17,12 @@ import contextlib
 import dataclasses
 import difflib
 import functools
+import ipaddress
 import json
 import logging
 import os
 import re
+import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -94,7 +96,8 @@ class SubmitConfig:
         schedule_name: display name of the schedule (default: display name + ``-schedule``).
         max_concurrent_runs: runs a schedule may have going at once.
         api_endpoint: Vertex AI endpoint other than the regional default (a private endpoint,
-            or ``http://127.0.0.1:PORT`` for the test stand-in).
+            or ``http://127.0.0.1:PORT`` for the test stand-in). Plain ``http://`` only to
+            loopback (``api_endpoint_problem``): every request carries a bearer token.
         credentials: ``google.auth`` credentials; ``None`` means Application Default
             Credentials. Never printed or logged.
     """
@@ -407,7 +410,37 @@ def validate_config(config: SubmitConfig) -> None:
         )
     if config.display_name is not None and not 0 < len(config.display_name) <= 128:
         raise ValueError("display name must be 1-128 characters")
+    problem = api_endpoint_problem(config.api_endpoint)
+    if problem:
+        raise ValueError(problem)
     validate_labels(config.labels)
+
+
+def api_endpoint_problem(endpoint: str | None) -> str | None:
+    """Why ``endpoint`` would send the credentials in the clear, or None.
+
+    Every request carries the caller's OAuth bearer token in its ``Authorization`` header, so
+    plain ``http://`` is allowed only to this machine's loopback (127.0.0.0/8, ::1,
+    ``localhost``: a local stand-in). No scheme or ``https://`` is TLS (the aiplatform REST
+    transport adds ``https://`` to a bare host).
+    """
+    if not endpoint or not endpoint.strip().lower().startswith("http://"):
+        return None
+    try:
+        host = urllib.parse.urlsplit(endpoint.strip()).hostname or ""
+    except ValueError:  # An unbalanced [ in the host.
+        host = ""
+    if host == "localhost":
+        return None
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    return (
+        f"api endpoint (--api-endpoint) {endpoint!r} is plain http to {host or 'an unknown host'}: "
+        "every request carries your OAuth bearer token, which anyone on the way could read and "
+        "reuse. Use https:// (or the host alone), or plain http only to a stand-in on this "
+        "machine (127.0.0.1, ::1 or localhost)"
+    )
 
 
 def region_problem(region: str | None, what: str = "region") -> str | None:

@@ -225,3 +225,293 @@ def test_compile_and_submit_say_the_tpu_image_cannot_be_built(tmp_path, caplog):
     assert [r for r in caplog.records if "cannot be built yet" in r.getMessage()]
     # One image for every step (--image) is the user's own: no word about ours.
     assert _image.unbuildable_images(f"image: {_image.image_for('cpu')}") == []
+
+
+# --- Supply chain: the user the images run as, pinned bases and downloads, pinned images -------
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize("variant", _image.VARIANTS)
+def test_every_final_stage_installs_as_root_then_runs_as_the_unprivileged_user(variant):
+    """Each image ends as uid 1000 (numeric, so a runtime requiring non-root can tell), created
+    in the shared runtime stage; its installs (and the gpu stage's ldconfig) run before, as root."""
+    instructions = STAGES[variant]["instructions"]
+    keywords = [k for k, _ in instructions]
+    users = [t for k, t in instructions if k == "USER"]
+    assert users == ["1000:1000"]
+    assert "RUN" not in keywords[keywords.index("USER") :]  # Nothing installed as the user.
+    assert image_check.check_user(users[0], variant) == "1000:1000"
+    (create,) = [t for k, t in STAGES["runtime"]["instructions"] if k == "RUN"]
+    assert "useradd --uid 1000 --gid 1000" in create and "groupadd --gid 1000 ncf" in create
+    assert STAGES[variant]["parent"] == "runtime"
+
+
+@pytest.mark.parametrize("user", [None, "", "root", "0", "0:0", "root:root"])
+def test_the_image_check_refuses_an_image_that_runs_as_root(user):
+    with pytest.raises(SystemExit, match="USER 1000:1000"):
+        image_check.check_user(user, "cpu")
+
+
+def test_the_probes_must_have_run_as_the_images_user():
+    """probe_script prints the uid it ran as; a probe run as root (no USER) fails the check."""
+    assert 'echo "uid:$(id -u)"' in image_check.probe_script("cpu")
+    tag = f"REPO:{_image.package_version()}-cpu"
+    ran = f"/opt/venv/bin/python3\n{tag}\n"
+    assert image_check.check_probe(ran + "uid:1000\n", "/opt/venv", _image.package_version(),
+                                   "cpu") == tag  # fmt: skip
+    for bad in ("uid:0\n", ""):
+        with pytest.raises(SystemExit, match="ran as root"):
+            image_check.check_probe(ran + bad, "/opt/venv", _image.package_version(), "cpu")
+    # A tuning trial's metric folder the user cannot write (Vertex AI's CLOUD_ML_HP_METRIC_FILE).
+    unwritable = ran + "uid:1000\nunwritable:/var/hypertune\n"
+    with pytest.raises(SystemExit, match="unwritable:/var/hypertune"):
+        image_check.check_probe(unwritable, "/opt/venv", _image.package_version(), "cpu")
+
+
+def test_the_gpu_probe_runs_ldconfig_as_root_and_the_rest_as_the_user():
+    """The NVIDIA runtime hook (root) runs ldconfig; the user cannot write the loader cache."""
+    steps = image_check.driver_probes()
+    assert [as_root for _, as_root in steps] == [False, True, False]
+    assert steps[1][0] == "ldconfig"
+    as_user = [script for script, as_root in steps if not as_root]
+    assert "".join(as_user) == image_check.DRIVER_PROBE  # The whole probe, split once.
+    assert "without-ld-library-path" in as_user[0] and "after-ldconfig" in as_user[1]
+    assert "ldconfig" not in [line.strip() for line in image_check.DRIVER_PROBE.splitlines()]
+
+
+def test_the_chroot_engine_runs_as_the_dockerfile_user_with_its_home(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "passwd").write_text(
+        "root:x:0:0:root:/root:/bin/bash\nncf:x:1000:1000::/home/ncf:/usr/sbin/nologin\n"
+    )
+    assert image_check.user_spec(tmp_path, "1000:1000") == "1000:1000"
+    assert image_check.user_spec(tmp_path, "ncf") == "1000:1000"
+    assert image_check.user_home(tmp_path, "1000:1000") == "/home/ncf"
+    assert image_check.user_home(tmp_path, "4242") == "/"
+    with pytest.raises(SystemExit, match="no such user"):
+        image_check.user_spec(tmp_path, "nobody-here")
+
+
+def test_uv_is_installed_only_from_files_with_known_hashes():
+    """The builder's uv comes from a requirement line with PyPI's sha256 of its Linux wheels
+    (--require-hashes): a changed file on the index, or a new UV_VERSION without its hashes,
+    stops the build."""
+    import re
+
+    text = (REPO / "Dockerfile").read_text()
+    (hashes,) = re.findall(r'^ARG UV_SHA256="([^"]*)"', text, re.M)
+    hashes = hashes.replace("\\\n", " ").split()
+    assert len(hashes) == 3 and all(re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes)
+    (install,) = [t for k, t in STAGES["builder"]["instructions"] if k == "RUN" and "uv.txt" in t]
+    assert "--require-hashes" in install and "--only-binary :all:" in install
+    assert '"uv==${UV_VERSION}"' not in text  # The unchecked install is gone.
+    line = subprocess.run(
+        ["sh", "-c", install.split("&&")[1] + "&&" + install.split("&&")[2] + "; cat /tmp/uv.txt"],
+        env={"UV_VERSION": "0.13.8", "UV_SHA256": " ".join(hashes), "PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert line == "uv==0.13.8" + "".join(f" --hash=sha256:{h}" for h in hashes)
+
+
+def test_make_pin_base_pins_each_base_image_by_digest():
+    dockerfile = (REPO / "Dockerfile").read_text()
+    bases = image_check.base_images(dockerfile)
+    assert set(bases) == {"PYTHON_IMAGE", "BEAM_SDK_IMAGE"}
+    pinned = image_check.pin_bases(dockerfile, dict.fromkeys(bases, DIGEST))
+    assert image_check.unpinned_bases(pinned) == []
+    assert f"ARG PYTHON_IMAGE=python:3.11-slim@{DIGEST}\n" in pinned
+    # Pinned again (a newer digest) replaces the old one; the Beam version check still holds.
+    newer = "sha256:" + "cd" * 32
+    again = image_check.pin_bases(pinned, {"PYTHON_IMAGE": newer})
+    assert f"ARG PYTHON_IMAGE=python:3.11-slim@{newer}\n" in again and DIGEST in again
+    lock = (REPO / "uv.lock").read_text()
+    assert image_check.beam_sdk_image_problem(again, lock) is None
+    with pytest.raises(SystemExit, match="64 lowercase hex"):
+        image_check.pin_bases(dockerfile, {"PYTHON_IMAGE": "sha256:abc"})
+
+
+@pytest.mark.parametrize(
+    ("image", "ok"),
+    [
+        ("europe-docker.pkg.dev/p/r/ncf:1-cpu", True),  # A tag: allowed (and warned about).
+        (f"europe-docker.pkg.dev/p/r/ncf@{DIGEST}", True),
+        (f"europe-docker.pkg.dev/p/r/ncf:1-cpu@{DIGEST}", True),
+        ("europe-docker.pkg.dev/p/r/ncf@sha256:abc", False),
+        (f"europe-docker.pkg.dev/p/r/ncf@{DIGEST.upper()}", False),
+        (f"@{DIGEST}", False),
+    ],
+)
+def test_an_image_digest_must_be_well_formed(image, ok):
+    problem = _image.digest_problem(image, "--image")
+    assert (problem is None) == ok
+    assert ok or "--image" in problem and "NAME@sha256:DIGEST" in problem
+
+
+def _compile(tmp_path, name, *argv):
+    from pipelines import cli, compiled, submit
+
+    path = tmp_path / f"{name}.yaml"
+    code = cli.main(["compile", "--output", str(path), *argv])
+    spec = submit.load_template(str(path)).spec if code == 0 else None
+    return code, (compiled.images_named(spec) if spec else None)
+
+
+def _movable_warning(caplog) -> list[str]:
+    found = [r.getMessage() for r in caplog.records if "names images by tag" in r.getMessage()]
+    caplog.clear()
+    return found
+
+
+@pytest.mark.slow
+def test_compile_pins_images_by_digest_and_warns_about_movable_tags(tmp_path, caplog, capsys):
+    repo = "europe-docker.pkg.dev/p/r/ncf-pipelines"
+    version = _image.package_version()
+    profile = ["--profile", "gpu-a100x8-dataflow", "--image-repository", repo]
+    caplog.set_level(logging.WARNING, logger="ncf-pipelines")
+
+    # Tags only: compiled as before, with a warning naming every movable image.
+    code, images = _compile(tmp_path, "tags", *profile)
+    assert code == 0 and images == [f"{repo}:{version}-{v}" for v in ("cpu", "dataflow", "gpu")]
+    (warning,) = _movable_warning(caplog)
+    assert all(i in warning for i in images) and "--image-digest" in warning
+
+    # Two of three pinned: the template names the digests; the warning names the third only.
+    gpu = "sha256:" + "cd" * 32
+    pins = ["--image-digest", f"cpu={DIGEST}", "--image-digest", f"gpu={gpu}"]
+    code, images = _compile(tmp_path, "some", *profile, *pins)
+    assert code == 0
+    assert images == [f"{repo}:{version}-dataflow", f"{repo}@{DIGEST}", f"{repo}@{gpu}"]
+    (warning,) = _movable_warning(caplog)
+    assert f"{repo}:{version}-dataflow" in warning and f"{version}-cpu" not in warning
+
+    # All pinned: no warning. So is one image given by digest (--image), written as is.
+    code, _ = _compile(tmp_path, "all", *profile, *pins, "--image-digest", f"dataflow={DIGEST}")
+    assert code == 0 and _movable_warning(caplog) == []
+    one = f"{repo}@{DIGEST}"
+    code, images = _compile(tmp_path, "one", "--profile", "gpu-a100", "--image", one)
+    assert code == 0 and images == [one] and _movable_warning(caplog) == []
+    capsys.readouterr()
+
+    # Refused, naming the option, with no template left behind.
+    for argv, message in [
+        ([*profile, "--image-digest", "gpu=sha256:abc"], "64 lowercase hex"),
+        ([*profile, "--image-digest", f"arm={DIGEST}"], "no image variant 'arm'"),
+        (["--profile", "cpu", "--image-digest", f"gpu={DIGEST}"], "runs no gpu image"),
+        (["--profile", "cpu", "--image", "x@sha256:abc"], "--image 'x@sha256:abc' is not"),
+        (["--profile", "cpu", "--image", one, "--image-digest", f"cpu={DIGEST}"], "with --image"),
+    ]:
+        code, _ = _compile(tmp_path, "bad", *argv)
+        assert code == 2 and message in capsys.readouterr().err, argv
+        assert not (tmp_path / "bad.yaml").exists()
+
+
+# --- Dependency audit (make audit, tools/audit.py) ---------------------------------------------
+
+
+def _audit(tmp_path, dependencies, accepted=None):
+    import audit
+
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"dependencies": dependencies, "fixes": []}))
+    argv = ["--report", str(report)]
+    if accepted is not None:
+        (tmp_path / "accepted.toml").write_text(accepted)
+        argv += ["--accepted", str(tmp_path / "accepted.toml")]
+    return audit.main(argv)
+
+
+PYARROW_CVE = {
+    "id": "GHSA-5wvp-7f3h-6wmm",  # The service may report the GHSA id: the alias matches.
+    "aliases": ["CVE-2023-47248"],
+    "fix_versions": ["14.0.1"],
+    "description": "...",
+}
+
+
+def test_the_audit_accepts_only_listed_findings_at_their_locked_version(tmp_path, capsys):
+    clean = {"name": "numpy", "version": "1.26.4", "vulns": []}
+    pyarrow = {"name": "pyarrow", "version": "10.0.1", "vulns": [PYARROW_CVE]}
+    assert _audit(tmp_path, [clean, pyarrow]) == 0  # tools/audit_accepted.toml's entry.
+    out = capsys.readouterr().out
+    assert "accepted" in out and "pyarrow 10.0.1: GHSA-5wvp-7f3h-6wmm (fixed in: 14.0.1)" in out
+
+    new = {"id": "PYSEC-2099-1", "aliases": [], "fix_versions": [], "description": "..."}
+    assert _audit(tmp_path, [{**pyarrow, "vulns": [PYARROW_CVE, new]}]) == 1
+    assert "NOT ACCEPTED" in capsys.readouterr().out
+    # Accepted for 10.0.1 only: the same advisory at another version is not accepted, and the
+    # entry that matched nothing is named stale.
+    assert _audit(tmp_path, [{**pyarrow, "version": "11.0.0"}]) == 1
+    out = capsys.readouterr().out
+    assert "pyarrow 11.0.0" in out and "stale" in out and "pyarrow 10.0.1: PYSEC-2023-238" in out
+
+
+def test_the_audit_fails_when_the_service_could_not_look_packages_up(tmp_path, capsys):
+    """pip-audit skips a package it cannot look up and still says "No known vulnerabilities
+    found" (exit 0): what it does on a machine whose PyPI has no JSON API. That is no audit."""
+    skipped = {
+        "name": "pyarrow",
+        "skip_reason": "Dependency not found on PyPI and could not be audited: pyarrow (10.0.1)",
+    }
+    assert _audit(tmp_path, [skipped, {"name": "numpy", "version": "1", "vulns": []}]) == 2
+    captured = capsys.readouterr()
+    assert "1 package(s) could not be looked up" in captured.err and "pyarrow" in captured.err
+    assert "stale" not in captured.out  # Nothing was matched because nothing was looked up.
+
+
+def test_every_accepted_finding_says_why(tmp_path):
+    import audit
+
+    entries = audit.load_accepted(audit.ACCEPTED)
+    assert entries and all(len(e["why"]) > 40 for e in entries)
+    with pytest.raises(SystemExit, match=r"accepted.toml: accepted entry 1 has no why"):
+        _audit(tmp_path, [], '[[accepted]]\nid = "X"\npackage = "p"\nversion = "1"\n')
+
+
+def test_the_offline_snapshot_matches_by_osv_rules():
+    """The snapshot audit (what CI runs): OSV's events on PEP 440 versions, and listed versions."""
+    import audit
+    from packaging.version import Version
+
+    rng = {"type": "ECOSYSTEM", "events": [{"introduced": "1.0"}, {"fixed": "1.2"}]}
+    last = {"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"last_affected": "0.9"}]}
+    affected = {"package": "p", "ranges": [rng, last], "versions": ["3.0rc1"]}
+    hit = {v: audit._affects(affected, Version(v)) for v in ["0.1", "0.9", "0.9.1", "1.0", "1.1.9"]}
+    hit |= {v: audit._affects(affected, Version(v)) for v in ["1.2", "2.0", "3.0rc1"]}
+    assert hit == {
+        **{"0.1": True, "0.9": True, "0.9.1": False, "1.0": True, "1.1.9": True},
+        **{"1.2": False, "2.0": False, "3.0rc1": True},
+    }
+    # A GIT range (commit ids) is not a version range: it neither matches nor names a fix.
+    git = {"package": "p", "ranges": [{"type": "GIT", "events": [{"introduced": "0"}]}]}
+    assert not audit._affects(git, Version("1.0"))
+
+    # The committed snapshot: the pyarrow advisory at the locked version, not at its fix; an
+    # old TensorFlow's many advisories (a control that the file is matched at all).
+    snapshot = json.loads(audit.SNAPSHOT.read_text())
+    report = audit.snapshot_report(
+        {"pyarrow": "10.0.1", "numpy": "1.26.4", "tensorflow": "2.6.0"}, snapshot
+    )
+    found = {d["name"]: [v["id"] for v in d["vulns"]] for d in report["dependencies"]}
+    assert "PYSEC-2023-238" in found["pyarrow"] and len(found["tensorflow"]) > 10
+    fixed = audit.snapshot_report({"pyarrow": "14.0.1"}, snapshot)["dependencies"][0]["vulns"]
+    assert "PYSEC-2023-238" not in [v["id"] for v in fixed]
+    # The snapshot covers every package uv.lock names (else the audit refuses: see main).
+    assert audit.locked_names() <= set(snapshot["packages"])
+
+
+def test_the_snapshot_audit_runs_over_the_lock_and_refuses_a_stale_snapshot(tmp_path, capsys):
+    import audit
+
+    assert audit.main(["--work", str(tmp_path / "w")]) == 0  # Today's lock: accepted only.
+    out = capsys.readouterr().out
+    assert "PyPA Advisory Database as of" in out and "pyarrow 10.0.1: PYSEC-2023-238" in out
+
+    snapshot = json.loads(audit.SNAPSHOT.read_text())
+    snapshot["packages"].remove("numpy")
+    (tmp_path / "old.json").write_text(json.dumps(snapshot))
+    argv = ["--work", str(tmp_path / "w"), "--snapshot", str(tmp_path / "old.json")]
+    assert audit.main(argv) == 2
+    assert "was made before uv.lock named numpy" in capsys.readouterr().err

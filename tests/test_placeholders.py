@@ -149,6 +149,25 @@ def test_dry_run_names_the_default_account_by_rule_not_by_an_invented_number(tem
     assert job["service_account"] == account
 
 
+def test_submit_warns_when_the_run_would_execute_as_the_default_compute_account(
+    templates, capsys, caplog
+):
+    """The Compute Engine default account usually holds Editor: a run as it (no
+    --service-account, or that account named with its number) is warned about, with the way
+    out; a dedicated account is not."""
+    argv = ["--project", "my-project", "--pipeline-root", "gs://my-bucket/ncf", *DATA, *SUBMIT]
+    caplog.set_level(logging.WARNING)
+    for account in ([], ["--service-account", "123456789-compute@developer.gserviceaccount.com"]):
+        assert cli.main(["submit", "--template", templates["own"], *argv, *account]) == 0
+        warning = _warnings(caplog)
+        assert "Editor role" in warning and "--service-account" in warning
+        assert 'docs/submit.md, "A service account for the pipeline"' in warning
+    dedicated = ["--service-account", "ncf-runner@my-project.iam.gserviceaccount.com"]
+    assert cli.main(["submit", "--template", templates["own"], *argv, *dedicated]) == 0
+    assert "Editor" not in _warnings(caplog)
+    capsys.readouterr()
+
+
 def _pulled_images(path: str) -> set[str]:
     """The images a compiled template's tasks run, read from where Vertex AI reads them."""
     with open(path) as f:
@@ -189,6 +208,24 @@ def test_push_builds_and_pushes_exactly_what_compile_puts_in_the_template(
         assert pushes == [image_for("cpu", REPOSITORY)]
     else:  # The Dataflow profile: steps, training and (when it is one of ours) the workers' image.
         assert set(pushes) >= {image_for("cpu", REPOSITORY), image_for("gpu", REPOSITORY)}
+
+
+def test_push_prints_the_compile_options_that_pin_what_it_pushed(tmp_path, capsys):
+    """After a push, the digest each tag now names (Docker's RepoDigests for the repository)
+    becomes `compile --image-digest`, and compiling with those options pins the template."""
+    cpu, gpu = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    digests = [f"other.example/x@sha256:{'9' * 64}", f"{REPOSITORY}@{cpu}"]
+    assert push_images.digest_in(digests, REPOSITORY, "t") == cpu
+    with pytest.raises(ValueError, match="was it pushed"):
+        push_images.digest_in(digests[:1], REPOSITORY, "t")
+    options = push_images.pin_options(REPOSITORY, {"gpu": gpu, "cpu": cpu})
+    assert options == (
+        f"--image-repository {REPOSITORY} --image-digest cpu={cpu} --image-digest gpu={gpu}"
+    )
+    path = str(tmp_path / "pinned.yaml")
+    assert cli.main(["compile", "--profile", "gpu-t4", *options.split(), "--output", path]) == 0
+    assert _pulled_images(path) == {f"{REPOSITORY}@{cpu}", f"{REPOSITORY}@{gpu}"}
+    capsys.readouterr()
 
 
 @pytest.mark.parametrize(

@@ -365,6 +365,51 @@ def test_unreachable_endpoint_is_a_clear_error(template, standin):
         vs.submit(config)
 
 
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "http://vertex.example.com",
+        "http://10.1.2.3:8080",
+        "HTTP://vertex.example.com",
+        "http://127.0.0.1@vertex.example.com",  # user info: the host is the one after '@'.
+        "http://localhost.example.com",
+    ],
+)
+def test_plain_http_endpoint_off_this_machine_is_refused(template, standin, endpoint):
+    """The bearer token goes in every request's Authorization header: plain http to another
+    host would send it in the clear. Refused before any request, naming the option."""
+    with pytest.raises(ValueError, match=r"--api-endpoint.*plain http.*127\.0\.0\.1, ::1"):
+        vs.describe(_config(template, standin, api_endpoint=endpoint))
+    with pytest.raises(ValueError, match="bearer token"):
+        vs.submit(_config(template, standin, api_endpoint=endpoint))
+    assert standin.requests == []
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        None,
+        "us-central1-aiplatform.googleapis.com",  # the transport adds https://
+        "https://vertex.example.com",
+        "http://127.0.0.1:8080",
+        "http://127.0.0.2",
+        "http://[::1]:8080",
+        "http://localhost:8080",
+    ],
+)
+def test_tls_and_loopback_endpoints_are_allowed(endpoint):
+    assert vs.api_endpoint_problem(endpoint) is None
+
+
+def test_cli_refuses_a_plain_http_endpoint_with_the_option_named(template, standin, adc, capsys):
+    args = _cli_args(template, standin)
+    args[args.index("--api-endpoint") + 1] = "http://vertex.example.com"
+    assert cli.main([*args, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "(--api-endpoint) 'http://vertex.example.com' is plain http to vertex.example.com" in err
+    assert standin.requests == []
+
+
 def test_cli_submit_via_adc_never_shows_credentials(
     template, standin, adc, private_key_pem, capsys, caplog
 ):
@@ -932,7 +977,7 @@ def test_register_model_uploads_to_the_model_registry(standin, adc, tmp_path, mo
         "europe-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
     )
     # No decision, no metrics: only the training seed (its default, 0) is a fact to label.
-    assert dict(model.labels) == {"seed": "0"}
+    assert dict(model.labels) == {"seed": "0", "ncf_pipelines_model": "ncf-neumf"}
     assert not request.model_id and not request.parent_model  # A new model, id by the service.
     # The client waited for the operation and read the model back, as with the service.
     (name,) = standin.models
@@ -972,7 +1017,8 @@ def test_a_blessed_challenger_becomes_the_new_default_version(standin, adc, tmp_
         (folder / SERVING_METADATA_FILE).write_text(json.dumps({"tensorflow_version": "2.16.2"}))
         return dsl.Model(uri=uri)
 
-    assert registry.find_champion(PROJECT, location, "ncf-neumf") is None  # First run: none.
+    root = f"gs://{BUCKET}/"
+    assert registry.find_champion(PROJECT, location, "ncf-neumf", root) is None  # First: none.
     first = exported("run-1")
     register_model.python_func(
         exported_model=first,
@@ -981,12 +1027,13 @@ def test_a_blessed_challenger_becomes_the_new_default_version(standin, adc, tmp_
         location=location,
         display_name="ncf-neumf",
     )
-    champion = registry.find_champion(PROJECT, location, "ncf-neumf")
+    champion = registry.find_champion(PROJECT, location, "ncf-neumf", root)
     (name,) = standin.models
     assert (champion.resource_name, champion.version_id) == (name, "1")
     assert champion.artifact_uri == first.uri
     listed = standin.find("GET", rf"^/v1/projects/{PROJECT}/locations/{location}/models$")[-1]
-    assert listed.query["filter"] == ['display_name="ncf-neumf"']
+    ours = 'display_name="ncf-neumf" AND labels.ncf_pipelines_model="ncf-neumf"'
+    assert listed.query["filter"] == [ours]
 
     decision = dsl.Metrics(uri=f"gs://{BUCKET}/r2/decision")
     decision.metadata.update(
@@ -1019,10 +1066,11 @@ def test_a_blessed_challenger_becomes_the_new_default_version(standin, adc, tmp_
         "preset": "ml-1m",
         "epochs": "3",
         "seed": "7",
+        "ncf_pipelines_model": "ncf-neumf",
     }
     assert [v["versionId"] for v in standin.model_versions[name]] == ["1", "2"]
     assert vertex_model.metadata["versionId"] == "2"
-    now = registry.find_champion(PROJECT, location, "ncf-neumf")
+    now = registry.find_champion(PROJECT, location, "ncf-neumf", root)
     assert (now.resource_name, now.version_id, now.artifact_uri) == (name, "2", second.uri)
     assert "default" not in standin.model_versions[name][0]["versionAliases"]
 

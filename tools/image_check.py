@@ -13,18 +13,22 @@
    derives from too) and its ``RUN`` commands, verbatim, under ``chroot``. The RUN is
    ``install_locked.sh install`` (offline, ``--no-build``) followed by ``tools/verify_image.py``.
    Afterwards ``python3`` on the stage's PATH must be the venv's and print the variant's tag.
+   The stage must end as an unprivileged user (its ``USER``, not root): the probes after the
+   install run as that user (``chroot --userspec``), as a container of the image would.
 4. buildah (installed with apt-get when missing): the Dockerfile itself, every stage, built
    without a daemon (``buildah bud --target VARIANT``). No registry is reachable, so
    ``PYTHON_IMAGE`` is a stand-in for python:3.11-slim made from the clean root (plus
    python3-dev for Python's headers, which python:3.11-slim has too). The image is then probed
-   (python3, tag, no compiler, no wheelhouse left) and deleted.
+   (python3, tag, no compiler, no wheelhouse left) and deleted; its configured user
+   (``buildah inspect``, ``config.User``) must not be root, and the probes run as it.
 
 5. Each finished image meets the environment its node gives it, emulated: the gpu image gets a
    stand-in NVIDIA driver (a ``libcuda.so.1`` compiled here, and an ``nvidia-smi``) mounted
    read-only at ``/usr/local/nvidia``, where Vertex AI's GPU nodes mount the host's driver, and
    must load it as mounted (``ctypes`` and TensorFlow's own device listing, which calls its
    ``cuInit``); the same load without the image's ``LD_LIBRARY_PATH`` must fail until
-   ``ldconfig`` reads the image's ld.so.conf.d entry (what NVIDIA's container toolkit runs).
+   ``ldconfig`` (run as root: NVIDIA's container toolkit runs it, not the container's user)
+   reads the image's ld.so.conf.d entry.
    The dataflow image must have Beam's boot binary as its entrypoint, and that entrypoint run as
    Beam's worker pool (``--worker_pool``) must start the pool's service from the image's Python.
    No registry is reachable, so the Beam SDK image the Dockerfile copies boot from is a stand-in
@@ -208,9 +212,10 @@ def stub_driver(work: Path) -> Path:
     return root
 
 
-# Run in the gpu image with the stand-in driver mounted: how python finds libcuda.so.1 as the
-# node mounts it, without the image's LD_LIBRARY_PATH before and after ldconfig, and whether
-# TensorFlow's own device listing reaches the driver (the stub logs its cuInit).
+# Run in the gpu image with the stand-in driver mounted, as the image's user: how python finds
+# libcuda.so.1 as the node mounts it, without the image's LD_LIBRARY_PATH before and after
+# ldconfig, and whether TensorFlow's own device listing reaches the driver (the stub logs its
+# cuInit). ``driver_probes`` splits it where the runtime (root) runs ldconfig.
 DRIVER_PROBE = r"""
 py='import ctypes, sys
 try:
@@ -222,7 +227,6 @@ lib.cuDriverGetVersion(ctypes.byref(version))
 print("found-%d" % version.value)'
 echo "as-mounted $(python3 -c "$py")"
 echo "without-ld-library-path $(env -u LD_LIBRARY_PATH python3 -c "$py")"
-ldconfig
 echo "after-ldconfig $(env -u LD_LIBRARY_PATH python3 -c "$py")"
 echo "nvidia-smi $(command -v nvidia-smi)"
 rm -f /tmp/ncf-stub-driver.log
@@ -230,6 +234,16 @@ NCF_STUB_DRIVER_LOG=/tmp/ncf-stub-driver.log TF_CPP_MIN_LOG_LEVEL=3 python3 -c \
   'import tensorflow as tf; tf.config.list_physical_devices("GPU")' >/dev/null 2>&1
 echo "tensorflow $(grep -c cuInit /tmp/ncf-stub-driver.log 2>/dev/null || echo 0)"
 """
+
+
+def driver_probes() -> list[tuple[str, bool]]:
+    """DRIVER_PROBE as ``(script, as_root)`` steps.
+
+    The user's part before ldconfig, ldconfig as root (the container runtime's hook runs it, not
+    the image's user), the user's part after.
+    """
+    before, after = DRIVER_PROBE.split('echo "after-ldconfig', 1)
+    return [(before, False), ("ldconfig", True), ('echo "after-ldconfig' + after, False)]
 
 
 def check_driver_probe(output: str) -> str:
@@ -310,6 +324,21 @@ def check_entrypoint(entrypoint: list[str] | None, variant: str) -> None:
     boot = image_constant("BEAM_BOOT")
     if entrypoint != [boot]:
         raise SystemExit(f"stage dataflow: ENTRYPOINT is {entrypoint}, Dataflow runs {[boot]}")
+
+
+def check_user(user: str | None, variant: str) -> str:
+    """The image's user (Dockerfile ``USER``, OCI ``config.User``) must not be root.
+
+    Returns:
+        the user as configured (``1000:1000``).
+    """
+    name = (user or "").split(":", 1)[0]
+    if name in ("", "0", "root"):
+        raise SystemExit(
+            f"stage {variant}: runs as {user or 'root (no USER)'}: end the stage with "
+            "USER 1000:1000, the unprivileged user the Dockerfile's runtime stage creates"
+        )
+    return user
 
 
 def check_worker_pool(output: str) -> str:
@@ -418,12 +447,45 @@ def variant_root(stack: ExitStack, work: Path, variant: str) -> Path:
     return base / "root"
 
 
-def chroot(root: Path, env: dict[str, str], command: str, **kwargs):
-    """``sh -c command`` inside ``root`` with exactly ``env``."""
+def chroot(root: Path, env: dict[str, str], command: str, user: str | None = None, **kwargs):
+    """``sh -c command`` inside ``root`` with exactly ``env``.
+
+    As ``user`` (a Dockerfile ``USER`` value) when given, with that user's HOME, as Docker would.
+    """
+    options = []
+    if user:
+        options = [f"--userspec={user_spec(root, user)}"]
+        env = {**env, "HOME": user_home(root, user)}
     pairs = [f"{k}={v}" for k, v in env.items()]
     return run(
-        ["chroot", str(root), "/usr/bin/env", "-i", *pairs, "/bin/sh", "-c", command], **kwargs
+        ["chroot", *options, str(root), "/usr/bin/env", "-i", *pairs, "/bin/sh", "-c", command],
+        **kwargs,
     )
+
+
+def _passwd(root: Path, user: str) -> list[str] | None:
+    """The root's /etc/passwd entry of a USER value's user part (a name or a uid)."""
+    name = user.split(":", 1)[0]
+    for line in (root / "etc" / "passwd").read_text().splitlines():
+        fields = line.split(":")
+        if len(fields) >= 7 and name in (fields[0], fields[2]):
+            return fields
+    return None
+
+
+def user_spec(root: Path, user: str) -> str:
+    """A USER value as chroot's ``--userspec`` (numeric ``UID:GID``; the group from passwd)."""
+    entry = _passwd(root, user)
+    uid, _, gid = user.partition(":")
+    if entry is None and not uid.isdigit():
+        raise SystemExit(f"USER {user}: no such user in the image's /etc/passwd")
+    return f"{entry[2] if entry else uid}:{gid or (entry[3] if entry else uid)}"
+
+
+def user_home(root: Path, user: str) -> str:
+    """The home folder of a USER value's user, as Docker sets HOME ("/" when it has none)."""
+    entry = _passwd(root, user)
+    return entry[5] if entry else "/"
 
 
 def copy_from(root: Path, stages: dict[str, dict], standins: dict[str, Path], text: str) -> None:
@@ -452,6 +514,7 @@ def check_variant(
     host_dirs = {"/stage": work / "stage", "/dist": work / "dist"}
     env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8"}
     entrypoint = None
+    user = None  # Docker's default: root, until a USER instruction.
     with ExitStack() as stack:
         root = variant_root(stack, work, variant)
         mount(stack, ["-t", "proc", "proc"], root / "proc")
@@ -479,14 +542,16 @@ def check_variant(
                             if spec.get("type") != "bind" or source is None:
                                 raise SystemExit(f"image_check.py does not know mount {spec}")
                             bind_ro(run_mounts, source, root / spec["target"].lstrip("/"))
-                        status = chroot(root, env, command, check=False).returncode
+                        status = chroot(root, env, command, user, check=False).returncode
                     if status:
                         break
                 elif keyword == "COPY":
                     copy_from(root, stages, standins, text)
                 elif keyword == "ENTRYPOINT":
                     entrypoint = json.loads(text)
-                elif keyword not in ("ARG", "LABEL", "WORKDIR", "USER", "CMD"):
+                elif keyword == "USER":
+                    user = text.strip()
+                elif keyword not in ("ARG", "LABEL", "WORKDIR", "CMD"):
                     raise SystemExit(f"image_check.py does not reproduce {keyword} ({variant})")
             if status:
                 break
@@ -496,8 +561,9 @@ def check_variant(
             return "KNOWN BLOCKER: no libtpu for tensorflow-tpu 2.16 on PyPI (stage stops loudly)"
         if status:
             raise SystemExit(f"stage {variant}: RUN failed with exit status {status}")
+        check_user(user, variant)
         venv = env.get("VIRTUAL_ENV", "/opt/venv")
-        probe = chroot(root, env, probe_script(variant), capture_output=True, text=True)
+        probe = chroot(root, env, probe_script(variant), user, capture_output=True, text=True)
         tag = check_probe(probe.stdout, venv, version, variant)
         size = subprocess.run(
             ["du", "-sh", str(root / venv.lstrip("/"))], capture_output=True, text=True, check=True
@@ -506,12 +572,17 @@ def check_variant(
         check_entrypoint(entrypoint, variant)
         if variant == "gpu":
             bind_ro(stack, stub_driver(work), root / DRIVER_MOUNT.lstrip("/"))
-            out = chroot(root, env, DRIVER_PROBE, capture_output=True, text=True).stdout
+            out = "".join(
+                chroot(root, env, script, None if as_root else user, capture_output=True,
+                       text=True).stdout
+                for script, as_root in driver_probes()
+            )  # fmt: skip
             node = "; " + check_driver_probe(out)
         elif variant == "dataflow":
-            out = chroot(root, env, worker_pool_probe(entrypoint), capture_output=True, text=True)
+            probe = worker_pool_probe(entrypoint)
+            out = chroot(root, env, probe, user, capture_output=True, text=True)
             node = "; " + check_worker_pool(out.stdout)
-        return f"ok, {tag}, venv {size}{node}"
+        return f"ok, {tag}, user {user}, venv {size}{node}"
 
 
 def probe_script(variant: str) -> str:
@@ -519,16 +590,24 @@ def probe_script(variant: str) -> str:
     return (
         f"command -v python3; python3 -m components._image --variant {variant}; "
         f"for c in {' '.join(COMPILERS)}; do command -v $c >/dev/null && echo compiler:$c; done; "
-        "for d in /stage/wheels /dist/*.whl; do [ -e $d ] && echo leftover:$d; done; true"
+        "for d in /stage/wheels /dist/*.whl; do [ -e $d ] && echo leftover:$d; done; "
+        'echo "uid:$(id -u)"; '
+        # Where a Vertex AI tuning trial writes its metric (the Dockerfile's runtime stage).
+        "[ -w /var/hypertune ] || echo unwritable:/var/hypertune; true"
     )
 
 
 def check_probe(output: str, venv: str, version: str, variant: str) -> str:
     """Checks probe_script's output; returns the image's tag as the image itself prints it."""
     lines = output.split()
-    problems = [line for line in lines if line.startswith(("compiler:", "leftover:"))]
+    problems = [
+        line for line in lines if line.startswith(("compiler:", "leftover:", "unwritable:"))
+    ]
     if problems:
         raise SystemExit(f"stage {variant}: {problems}")
+    # The probes ran as the image's user: never root.
+    if [line for line in lines if line.startswith("uid:")] in ([], ["uid:0"]):
+        raise SystemExit(f"stage {variant}: the probes ran as root ({lines}): no USER?")
     if (
         lines[:1] != [f"{venv}/bin/python3"]
         or not lines[1:2]
@@ -691,8 +770,6 @@ def buildah_variant(variant: str, uv_version: str | None, version: str, work: Pa
         ).stdout.strip()
         node = ""
         try:
-            probe = buildah_run(ctr, probe_script(variant))
-            env = buildah_run(ctr, "echo $VIRTUAL_ENV $NCF_PIPELINES_IMAGE_VARIANT").stdout.split()
             # The whole record: buildah 1.28's --format templates have no json function.
             inspected = subprocess.run(
                 ["buildah", "inspect", "--type", "image", tag],
@@ -700,11 +777,19 @@ def buildah_variant(variant: str, uv_version: str | None, version: str, work: Pa
                 text=True,
                 check=True,
             ).stdout
-            entrypoint = json.loads(inspected)["OCIv1"]["config"].get("Entrypoint")
+            config = json.loads(inspected)["OCIv1"]["config"]
+            user = check_user(config.get("User"), variant)
+            # buildah run runs as the image's user: the probes below run as a container would.
+            probe = buildah_run(ctr, probe_script(variant))
+            env = buildah_run(ctr, "echo $VIRTUAL_ENV $NCF_PIPELINES_IMAGE_VARIANT").stdout.split()
+            entrypoint = config.get("Entrypoint")
             check_entrypoint(entrypoint, variant)
             if variant == "gpu":
                 volume = f"{stub_driver(work)}:{DRIVER_MOUNT}:ro"
-                out = buildah_run(ctr, DRIVER_PROBE, "--volume", volume).stdout
+                out = "".join(
+                    buildah_run(ctr, script, "--volume", volume, *(["--user", "0:0"] * as_root))
+                    .stdout for script, as_root in driver_probes()
+                )  # fmt: skip
                 node = "; " + check_driver_probe(out)
             elif variant == "dataflow":
                 out = buildah_run(ctr, worker_pool_probe(entrypoint)).stdout
@@ -720,7 +805,7 @@ def buildah_variant(variant: str, uv_version: str | None, version: str, work: Pa
             text=True,
             check=True,
         ).stdout.strip()
-        return f"ok, {image_tag}, image {size} (on the stand-in base){node}"
+        return f"ok, {image_tag}, user {user}, image {size} (on the stand-in base){node}"
     finally:
         subprocess.run(["buildah", "rmi", "--force", tag], check=False, capture_output=True)
         # Stage images a --layers=false build leaves behind, untagged.
@@ -751,12 +836,76 @@ def image_variants() -> tuple[str, ...]:
     return tuple(image_constant("VARIANTS"))
 
 
+# The Dockerfile's base images (its ARGs): pinned by digest with `make pin-base`.
+BASE_ARGS = ("PYTHON_IMAGE", "BEAM_SDK_IMAGE")
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+
+
+def base_images(dockerfile: str) -> dict[str, str]:
+    """The Dockerfile's ``ARG NAME=IMAGE`` values of ``BASE_ARGS``."""
+    found = {}
+    for name in BASE_ARGS:
+        match = re.search(rf"^ARG {name}=(\S+)", dockerfile, re.M)
+        if match:
+            found[name] = match.group(1)
+    return found
+
+
+def unpinned_bases(dockerfile: str) -> list[str]:
+    """The base images the Dockerfile names by tag only (``make pin-base`` pins them)."""
+    return [image for image in base_images(dockerfile).values() if not DIGEST.search(image)]
+
+
+def pin_bases(dockerfile: str, digests: dict[str, str]) -> str:
+    """The Dockerfile with ``ARG NAME=TAG`` as ``ARG NAME=TAG@sha256:...`` for each of digests.
+
+    A digest already there is replaced. Raises SystemExit on a malformed digest or a NAME the
+    Dockerfile has no ARG for.
+    """
+    for name, digest in digests.items():
+        if not DIGEST.fullmatch("@" + digest):
+            raise SystemExit(f"{name}: {digest!r} is not sha256: and 64 lowercase hex digits")
+        pattern = re.compile(rf"^(ARG {name}=)([^@\s]+)(@\S+)?$", re.M)
+        dockerfile, count = pattern.subn(
+            lambda m, d=digest: f"{m.group(1)}{m.group(2)}@{d}", dockerfile
+        )
+        if count != 1:
+            raise SystemExit(f"Dockerfile: no single ARG {name}=... to pin")
+    return dockerfile
+
+
+def resolve_digest(image: str) -> str:
+    """The digest ``image``'s tag names now, from the registry (``docker pull``, RepoDigests)."""
+    tag = image.split("@", 1)[0]
+    run(["docker", "pull", "--quiet", tag], stdout=subprocess.DEVNULL)
+    ref = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{index .RepoDigests 0}}", tag],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return ref.rsplit("@", 1)[1]
+
+
+def pin_base(dockerfile: Path) -> int:
+    """``make pin-base``: each base image ARG pinned to the digest its tag names now."""
+    if shutil.which("docker") is None:
+        raise SystemExit("make pin-base needs Docker and the registries (Docker Hub)")
+    text = dockerfile.read_text()
+    digests = {name: resolve_digest(image) for name, image in base_images(text).items()}
+    dockerfile.write_text(pin_bases(text, digests))
+    for name, image in base_images(dockerfile.read_text()).items():
+        print(f"ARG {name}={image}")
+    print("Pinned: commit the Dockerfile (docs/images.md, 'Pinning by digest').")
+    return 0
+
+
 def beam_sdk_image_problem(dockerfile: str, lock: str) -> str | None:
     """Whether the Dockerfile's BEAM_SDK_IMAGE is Beam's SDK image of uv.lock's apache-beam.
 
-    Returns what is wrong, or None.
+    Returns what is wrong, or None. A digest after the tag (``make pin-base``) is allowed.
     """
-    arg = re.search(r"^ARG BEAM_SDK_IMAGE=(\S+)", dockerfile, re.M)
+    arg = re.search(r"^ARG BEAM_SDK_IMAGE=([^@\s]+)", dockerfile, re.M)
     locked = re.search(r'name = "apache-beam"\nversion = "([^"]+)"', lock)
     want = f"apache/beam_python3.11_sdk:{locked.group(1)}" if locked else None
     if not arg or arg.group(1) != want:
@@ -789,14 +938,22 @@ def main(argv: list[str] | None = None) -> int:
         help="the Makefile's UV_VERSION, compared with the "
         "Dockerfile's ARG UV_VERSION and the uv in use",
     )
+    parser.add_argument(
+        "--pin-base",
+        action="store_true",
+        help="only pin the Dockerfile's base images to the digests their tags name now "
+        "(make pin-base; needs Docker)",
+    )
     args = parser.parse_args(argv)
+    dockerfile = REPO / "Dockerfile"
+    if args.pin_base:
+        return pin_base(dockerfile)
     if os.geteuid() != 0:
         raise SystemExit("make image-check needs root (debootstrap, mount, chroot)")
     if sys.version_info[:2] != (3, 11):
         raise SystemExit("make image-check builds cp311 wheels: run it with Python 3.11")
     if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode:
         raise SystemExit(f"{sys.executable} has no pip (the builder steps run pip wheel)")
-    dockerfile = REPO / "Dockerfile"
     if args.uv_version:
         pinned = re.search(r"^ARG UV_VERSION=(\S+)", dockerfile.read_text(), re.M)
         used = subprocess.run(
@@ -851,6 +1008,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
     report = ["step | seconds | result", "--- | --- | ---"]
     report += [f"{name} | {seconds:.0f} | {outcome}" for name, seconds, outcome in timings.steps]
+    unpinned = unpinned_bases(dockerfile.read_text())
+    if unpinned:
+        report += [
+            "",
+            f"note: base images named by tag only: {', '.join(unpinned)} (make pin-base)",
+        ]
     report += [
         "",
         "disk:",

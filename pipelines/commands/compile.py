@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 
-from pipelines.cli import add_param_option, example_epilog
+from pipelines.cli import UserError, add_param_option, example_epilog
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +38,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--image",
         help="one container image for every step (default: NCF_PIPELINES_IMAGE, else the "
-        "repository's tags per accelerator family)",
+        "repository's tags per accelerator family); NAME@sha256:DIGEST pins it by content",
+    )
+    p.add_argument(
+        "--image-digest",
+        action="append",
+        default=[],
+        metavar="VARIANT=sha256:DIGEST",
+        help="pin the repository's image of one variant (cpu, gpu, dataflow, tpu) to the digest "
+        "its push gave (repeatable): the template names REPOSITORY@sha256:... instead of the "
+        "movable tag (docs/images.md, 'Pinning by digest')",
     )
     add_param_option(
         p,
@@ -54,7 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Compiles and says where."""
-    from pipelines import pipeline, placeholder_values, profiles, submit
+    from components._image import IMAGE_REPOSITORY, VARIANTS, digest_problem, image_for, pinned
+    from pipelines import compiled, pipeline, placeholder_values, profiles, submit
 
     image = args.image or os.environ.get("NCF_PIPELINES_IMAGE")
     repository = args.image_repository or os.environ.get("NCF_PIPELINES_IMAGE_REPOSITORY")
@@ -64,21 +75,56 @@ def run(args: argparse.Namespace) -> int:
             "--image": (image, "image"),
         }
     )
+    problem = digest_problem(image or "", "--image")
+    if problem:
+        raise UserError(problem)
+    digests = dict(submit.parse_assignments(args.image_digest, "--image-digest"))
+    unknown = sorted(set(digests) - set(VARIANTS))
+    if unknown:
+        raise UserError(
+            f"--image-digest {unknown[0]}=...: no image variant {unknown[0]!r}; the variants "
+            f"are {', '.join(VARIANTS)}"
+        )
+    if digests and image:
+        raise UserError(
+            "--image-digest pins the repository's images: with --image, give "
+            "--image NAME@sha256:DIGEST instead"
+        )
     profile = profiles.get_profile(args.profile, args.profiles_file)
     defaults: dict[str, object] = dict(submit.parse_assignments(args.param, "--param"))
     if args.train_batch_size is not None:
         defaults["train_batch_size"] = args.train_batch_size
     submit.check_parameter_values(defaults)  # Before compiling: preset names, value ranges.
+    # Checked before compiling, so that a refused pin leaves no unpinned template behind.
+    named = dataclasses.astuple(pipeline.Images.for_profile(profile, repository, image))
+    pins = {}
+    for variant, digest in digests.items():
+        tag = image_for(variant, repository or IMAGE_REPOSITORY)
+        if tag not in named:
+            raise UserError(
+                f"--image-digest {variant}=...: profile {profile.name} runs no {variant} image "
+                f"(it runs {', '.join(sorted(set(filter(None, named))))})"
+            )
+        try:
+            pins[tag] = pinned(tag, str(digest))
+        except ValueError as e:
+            raise UserError(f"--image-digest {variant}={digest}: {e}") from None
     path = pipeline.compile_pipeline(
         profile, args.output, image=image, image_repository=repository, defaults=defaults
     )
+    if pins:
+        with open(path) as f:
+            text = f.read()
+        text = compiled.pin_images(text, pins)
+        with open(path, "w") as f:
+            f.write(text)
     images = pipeline.Images.for_profile(profile, repository, image)
     t = profile.train
     acc = f", {t.accelerator_count} x {t.accelerator_type}" if t.accelerator_type else ""
+    steps, train = (pins.get(i, i) for i in (images.cpu, images.train))
     print(
         f"compiled profile {profile.name} ({t.replica_count} x {t.machine_type}{acc}, "
-        f"strategy {profile.strategy}) to {path}\n  images: steps {images.cpu}, "
-        f"training {images.train}"
+        f"strategy {profile.strategy}) to {path}\n  images: steps {steps}, training {train}"
     )
     placeholder_values.warn_about_images(path)
     return 0

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 
 from pipelines.cli import UserError, add_param_option, example_epilog
-from pipelines.placeholder_values import warn_about_images
+from pipelines.placeholder_values import default_service_account_warning, warn_about_images
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +43,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--project", help="Google Cloud project id (default: $GOOGLE_CLOUD_PROJECT)")
     p.add_argument("--region", help="Vertex AI region (default: $GOOGLE_CLOUD_REGION)")
     p.add_argument("--pipeline-root", required=True, help="gs:// folder for the run's artifacts")
-    p.add_argument("--service-account", help="service account the run executes as")
+    p.add_argument(
+        "--service-account",
+        help="service account the run executes as (default: the Compute Engine default account, "
+        "usually an Editor: submit warns; docs/submit.md lists the roles a dedicated one needs)",
+    )
     p.add_argument(
         "--network", help="VPC to peer with: projects/PROJECT_NUMBER/global/networks/NAME"
     )
@@ -78,7 +83,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--api-endpoint",
-        help="Vertex AI endpoint other than the regional default (e.g. a private endpoint)",
+        help="Vertex AI endpoint other than the regional default (e.g. a private endpoint); "
+        "https, or plain http only to this machine (127.0.0.1, ::1, localhost: a stand-in), "
+        "since every request carries your access token",
     )
     p.add_argument(
         "--dry-run",
@@ -123,6 +130,9 @@ def run(args: argparse.Namespace) -> int:
         api_endpoint=args.api_endpoint,
     )
     warn_about_images(args.template)  # The placeholder repository; the tpu image.
+    warning = default_service_account_warning(config.service_account)
+    if warning:
+        logging.getLogger("ncf-pipelines").warning("%s", warning)
     try:
         if args.dry_run:
             config = vs.with_data_fingerprint(config, offline=True)

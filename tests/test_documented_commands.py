@@ -5,7 +5,8 @@ The ```bash and ```python blocks of ``DOCS`` are read from the files; each shell
 ``UV_PROJECT``, frozen and offline), each doc in a folder of its own. The only changes made to a
 command, all listed in ``substitute``:
 
-- ``/tmp/`` becomes this test's temporary folder;
+- ``/tmp/`` becomes this test's temporary folder (the README's tour writes under ``out/``, which
+  is the README's own folder here, as each doc runs in a folder of its own);
 - ``synth --shape NAME`` becomes ``--shape ml-100k``: the smallest MovieLens shape the docs use
   (the embedded sample's), so that every later command runs on small data with the values the
   docs give (``tiny``'s 300 items are fewer than the 999 evaluation negatives a default takes);
@@ -56,29 +57,31 @@ NOT_RUN = {
     "gcloud auth configure-docker us-central1-docker.pkg.dev": "changes Docker's configuration",
     "make push PROFILE=gpu-t4 IMAGE_REPOSITORY=us-central1-docker.pkg.dev/my-project/ncf/"
     "ncf-pipelines": "Docker and Artifact Registry (its DRY_RUN=1 form runs)",
-    "gcloud iam service-accounts create ncf-runner": "Google Cloud",
-    "gcloud projects add-iam-policy-binding my-project --member "
-    "serviceAccount:ncf-runner@my-project.iam.gserviceaccount.com --role "
-    "roles/aiplatform.user": "Google Cloud",
-    "gcloud storage buckets add-iam-policy-binding gs://my-bucket --member "
-    "serviceAccount:ncf-runner@my-project.iam.gserviceaccount.com --role "
-    "roles/storage.objectAdmin": "Google Cloud",
+    # docs/submit.md, "A service account for the pipeline".
+    "SA=ncf-runner@my-project.iam.gserviceaccount.com": "names the account for the gcloud "
+    "commands below, which need Google Cloud",
+    'gcloud iam service-accounts create ncf-runner --display-name "ncf-pipelines runs"': "Google "
+    "Cloud",
+    **{
+        f"gcloud projects add-iam-policy-binding my-project --member serviceAccount:$SA --role "
+        f"roles/{role} --condition None": "Google Cloud"
+        for role in (
+            "aiplatform.user",
+            "logging.logWriter",
+            "dataflow.developer",
+            "dataflow.worker",
+        )
+    },
+    "gcloud storage buckets add-iam-policy-binding gs://my-bucket --member serviceAccount:$SA "
+    "--role roles/storage.objectAdmin": "Google Cloud",
     "gcloud artifacts repositories add-iam-policy-binding ncf --location us-central1 --member "
-    "serviceAccount:ncf-runner@my-project.iam.gserviceaccount.com --role "
-    "roles/artifactregistry.reader": "Google Cloud",
-    "gcloud iam service-accounts add-iam-policy-binding "
-    "ncf-runner@my-project.iam.gserviceaccount.com --member "
-    "serviceAccount:ncf-runner@my-project.iam.gserviceaccount.com --role "
+    "serviceAccount:$SA --role roles/artifactregistry.reader": "Google Cloud",
+    "gcloud iam service-accounts add-iam-policy-binding $SA --member serviceAccount:$SA --role "
     "roles/iam.serviceAccountUser": "Google Cloud",
-    "gcloud iam service-accounts add-iam-policy-binding "
-    'ncf-runner@my-project.iam.gserviceaccount.com --member "user:$(gcloud config get-value '
-    'account)" --role roles/iam.serviceAccountUser': "Google Cloud",
-    "gcloud projects add-iam-policy-binding my-project --member "
-    "serviceAccount:ncf-runner@my-project.iam.gserviceaccount.com --role "
-    "roles/dataflow.developer": "Google Cloud",
-    "gcloud projects add-iam-policy-binding my-project --member "
-    "serviceAccount:ncf-runner@my-project.iam.gserviceaccount.com --role "
-    "roles/dataflow.worker": "Google Cloud",
+    'gcloud iam service-accounts add-iam-policy-binding $SA --member "user:$(gcloud config '
+    'get-value account)" --role roles/iam.serviceAccountUser': "Google Cloud",
+    "gcloud projects get-iam-policy my-project --flatten bindings --filter "
+    "\"bindings.members:serviceAccount:$SA\" --format 'value(bindings.role)'": "Google Cloud",
     "gcloud storage cp -r ml-1m gs://my-bucket/ml-1m": "Google Cloud",
 }
 # Python blocks that cannot run here, by a line they hold, and why.
@@ -88,9 +91,12 @@ NOT_RUN_PYTHON = {
 
 # What a doc takes as already there: its relative path -> the README tour's file it is.
 PROVIDED = {
-    "README.md": {"ml-1m": "tmp/ml-1m"},
-    "docs/serving.md": {"runs/ml-1m": "tmp/ml-1m-model", "data/ml-1m": "tmp/ml-1m-data"},
-    "docs/verify.md": {"ml-1m": "tmp/ml-1m"},
+    "README.md": {"ml-1m": "README/out/ml-1m"},
+    "docs/serving.md": {
+        "runs/ml-1m": "README/out/ml-1m-model",
+        "data/ml-1m": "README/out/ml-1m-data",
+    },
+    "docs/verify.md": {"ml-1m": "README/out/ml-1m"},
 }
 
 
@@ -249,8 +255,8 @@ def test_the_docs_hold_what_this_test_runs():
 @pytest.mark.slow
 def test_readme_tour_runs_as_written(tour):
     """The README's tour ran (the fixture); its outputs are where the tour says."""
-    assert (tour / "tmp" / "ml-1m-export" / "saved_model.pb").is_file()
-    assert (tour / "tmp" / "ml-1m-recs").exists()
+    assert (tour / "README" / "out" / "ml-1m-export" / "saved_model.pb").is_file()
+    assert (tour / "README" / "out" / "ml-1m-recs").exists()
     assert (tour / "README" / "ncf-gpu-a100.yaml").is_file()
 
 

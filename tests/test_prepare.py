@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 from conftest import read_split, tree_bytes
 
+from training_core import publish
 from training_core.data import io as rio
 from training_core.data import metadata, prepare, records, synthetic
 from training_core.data.config import PrepareConfig
@@ -377,7 +378,7 @@ def test_kill_mid_run_never_looks_complete_and_rerun_recovers(tmp_path, procs):
     assert "interrupted run" in done.stderr
     assert metadata.read_metadata(out).num_epochs == 4
     assert not list(out.glob("data-*/.beam-staging"))
-    assert not list(out.rglob("*.partial"))
+    assert not [p for p in out.rglob("*") if publish.is_partial(p.name)]
 
 
 # Digests of every record and vocab file prepared from one small synthetic set, per option set,

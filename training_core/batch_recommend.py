@@ -237,13 +237,20 @@ def build(p, users: Iterable[int], config: RecommendConfig, top_k: int, prefix: 
 
 
 def recommend(config: RecommendConfig) -> RecommendResult:
-    """Writes every user's top-k items (module doc); returns what it wrote."""
+    """Writes every user's top-k items (module doc); returns what it wrote.
+
+    Raises:
+        ValueError: a bad option, or (``publish.UnsafeOutputError``) an output folder another
+            local user could plant links in (``publish.check_output_folder``).
+    """
     import apache_beam as beam
     import tensorflow as tf
 
     from training_core.data import beam_source
 
     config.check()
+    if "://" not in config.output_dir:  # Before the work: whose folder it is.
+        publish.check_output_folder(config.output_dir.rstrip("/"), "recommend")
     t0 = time.perf_counter()
     facts = _export_facts(config.export_dir)
     top_k = config.top_k or int(facts["top_k"])

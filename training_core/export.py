@@ -325,8 +325,12 @@ def export(config: ExportConfig) -> ExportResult:
         FileNotFoundError: no checkpoint, model_config.json or prepared dataset.
         FileExistsError: ``export_dir`` is not empty and ``overwrite`` is off.
         ValueError: the model and the dataset do not match.
+        publish.UnsafeOutputError: another local user could plant links in ``export_dir`` or
+            its parent (``publish.check_output_folder``).
     """
     export_dir = config.export_dir.rstrip("/")
+    if "://" not in export_dir:
+        publish.check_output_folder(export_dir, "export")
     _check_target(export_dir, config.overwrite)  # Fail before the work, not after.
     meta = read_metadata(config.data_dir)
     _, num_users, num_items = read_model_config(config.model_dir)
@@ -386,6 +390,9 @@ def export(config: ExportConfig) -> ExportResult:
         for path in publish.remove_stale_partials(export_dir):
             log.warning("removed %s, left by an export that was killed", path)
     tmp = publish.partial_name(export_dir)
+    if local:  # Made here, never reused: a name that is already there fails.
+        os.makedirs(os.path.dirname(os.path.abspath(tmp)), exist_ok=True)
+        os.mkdir(tmp)
     with publish.terminate_as_exit():
         try:
             tf.saved_model.save(module, tmp, signatures=signatures)

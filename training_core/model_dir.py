@@ -54,7 +54,11 @@ def config_path(model_dir: str) -> str:
 
 
 def write_model_config(model_dir: str, config: NeuMFConfig, meta: DatasetMetadata) -> None:
-    """Records what ``evaluate``/``export`` need to rebuild the model."""
+    """Records what ``evaluate``/``export`` need to rebuild the model.
+
+    A partial copy a killed run left (``publish.atomic_output``'s private name) is removed first.
+    """
+    publish.remove_stale_partials(config_path(model_dir))
     payload = {
         "model": dataclasses.asdict(config),
         "num_users": meta.num_users,

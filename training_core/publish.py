@@ -1,12 +1,15 @@
 """How outputs are written: one writer per folder, private builds, files published by rename.
 
-- :func:`atomic_output` publishes a file in one step: written aside at ``<path>.partial``, synced,
-  renamed over ``path``; removed instead if the writing fails. :func:`write_text_atomic` is its
-  one-call form for text. Every file this project publishes by rename goes through it (other file
-  systems, such as Beam's ``FileSystems`` for ``gs://``, plug in their own :class:`Files`).
+- :func:`atomic_output` publishes a file in one step: written aside under a new private name
+  (:func:`partial_name`, created exclusively), synced, renamed over ``path``; removed instead if
+  the writing fails. :func:`write_text_atomic` is its one-call form for text. Every file this
+  project publishes by rename goes through it (other file systems, such as Beam's
+  ``FileSystems`` for ``gs://``, plug in their own :class:`Files`).
 - :func:`hold` makes a process the only writer of a folder for a while: an exclusive ``flock``
   on ``<folder>/.lock``, released by the kernel when the process dies, however it dies. The file
-  also says who holds it, for the message a second writer gets.
+  also says who holds it, for the message a second writer gets. It is opened without following
+  a link and only if it is a plain file of its own, and :func:`check_output_folder` first refuses
+  a folder that another local user could plant files or links in.
 - :func:`die_with_parent` makes a worker process die with the process that started it.
 - :func:`terminate_as_exit` turns SIGTERM into ``SystemExit`` so that ``finally`` blocks clean up.
 - :func:`replace_folder` publishes a folder built aside: swapped in with one rename where the
@@ -29,12 +32,16 @@ import ctypes
 import dataclasses
 import errno
 import fcntl
+import grp
 import json
 import logging
 import os
+import pwd
+import re
 import shutil
 import signal
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -48,6 +55,10 @@ PARTIAL_SUFFIX = ".partial"
 
 class FolderBusyError(RuntimeError):
     """Another live process is writing to the folder."""
+
+
+class UnsafeOutputError(ValueError):
+    """Another local user could redirect this folder's writes (planted files or links)."""
 
 
 class Files(Protocol):
@@ -66,6 +77,10 @@ class Files(Protocol):
 class LocalFiles:
     """:class:`Files` on the local file system: synced to disk, then renamed in one step.
 
+    The temporary file is created, never opened where it is: the opener gets ``"x"`` for
+    ``"w"`` (``"xb"``, ``"xt"``), so a name that is already there, a planted link included, fails
+    with ``FileExistsError`` instead of being written through.
+
     Args:
         opener: opens the temporary file: ``open`` (default), or e.g. ``gzip.open`` to write a
             gzip file (its header names the temporary file, as ``gzip.open`` on it always did).
@@ -75,8 +90,8 @@ class LocalFiles:
         self._opener = opener
 
     def open(self, path: str, mode: str) -> IO:
-        """Opens ``path`` for writing."""
-        return self._opener(path, mode)
+        """Creates ``path`` (it must not exist) and opens it for writing."""
+        return self._opener(path, mode.replace("w", "x"))
 
     def publish(self, tmp: str, path: str) -> None:
         """Syncs the closed ``tmp`` to disk, then renames it over ``path`` in one step."""
@@ -102,9 +117,13 @@ def atomic_output(
 ) -> Iterator[IO]:
     """Yields a file to write ``path``'s new content into, published when the block ends.
 
-    The file is ``<path>.partial``; once the block ends without an exception it is closed, synced
-    and renamed over ``path``, so a reader sees the old content or the new, never part. If the
-    block (or the publish) raises, the partial file is removed and ``path`` is left as it was.
+    The file is a new sibling of ``path`` named by :func:`partial_name` (this process's id and
+    random bytes; :data:`LOCAL_FILES` creates it exclusively, so nothing planted under that name
+    is written through); once the block ends without an exception it is closed, synced and
+    renamed over ``path`` (a link at ``path`` is replaced, not followed), so a reader sees the old
+    content or the new, never part. If the block (or the publish) raises, the partial file is
+    removed and ``path`` is left as it was; one left by a killed process is removed by
+    :func:`remove_stale_partials`, or with its folder's other partials by the folder's writer.
 
     Args:
         path: the file to publish.
@@ -113,9 +132,10 @@ def atomic_output(
             :class:`LocalFiles` with another opener, or :class:`Files` for another file system.
     """
     path = os.fspath(path)
-    tmp = path + PARTIAL_SUFFIX
+    tmp = partial_name(path)
+    opened = files.open(tmp, mode)  # Outside the try: a name it could not create is not ours.
     try:
-        with files.open(tmp, mode) as f:
+        with opened as f:
             yield f
         files.publish(tmp, path)
     except BaseException:
@@ -160,6 +180,10 @@ _HELD: set[int] = set()  # Lock fds of this process, closed in forked workers.
 def hold(folder: str, what: str, wait: bool) -> Iterator[None]:
     """Holds ``folder`` (created if missing) as its only writer until the block ends.
 
+    The folder is checked first (:func:`check_output_folder`); its lock file is opened without
+    following a link, and must be a plain file with no other name (a hard link), before the
+    lock is taken; only then is what it says replaced.
+
     Args:
         folder: the output folder.
         what: what this process is, for another writer's message (``prepare-data``).
@@ -167,10 +191,14 @@ def hold(folder: str, what: str, wait: bool) -> Iterator[None]:
 
     Raises:
         FolderBusyError: ``wait`` is false and another process holds the folder.
+        UnsafeOutputError: another local user could plant files or links in ``folder``, or its
+            lock file is a link or not a plain file.
     """
+    check_output_folder(folder, what)  # Before making it, and after: what is there now.
     os.makedirs(folder, exist_ok=True)
+    check_output_folder(folder, what)
     path = os.path.join(folder, LOCK_FILE)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock(path, what)
     _HELD.add(fd)
     try:
         locked = _acquire(fd, folder, path, what, wait)
@@ -178,7 +206,7 @@ def hold(folder: str, what: str, wait: bool) -> Iterator[None]:
             _HELD.discard(fd)
             os.close(fd)
             os.makedirs(folder, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = _open_lock(path, what)
             _HELD.add(fd)
             locked = _acquire(fd, folder, path, what, wait)
         if locked:
@@ -191,11 +219,147 @@ def hold(folder: str, what: str, wait: bool) -> Iterator[None]:
         os.close(fd)  # Releases the lock (workers drop their copy: see die_with_parent).
 
 
+def _open_lock(path: str, what: str) -> int:
+    """The lock file's descriptor: never through a link, never truncated, a plain file only."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o644)  # O_NONBLOCK: a planted FIFO does not hang the open.
+    except OSError as e:
+        if e.errno != errno.ELOOP or not os.path.islink(path):
+            raise
+        raise UnsafeOutputError(
+            f"{path} is a symbolic link (to {os.readlink(path)!r}), not a lock file this program "
+            f"wrote; {what} does not write through it. Someone else may have put it there: "
+            f"remove it (rm {path}) once you know why it is there, or write to another folder."
+        ) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        kind = "not a plain file" if not stat.S_ISREG(info.st_mode) else "a hard link"
+        raise UnsafeOutputError(
+            f"{path} is {kind} ({info.st_nlink} names, mode {stat.filemode(info.st_mode)}, "
+            f"owner {_user(info.st_uid)}), not a lock file this program wrote; {what} does not "
+            f"write to it. Remove it (rm {path}) once you know why it is there, or write to "
+            "another folder."
+        )
+    return fd
+
+
 def _same_file(fd: int, path: str) -> bool:
     try:
-        return os.stat(path).st_ino == os.fstat(fd).st_ino
+        return os.lstat(path).st_ino == os.fstat(fd).st_ino
     except FileNotFoundError:
         return False
+
+
+def check_output_folder(path: str, what: str) -> None:
+    """Refuses an output folder that another local user could plant files or links in.
+
+    The one rule for every folder a command writes (the dataset folder, the model folder, an
+    export, recommendations, the local registry): ``path`` (if it is there) must be owned by
+    this user or by root, and neither it nor the folder it is published in (its parent) may be
+    writable by other users, unless that folder is sticky (as ``/tmp`` is: others cannot remove
+    or rename what is ours). Group write counts as others' unless the group is the owner's own
+    (a user private group: same name, no other members). ``path`` itself may not be a link
+    owned by another user. On the Cloud Storage FUSE mount (``/gcs/`` on Vertex AI) permission
+    bits are not what guards a bucket (IAM is), and nothing is checked there.
+
+    Args:
+        path: the output folder (it need not exist yet).
+        what: the command or step that writes it, for the message.
+
+    Raises:
+        UnsafeOutputError: naming the folder, its owner and mode, and what to do.
+    """
+    path = os.path.abspath(path)
+    problems, shown = [], None
+    link = os.lstat(path) if os.path.lexists(path) else None
+    if link and stat.S_ISLNK(link.st_mode) and link.st_uid not in _trusted_uids():
+        problems.append(f"it is a link owned by {_user(link.st_uid)}")
+        shown = link
+    elif os.path.exists(path):
+        shown = os.stat(path)
+        if shown.st_uid not in _trusted_uids():
+            problems.append(f"it is owned by {_user(shown.st_uid)}")
+        if _others_write(shown):
+            problems.append(f"it is writable by {_others(shown)}")
+    parent = os.path.dirname(path)
+    while not os.path.exists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    above = os.stat(parent)
+    if _others_write(above):
+        problems.append(f"its parent {parent} is writable by {_others(above)}")
+    if not problems or _on_gcsfuse(path if os.path.exists(path) else parent):
+        return
+    shown = shown or above
+    raise UnsafeOutputError(
+        f"{what}: refusing to write in {path}: {'; '.join(problems)} (owner "
+        f"{_user(shown.st_uid)}, mode {stat.filemode(shown.st_mode)}), so another user could "
+        "plant links there that redirect this program's writes. Write to a folder of your own "
+        "(under your home folder or the clone, e.g. out/), or make this one yours (chown it "
+        "to yourself, chmod go-w it; a shared parent needs chmod +t)."
+    )
+
+
+def _trusted_uids() -> tuple[int, ...]:
+    return (os.geteuid(), 0)
+
+
+def _others_write(info: os.stat_result) -> bool:
+    """Whether users other than the owner may create or rename entries (sticky folders aside)."""
+    if info.st_mode & stat.S_ISVTX:
+        return False
+    if info.st_mode & stat.S_IWOTH:
+        return True
+    return bool(info.st_mode & stat.S_IWGRP) and not _private_group(info.st_uid, info.st_gid)
+
+
+def _private_group(uid: int, gid: int) -> bool:
+    """Whether ``gid`` is ``uid``'s own group (same name, no other listed members)."""
+    try:
+        user, group = pwd.getpwuid(uid), grp.getgrgid(gid)
+    except KeyError:
+        return False
+    return group.gr_name == user.pw_name and set(group.gr_mem) <= {user.pw_name}
+
+
+def _others(info: os.stat_result) -> str:
+    return "every user" if info.st_mode & stat.S_IWOTH else f"group {_group(info.st_gid)}"
+
+
+def _user(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _group(gid: int) -> str:
+    try:
+        return f"{grp.getgrgid(gid).gr_name} (gid {gid})"
+    except KeyError:
+        return f"gid {gid}"
+
+
+def _on_gcsfuse(path: str, mounts_file: str = "/proc/self/mounts") -> bool:
+    """Whether ``path`` is on a Cloud Storage FUSE mount (by ``mounts_file``; Linux).
+
+    gcsfuse mounts show as type ``fuse.gcsfuse`` (releases since early 2022), older ones as
+    ``fuse`` whose source names gcsfuse.
+    """
+    real, best = os.path.realpath(path), ("", "", "")
+    try:
+        with open(mounts_file) as f:
+            mounts = [line.split()[:3] for line in f if len(line.split()) > 2]
+    except OSError:
+        return False
+    for source, point, kind in mounts:
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best[1]):
+            best = (source, point, kind)
+    source, _, kind = best
+    return kind.startswith("fuse.gcsfuse") or (kind == "fuse" and "gcsfuse" in source)
 
 
 def _acquire(fd: int, folder: str, path: str, what: str, wait: bool) -> bool:
@@ -226,8 +390,20 @@ def _acquire(fd: int, folder: str, path: str, what: str, wait: bool) -> bool:
 
 
 def partial_name(path: str) -> str:
-    """A private sibling of ``path`` to build in: ``<path>.partial-<pid>-<random>``."""
-    return f"{path.rstrip('/')}{PARTIAL_SUFFIX}-{os.getpid()}-{os.urandom(4).hex()}"
+    """A private sibling of ``path`` to build in: ``<path>.partial-<pid>-<random>``.
+
+    Create it exclusively (``open(..., "x")``, ``os.mkdir``): a name that is there is not ours.
+    """
+    return f"{path.rstrip('/')}{PARTIAL_SUFFIX}-{os.getpid()}-{os.urandom(8).hex()}"
+
+
+_PARTIAL_TAIL = re.compile(r"-\d+-[0-9a-f]+")
+
+
+def is_partial(name: str) -> bool:
+    """Whether ``name`` was made by :func:`partial_name` (or is an older ``<name>.partial``)."""
+    _, found, tail = name.rpartition(PARTIAL_SUFFIX)
+    return bool(found) and (not tail or _PARTIAL_TAIL.fullmatch(tail) is not None)
 
 
 def remove_stale_partials(path: str) -> list[str]:
@@ -363,7 +539,9 @@ def move_in(new: str, target: str, marker: str) -> None:
         raise FileNotFoundError(f"{new} holds no {marker}; it is not a complete folder")
     os.makedirs(target, exist_ok=True)
     publishing = os.path.join(target, PUBLISHING_FILE)
-    with open(publishing, "w") as f:  # Its presence is the fact; what it says is for people.
+    # Its presence is the fact; what it says is for people. Never written through a link.
+    fd = os.open(publishing, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with open(fd, "w") as f:
         f.write(json.dumps({"from": new, "pid": os.getpid(), "marker": marker}) + "\n")
     with contextlib.suppress(FileNotFoundError):
         os.remove(os.path.join(target, marker))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shlex
 import sys
 import time
 
@@ -113,8 +115,6 @@ def run(args: argparse.Namespace) -> int:
 
 def summary(result, seconds: float, registry: str = "") -> str:
     """What a finished run measured, where its artifacts are, and what to do next."""
-    import json
-
     from training_core.data.metadata import read_metadata
     from training_core.registry import SERVING_METADATA_FILE
 
@@ -141,16 +141,29 @@ def summary(result, seconds: float, registry: str = "") -> str:
         user = json.load(f)["example_requests"]["recommend"]["instances"][0]["user_id"]
     python = os.path.relpath(sys.executable) if sys.executable.startswith(os.getcwd()) else "python"
     lines += [
-        f'Try it (top 10 items for user {user}): {python} -c "from training_core import console; '
-        f"console.setup(); import tensorflow as tf; m = tf.saved_model.load('{exported}'); "
-        f"print(m.signatures['recommend'](user_id=tf.constant([{user}], tf.int64), "
-        "exclude_seen=tf.constant([True]))['item_ids'].numpy())\"",
+        f"Try it (top 10 items for user {user}): {try_it_command(python, exported, user)}",
         "Serve it: docs/serving.md (requests, TF Serving, the Vertex AI Model Registry)",
         "Next: more epochs (--param epochs=8), your own ratings (--data FILE_OR_FOLDER: the "
         "preset for its size), "
         "Vertex AI (ncf-pipelines compile, submit: docs/pipelines.md)",
     ]
     return "\n".join(lines)
+
+
+def try_it_command(python: str, exported: str, user: int) -> str:
+    """A shell command that prints ``user``'s top 10 items from the SavedModel at ``exported``.
+
+    Every word is quoted for the shell (``shlex``) and the path is a Python string literal
+    (JSON's escapes are Python's), so a path with spaces, quotes or ``$(...)`` is read as the
+    path and runs nothing else.
+    """
+    code = (
+        "from training_core import console; console.setup(); import tensorflow as tf; "
+        f"m = tf.saved_model.load({json.dumps(exported)}); "
+        f'print(m.signatures["recommend"](user_id=tf.constant([{int(user)}], tf.int64), '
+        'exclude_seen=tf.constant([True]))["item_ids"].numpy())'
+    )
+    return shlex.join([python, "-c", code])
 
 
 def _model_words(arguments: dict) -> str:

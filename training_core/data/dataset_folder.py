@@ -36,8 +36,8 @@ from training_core.data.metadata import (
 )
 from training_core.publish import (
     LOCK_FILE,
-    PARTIAL_SUFFIX,
     hold,
+    is_partial,
     terminate_as_exit,
     write_text_atomic,
 )
@@ -70,7 +70,7 @@ def _ours(name: str) -> bool:
         or name in LEGACY_NAMES
         or name in (METADATA_FILE, SUCCESS_FILE, BEAM_STAGING)
         or name in _BOOKKEEPING
-        or name.endswith(PARTIAL_SUFFIX)
+        or is_partial(name)
     )
 
 
@@ -197,7 +197,7 @@ def begin(out: str, build: str, num_epochs: int = 0) -> str:
     root = os.path.join(out, build)
     for dirpath, _, names in os.walk(root):  # A killed run's half-written files.
         for name in names:
-            if name.endswith(PARTIAL_SUFFIX):
+            if is_partial(name):
                 os.remove(os.path.join(dirpath, name))
     for sub in build_folders(num_epochs):
         os.makedirs(os.path.join(root, sub), exist_ok=True)

@@ -28,12 +28,13 @@ def evaluate_model(
     from training_core import console
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
-    from training_core import eval_config, evaluate
+    from training_core import eval_config, evaluate, faults
     from training_core import strategy as st
 
     options = eval_config.from_parameters(parameters)
     dist = st.build_strategy(st.StrategyConfig(name=strategy))
-    result = evaluate.evaluate(examples.path, model.path, dist, options=options)
+    with faults.reported():  # A full disk or too little memory: one paragraph.
+        result = evaluate.evaluate(examples.path, model.path, dist, options=options)
     for key, value in result.to_dict().items():
         if key != "checkpoint":
             metrics.log_metric(key, int(value) if isinstance(value, bool) else value)

@@ -23,20 +23,21 @@ def export_model(
     from training_core import console
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
-    from training_core import export
+    from training_core import export, faults
 
-    result = export.export(
-        export.ExportConfig(
-            model_dir=model.path,
-            data_dir=examples.path,
-            export_dir=exported_model.path,
-            top_k=top_k,
-            default_signature=default_signature,
-            # The folder is this task's own output: a retry replaces what an attempt that died
-            # after publishing left there (the earlier attempt's executor output never came).
-            overwrite=True,
+    with faults.reported():  # A full disk or too little memory: one paragraph.
+        result = export.export(
+            export.ExportConfig(
+                model_dir=model.path,
+                data_dir=examples.path,
+                export_dir=exported_model.path,
+                top_k=top_k,
+                default_signature=default_signature,
+                # The folder is this task's own output: a retry replaces what an attempt that died
+                # after publishing left there (the earlier attempt's executor output never came).
+                overwrite=True,
+            )
         )
-    )
     exported_model.metadata.update(
         {
             "framework": "tensorflow",

@@ -48,10 +48,12 @@ def prepare_data(
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
     from components._image import with_worker_image
+    from training_core import faults
     from training_core.data import config, prepare, report
 
     settings = config.from_parameters(raw_data.path, examples.path, parameters)
     beam_args = with_worker_image(beam_pipeline_args or (), worker_image)
-    result = prepare.run(settings, runner, beam_args)
+    with faults.reported():  # A full disk or too little memory: one paragraph.
+        result = prepare.run(settings, runner, beam_args)
     print(report.summary(result))
     examples.metadata.update(report.artifact_metadata(result))

@@ -35,20 +35,21 @@ def recommend(
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
     from components._image import with_worker_image
-    from training_core import batch_recommend
+    from training_core import batch_recommend, faults
 
-    result = batch_recommend.recommend(
-        batch_recommend.RecommendConfig(
-            export_dir=exported_model.path,
-            data_dir=examples.path,
-            output_dir=recommendations.path,
-            output_format=output_format,
-            top_k=top_k,
-            exclude_seen=exclude_seen,
-            batch_size=batch_size,
-            pipeline_args=tuple(with_worker_image(beam_pipeline_args or (), worker_image)),
+    with faults.reported():  # A full disk or too little memory: one paragraph.
+        result = batch_recommend.recommend(
+            batch_recommend.RecommendConfig(
+                export_dir=exported_model.path,
+                data_dir=examples.path,
+                output_dir=recommendations.path,
+                output_format=output_format,
+                top_k=top_k,
+                exclude_seen=exclude_seen,
+                batch_size=batch_size,
+                pipeline_args=tuple(with_worker_image(beam_pipeline_args or (), worker_image)),
+            )
         )
-    )
     print(
         f"top {result.top_k} items for {result.num_users} users in {result.seconds:.1f}s "
         f"({result.users_per_second:,.0f} users/s): {', '.join(result.files)}"

@@ -50,7 +50,7 @@ def train_model(
     from training_core import console
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
-    from training_core import report, train, train_config
+    from training_core import faults, report, train, train_config
     from training_core import strategy as st
 
     config = train_config.from_parameters(examples.path, model.path, parameters)
@@ -62,7 +62,8 @@ def train_model(
             expect_accelerator_count=expect_accelerator_count,
         )
     )
-    result = train.train(config, dist)
+    with faults.reported():  # A full disk or too little memory: one paragraph.
+        result = train.train(config, dist)
     if not result.is_chief:
         return  # Only the chief publishes: the /gcs/ mount takes one writer per file.
     for key, value in train.summary_metrics(result).items():

@@ -38,20 +38,22 @@ def validate_data(
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
     from components._image import with_worker_image
+    from training_core import faults
     from training_core import validate as v
 
-    result = v.validate(
-        v.ValidateConfig(
-            input_path=raw_data.path,
-            outputs=v.OutputPaths(statistics.path, schema.path, anomalies.path, report.path),
-            format=data_format,
-            baseline_schema=baseline_schema_uri or None,
-            baseline_statistics=baseline_statistics_uri or None,
-            drift=tuple(v.parse_drift(s) for s in drift or ()),
-            fail_on_anomalies=fail_on_anomalies,
-            beam_pipeline_args=tuple(with_worker_image(beam_pipeline_args or (), worker_image)),
+    with faults.reported():  # A full disk or too little memory: one paragraph.
+        result = v.validate(
+            v.ValidateConfig(
+                input_path=raw_data.path,
+                outputs=v.OutputPaths(statistics.path, schema.path, anomalies.path, report.path),
+                format=data_format,
+                baseline_schema=baseline_schema_uri or None,
+                baseline_statistics=baseline_statistics_uri or None,
+                drift=tuple(v.parse_drift(s) for s in drift or ()),
+                fail_on_anomalies=fail_on_anomalies,
+                beam_pipeline_args=tuple(with_worker_image(beam_pipeline_args or (), worker_image)),
+            )
         )
-    )
     print(v.summary(result))
     for artifact in (statistics, schema, anomalies, report):
         artifact.metadata.update(v.artifact_metadata(result))

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import logging
 import sys
+import traceback
 
 from training_core.console import VERBOSE_ENV
 
@@ -36,6 +37,10 @@ VERBOSE_HELP = (
     "print everything the libraries and each pipeline step print, and debug details (or set "
     f"{VERBOSE_ENV}=1)"
 )
+
+
+# Exit status of a fault of the machine (disk, memory; training_core.faults); bad input gives 2.
+MACHINE_FAULT_EXIT = 1
 
 
 class UserError(Exception):
@@ -77,13 +82,25 @@ def main(argv: list[str] | None = None) -> int:
         datefmt="%H:%M:%S",
         handlers=[console.stderr_handler()],
     )
+    from training_core import faults
     from training_core.publish import FolderBusyError
 
     try:
         return int(args.func(args) or 0)
-    except (UserError, ValueError, FileNotFoundError, FileExistsError, FolderBusyError) as e:
-        print(f"ncf-pipelines {args.command}: error: {e}", file=sys.stderr)
-        return 2
+    except Exception as e:
+        # The machine's own faults first: a vanished mount is also a FileNotFoundError.
+        message = faults.describe(e)
+        if message is not None:
+            if args.verbose:
+                traceback.print_exc()
+            print(f"ncf-pipelines {args.command}: error: {message}", file=sys.stderr)
+            return MACHINE_FAULT_EXIT
+        if isinstance(
+            e, (UserError, ValueError, FileNotFoundError, FileExistsError, FolderBusyError)
+        ):
+            print(f"ncf-pipelines {args.command}: error: {e}", file=sys.stderr)
+            return 2
+        raise
 
 
 def add_input_arguments(parser: argparse.ArgumentParser, required: bool, help_text: str) -> None:

@@ -158,7 +158,7 @@ def test_an_output_folder_that_is_another_users_link_is_refused(tmp_path):
     assert os.listdir(mine) == []
 
 
-def test_export_and_recommend_refuse_before_the_work(out):
+def test_export_recommend_and_prepare_refuse_before_the_work(out):
     """The check comes first: the model and data named here do not even exist."""
     from training_core import batch_recommend, export
 
@@ -168,6 +168,11 @@ def test_export_and_recommend_refuse_before_the_work(out):
         export.export(export.ExportConfig(missing, missing, str(out / "export")))
     with pytest.raises(publish.UnsafeOutputError, match="recommend: refusing"):
         batch_recommend.recommend(batch_recommend.RecommendConfig(missing, missing, str(out)))
+    # prepare-data too, before it reads its input (which does not exist either).
+    from training_core.data import config, prepare
+
+    with pytest.raises(publish.UnsafeOutputError, match="prepare-data: refusing"):
+        prepare.prepare(config.prepare_config(missing, str(out)))
 
 
 def test_try_it_line_quotes_its_path(tmp_path):

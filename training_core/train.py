@@ -30,7 +30,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from training_core import console, input_pipeline, publish
+from training_core import console, faults, input_pipeline, publish
 from training_core.data.metadata import DatasetMetadata, read_metadata
 from training_core.eval_config import CURVE_FULL_CATALOG_USERS
 from training_core.evaluate import make_eval_fn, run_eval
@@ -227,6 +227,11 @@ def _dense_gradients(
     # on CPU, tables much larger than a batch are cheaper to update row by row.
     table = (meta.num_users + meta.num_items) * config.model.embedding_dim
     return _on_accelerator(strategy) or table <= DENSE_TABLE_LIMIT
+
+
+# Room a run needs before its first epoch, in checkpoints (a new one beside the last).
+CHECKPOINT_ROOM_FACTOR = 2
+CHECKPOINT_KEPT = "the last complete checkpoint is kept, and a rerun resumes from it"
 
 
 class _Trainer:
@@ -427,7 +432,30 @@ class _Trainer:
 
     # -- the run ------------------------------------------------------------------------------
 
+    def checkpoint_bytes(self) -> int:
+        """One checkpoint's size: the model's variables and the optimizer's two moments."""
+        tensors = [*self.model.variables, *self.optimizer.m, *self.optimizer.v]
+        return sum(v.shape.num_elements() * v.dtype.size for v in tensors)
+
     def run(self, on_epoch: Callable[[EpochResult], bool] | None = None) -> TrainResult:
+        # Room for a new checkpoint beside the last one (each save writes a new one, then drops
+        # the oldest); checked before the first epoch rather than found at its end.
+        need = CHECKPOINT_ROOM_FACTOR * self.checkpoint_bytes()
+        if self.is_chief:
+            faults.check_room(
+                self.config.model_dir,
+                need,
+                "training checkpoints",
+                "--model-dir",
+                f"{CHECKPOINT_ROOM_FACTOR} x a checkpoint of "
+                f"{faults.size_text(self.checkpoint_bytes())}: the weights and Adam's moments",
+            )
+        with faults.writing(
+            "a training checkpoint", self.config.model_dir, need, "--model-dir", CHECKPOINT_KEPT
+        ):
+            return self._run(on_epoch)
+
+    def _run(self, on_epoch: Callable[[EpochResult], bool] | None) -> TrainResult:
         cfg, layout = self.config, self.layout
         check_model_folder(cfg.model_dir, cfg.model, self.meta)
         partial = self._restore()

@@ -47,25 +47,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+# What a failed export leaves (training_core.export publishes the folder in one step).
+UNCHANGED = "--output was left as it was: the export is published only once complete"
+
+
 def run(args: argparse.Namespace) -> int:
     """Exports and prints where, and a request to try."""
+    from training_core import faults
     from training_core.export import ExportConfig, export
     from training_core.model_dir import resolve_checkpoint
 
     checkpoint = args.checkpoint
     if checkpoint:  # Checked here, so that the error names the option.
         checkpoint = resolve_checkpoint(args.model_dir, checkpoint, option="--checkpoint")
-    result = export(
-        ExportConfig(
-            model_dir=args.model_dir,
-            data_dir=args.data,
-            export_dir=args.output,
-            top_k=args.top_k,
-            default_signature=args.default_signature,
-            checkpoint=checkpoint,
-            overwrite=args.overwrite,
+    with faults.writing("the exported model", args.output, option="--output", after=UNCHANGED):
+        result = export(
+            ExportConfig(
+                model_dir=args.model_dir,
+                data_dir=args.data,
+                export_dir=args.output,
+                top_k=args.top_k,
+                default_signature=args.default_signature,
+                checkpoint=checkpoint,
+                overwrite=args.overwrite,
+            )
         )
-    )
     print(
         f"exported step {result.step} to {result.export_dir} (TensorFlow "
         f"{result.tensorflow_version}; {result.num_users} users, {result.num_items} items, "

@@ -60,20 +60,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Writes the recommendations and says where and how fast."""
+    from training_core import faults
     from training_core.batch_recommend import RecommendConfig, recommend
 
-    result = recommend(
-        RecommendConfig(
-            export_dir=args.model,
-            data_dir=args.data,
-            output_dir=args.output,
-            output_format=args.output_format,
-            top_k=args.top_k,
-            exclude_seen=not args.include_seen,
-            batch_size=args.batch_size,
-            pipeline_args=beam_pipeline_args(args),
+    with faults.writing("the recommendations", args.output, option="--output"):
+        result = recommend(
+            RecommendConfig(
+                export_dir=args.model,
+                data_dir=args.data,
+                output_dir=args.output,
+                output_format=args.output_format,
+                top_k=args.top_k,
+                exclude_seen=not args.include_seen,
+                batch_size=args.batch_size,
+                pipeline_args=beam_pipeline_args(args),
+            )
         )
-    )
     print(
         f"wrote top {result.top_k} items for {result.num_users:,} users to {result.output_dir} "
         f"({', '.join(result.files)}) in {result.seconds:.1f}s "

@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     """Generates and writes the data."""
     import dataclasses
 
+    from training_core import faults
     from training_core.data import synthetic
 
     if args.shape not in synthetic.SHAPES:
@@ -70,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     )
     config = synthetic.with_structure(config, args.structure)
     data = synthetic.generate(config)
-    path = synthetic.write(data, args.output, args.layout, seed=args.seed)
+    with faults.writing("the synthetic ratings", args.output, option="--output"):
+        path = synthetic.write(data, args.output, args.layout, seed=args.seed)
     print(
         f"wrote {len(data):,} ratings ({config.num_users:,} users, {config.num_items:,} items) "
         f"to {path}"

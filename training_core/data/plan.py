@@ -158,6 +158,88 @@ def make_plan(
     return Plan(num_shards, upb, num_epochs, options, fingerprint)
 
 
+# Per record beyond the packed ids: the TFRecord frame (16 bytes) and each feature's key and
+# headers (about 30 bytes); estimates round this up.
+_RECORD_OVERHEAD = 160
+
+
+def mean_varint_width(count: int) -> float:
+    """The mean bytes of a varint over the ids ``0..count-1`` (one ``records`` id each)."""
+    if count <= 0:
+        return 1.0
+    total, low, width = 0, 0, 1
+    while low < count:
+        high = min(count, 1 << (7 * width))
+        total += (high - low) * width
+        low, width = high, width + 1
+    return total / count
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """What a plan will write and hold: ``bytes`` on disk, ``worker_memory`` per worker."""
+
+    bytes: int
+    train_rows: int  # Per epoch, padded.
+    bytes_per_train_row: float
+    eval_rows: int
+    bytes_per_eval_row: float
+    worker_memory: int
+
+    def describe(self, num_epochs: int) -> str:
+        """How ``bytes`` was reckoned, for a message."""
+        return (
+            f"{self.train_rows:,} training rows x {num_epochs} epoch(s) x "
+            f"{self.bytes_per_train_row:.1f} bytes per row, and {self.eval_rows:,} eval rows x "
+            f"{self.bytes_per_eval_row:.1f} bytes"
+        )
+
+
+# Bytes a worker holds per row of the shard file it writes: the rows' columns (int64 and
+# narrower), their shuffle, the padded copies and the encoded records, measured on synthetic
+# data (tests/test_machine_faults.py checks the disk estimate; this one is rounded up).
+_WORKER_BYTES_PER_ROW = 64
+
+
+def estimate(
+    plan: Plan, config: PrepareConfig, rows_kept: int, num_users: int, num_items: int
+) -> Estimate:
+    """The dataset's size on disk and each worker's peak memory, before anything is written.
+
+    Size: rows x epochs x bytes per row, in the ``records`` layout (ids as varints).
+    """
+    user_bytes = mean_varint_width(num_users)
+    item_bytes = mean_varint_width(num_items)
+    # user_id, item_id, then a one-byte mask (valid_point_mask or duplicate_mask) and label.
+    train_row = user_bytes + item_bytes + 2
+    eval_row = user_bytes + item_bytes + 1
+    batch = config.train_batch_size
+    positives = rows_kept - num_users
+    per_shard_train = -(-positives * (1 + config.num_neg) // plan.num_shards)
+    train_rows = plan.num_shards * max(1, -(-per_shard_train // batch)) * batch
+    per_eval_user = 1 + config.eval_negatives
+    upb = plan.eval_users_per_batch
+    per_shard_users = -(-num_users // plan.num_shards)
+    eval_rows = plan.num_shards * max(1, -(-per_shard_users // upb)) * upb * per_eval_user
+    train_records = train_rows // batch
+    eval_records = eval_rows // (upb * per_eval_user)
+    total = (
+        plan.num_epochs * (train_rows * train_row + train_records * _RECORD_OVERHEAD)
+        + eval_rows * eval_row
+        + eval_records * _RECORD_OVERHEAD
+        + (num_users + num_items) * 12  # Vocabulary files: raw ids, one a line.
+    )
+    biggest_file = max(per_shard_train, per_shard_users * per_eval_user)
+    return Estimate(
+        int(total),
+        train_rows,
+        train_row,
+        eval_rows,
+        eval_row,
+        biggest_file * _WORKER_BYTES_PER_ROW,
+    )
+
+
 def build_options(config: PrepareConfig) -> dict:
     """The options that decide a run's bytes (not where it reads or writes, nor how fast).
 

@@ -19,12 +19,13 @@ import dataclasses
 import logging
 import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Iterator
 
 import numpy as np
 
-from training_core import console, publish
+from training_core import console, faults, publish
 from training_core.data import dataset_folder, sampling, shards
 from training_core.data import io as rio
 from training_core.data.config import RUNNER_LOCAL, PrepareConfig, check_runner
@@ -36,9 +37,11 @@ from training_core.data.metadata import (
     epoch_dir,
 )
 from training_core.data.plan import (
+    Estimate,
     Plan,
     build_metadata,
     build_name,
+    estimate,
     make_plan,
     nothing_left,
     vocab_text,
@@ -320,22 +323,76 @@ def _call(task: tuple):
 def _task_results(tasks: list[tuple], workers: int):
     """Runs ``(fn, args)`` tasks, yielding an iterator of results in task order.
 
-    Worker processes die with this one (``publish.die_with_parent``) and are killed when the
-    block ends early, so none outlives the run or writes after it failed.
+    A worker's exception reaches this process as itself (an ``OSError`` keeps its errno and the
+    file it names, see ``shards``); a worker killed outright (the kernel's out-of-memory killer
+    sends SIGKILL) raises ``faults.WorkerKilled`` naming the signal, where a
+    ``multiprocessing.Pool`` would wait forever for its task. Worker processes die with this one
+    (``_start_worker``) and are killed when the block ends early, so none outlives the
+    run or writes after it failed.
     """
     if workers <= 1:
         yield (fn(*args) for fn, args in tasks)
         return
-    ctx = multiprocessing.get_context("fork")
-    pool = ctx.Pool(workers, initializer=publish.die_with_parent, initargs=(os.getpid(),))
+    pool = concurrent.futures.ProcessPoolExecutor(
+        workers,
+        mp_context=multiprocessing.get_context("fork"),
+        initializer=_start_worker,
+        initargs=(os.getpid(),),
+    )
     try:
-        yield pool.imap(_call, tasks)
-        pool.close()
+        yield _results(pool, tasks, workers)
     except BaseException:
-        pool.terminate()
+        _kill_workers(pool)
         raise
     finally:
-        pool.join()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _start_worker(parent_pid: int) -> None:
+    """A pool worker's start: it dies with the parent, and of SIGTERM.
+
+    The parent's SIGTERM handler (``publish.terminate_as_exit``: a clean exit) is inherited by
+    the fork; in a worker a clean exit waits on the pool's queues, which the pool, stopping its
+    workers with SIGTERM after one was killed, would wait on in turn. The parent forks workers
+    with SIGTERM blocked, so none gets it before this runs.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    publish.die_with_parent(parent_pid)
+
+
+def _results(pool: concurrent.futures.ProcessPoolExecutor, tasks: list[tuple], workers: int):
+    try:
+        # The first submit forks every worker; SIGTERM stays blocked in them until _start_worker.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            results = pool.map(_call, tasks)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        yield from results
+    except concurrent.futures.process.BrokenProcessPool:
+        started = _workers(pool)
+        pool.shutdown(wait=True)  # It stops and joins the others: every exit status is known.
+        raise faults.WorkerKilled("data prep", _killed_by(started), workers) from None
+
+
+def _workers(pool: concurrent.futures.ProcessPoolExecutor) -> list:
+    # The executor's process table: ProcessPoolExecutor has no public way to kill its workers
+    # or read their exit codes before Python 3.14 (terminate_workers reads this same table).
+    return list((getattr(pool, "_processes", None) or {}).values())
+
+
+def _killed_by(workers: list) -> int | None:
+    """The signal that killed a worker of a broken pool (SIGKILL first), ``None`` if unknown."""
+    signals = {-p.exitcode for p in workers if p.exitcode is not None and p.exitcode < 0}
+    return signal.SIGKILL if signal.SIGKILL in signals else min(signals, default=None)
+
+
+def _kill_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+    """Stops every worker now, mid-task: after a failure none may write any more."""
+    for process in _workers(pool):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            process.kill()
 
 
 def prepare(config: PrepareConfig) -> PrepareResult:
@@ -346,6 +403,8 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     source read. A damaged one is prepared again; a different one is kept unless ``overwrite``.
     """
     config.check()
+    # Before the input is read: a folder others could plant links in is refused at once.
+    publish.check_output_folder(config.output_dir, "prepare-data")
     with _reusing_freed_memory():
         return _prepare(config)
 
@@ -364,15 +423,55 @@ def _prepare(config: PrepareConfig) -> PrepareResult:
     )
     out = config.output_dir
     build = build_name(config, source.sha256)
-    with dataset_folder.holding(out):
+    size = estimate(plan, config, indexed.stats["rows_kept"], indexed.num_users, indexed.num_items)
+    with (
+        faults.writing(
+            "the prepared dataset", out, size.bytes, "--output", after=NOTHING_PUBLISHED
+        ),
+        dataset_folder.holding(out),
+    ):
         existing = _reusable(out, plan, build, config.overwrite)
         if existing is not None:
             seconds = time.perf_counter() - t0
             return PrepareResult(existing, out, True, seconds, dataset_bytes(existing))
+        check_resources(config, plan, size, _worker_count(config, plan))
         with dataset_folder.building(out, build, plan.num_epochs) as root:
             meta = _build(config, source, indexed, plan, build, root, timings)
             dataset_folder.publish(out, meta)
     return PrepareResult(meta, out, False, time.perf_counter() - t0, dataset_bytes(meta), timings)
+
+
+NOTHING_PUBLISHED = (
+    "nothing was published: the folder keeps the dataset it held before (if any), and the "
+    "partial build was removed"
+)
+
+
+def check_resources(config: PrepareConfig, plan: Plan, size: Estimate, workers: int) -> None:
+    """Refuses before writing when the output's disk or the memory cannot hold the plan.
+
+    The numbers are :func:`plan.estimate`'s; raises ``faults.MachineFault``.
+    """
+    faults.check_room(
+        config.output_dir,
+        size.bytes,
+        "the prepared dataset",
+        "--output",
+        size.describe(plan.num_epochs),
+    )
+    faults.check_memory(
+        workers * size.worker_memory,
+        f"{workers} data prep workers",
+        "Run with fewer workers (--workers), or with --runner beam, or on a machine with more "
+        "memory, then run the command again.",
+        detail=f"{workers} x {faults.size_text(size.worker_memory)} for the largest shard file",
+    )
+
+
+def _worker_count(config: PrepareConfig, plan: Plan) -> int:
+    """Worker processes: ``--workers`` (default one per CPU), at most one per file."""
+    files = plan.num_shards * (plan.num_epochs + 1)
+    return min(config.workers or os.cpu_count() or 1, files)
 
 
 def run(
@@ -479,7 +578,7 @@ def _write_shards(
     tasks += [
         (_write_train_shard, (s, e)) for e in range(plan.num_epochs) for s in range(num_shards)
     ]
-    workers = min(config.workers or os.cpu_count() or 1, len(tasks))
+    workers = _worker_count(config, plan)
     log.info(
         "%d users, %d items, %d shards, %d epochs: writing %d files with %d workers",
         indexed.num_users,

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from training_core import faults
 from training_core.data import records, sampling
 from training_core.data.metadata import ShardFile, eval_file, train_file
 
@@ -65,7 +66,9 @@ def write_train_shard(
         training=True,
     )
     rel = train_file(epoch, records.shard_name(shard.index, opts.num_shards))
-    size = write(os.path.join(output_dir, rel), records.encode_examples(columns, batch))
+    path = os.path.join(output_dir, rel)
+    with faults.naming(path):  # A failed write() names no file; the parent's message will.
+        size = write(path, records.encode_examples(columns, batch))
     return ShardFile(rel, total // batch, n, size)
 
 
@@ -93,5 +96,7 @@ def write_eval_shard(
         [users.reshape(-1), items.reshape(-1), mask.reshape(-1)], training=False
     )
     rel = eval_file(records.shard_name(shard.index, opts.num_shards))
-    size = write(os.path.join(output_dir, rel), records.encode_examples(columns, upb * width))
+    path = os.path.join(output_dir, rel)
+    with faults.naming(path):
+        size = write(path, records.encode_examples(columns, upb * width))
     return ShardFile(rel, padded_users // upb, n_users * width, size), ev.short_users

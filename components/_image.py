@@ -122,15 +122,27 @@ def with_worker_image(beam_args: Sequence[str], image: str) -> list[str]:
     ``image`` "" adds nothing.
     """
     args = list(beam_args)
-    runner = [a.split("=", 1)[1] for a in args if a.startswith("--runner=")]
-    runner += [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--runner"]
-    named = any(
-        a.split("=", 1)[0] in ("--sdk_container_image", "--worker_harness_container_image")
-        for a in args
-    )
-    if image and not named and any("dataflow" in r.lower() for r in runner):
+    named = names_option(args, "--sdk_container_image", "--worker_harness_container_image")
+    if image and not named and runs_on_dataflow(args):
         args.append(f"--sdk_container_image={image}")
     return args
+
+
+def runs_on_dataflow(beam_args: Sequence[str]) -> bool:
+    """Whether a Beam job's options choose Dataflow's runner.
+
+    That is a ``--runner`` (``=value`` or the next word) naming "dataflow" in any case or form,
+    as Beam itself tells it.
+    """
+    args = list(beam_args)
+    runner = [a.split("=", 1)[1] for a in args if a.startswith("--runner=")]
+    runner += [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--runner"]
+    return any("dataflow" in r.lower() for r in runner)
+
+
+def names_option(beam_args: Sequence[str], *names: str) -> bool:
+    """Whether the options set any of ``names`` (``--name=value`` or ``--name value``)."""
+    return any(a.split("=", 1)[0] in names for a in beam_args)
 
 
 def unbuildable_images(text: str) -> list[str]:

@@ -32,6 +32,9 @@ _LOG = logging.getLogger(__name__)
 
 DATA_URI = "data_uri"
 DATA_FINGERPRINT = "data_fingerprint"
+BEAM_PIPELINE_ARGS = "beam_pipeline_args"
+# Dataflow's option for the account its workers run as (default: Compute Engine's default one).
+DATAFLOW_ACCOUNT_OPTION = "--service_account_email"
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
@@ -550,6 +553,7 @@ def prepare(config: SubmitConfig) -> tuple[Template, dict[str, Any]]:
     warning = reused_negatives(template, values)
     if warning:
         _LOG.warning("%s", warning)
+    values = with_dataflow_account(values, config.service_account)
     data_uri = values.get(DATA_URI)
     if isinstance(data_uri, str):
         placeholder_values.check_placeholders({DATA_URI: (data_uri, "bucket")})
@@ -560,6 +564,25 @@ def prepare(config: SubmitConfig) -> tuple[Template, dict[str, Any]]:
             f"--param {DATA_URI}=gs://BUCKET/PATH"
         )
     return template, values
+
+
+def with_dataflow_account(values: dict[str, Any], account: str | None) -> dict[str, Any]:
+    """The run's values with Dataflow's workers running as the run's service account.
+
+    Dataflow starts its workers as the project's Compute Engine default account (usually an
+    Editor) unless the job names another, whatever account launched it. When the run has a
+    service account and its ``beam_pipeline_args`` choose Dataflow's runner without naming a
+    worker account, ``--service_account_email=ACCOUNT`` is added (docs/security.md).
+    """
+    from components._image import names_option, runs_on_dataflow
+
+    args = values.get(BEAM_PIPELINE_ARGS)
+    if not account or not isinstance(args, list) or not runs_on_dataflow(args):
+        return values
+    if names_option(args, DATAFLOW_ACCOUNT_OPTION):
+        return values
+    _LOG.info("Dataflow's workers will run as %s (%s)", account, DATAFLOW_ACCOUNT_OPTION)
+    return {**values, BEAM_PIPELINE_ARGS: [*args, f"{DATAFLOW_ACCOUNT_OPTION}={account}"]}
 
 
 def reused_negatives(template: Template, values: Mapping[str, Any]) -> str | None:

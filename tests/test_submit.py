@@ -876,6 +876,32 @@ _JSON_TYPES = {
 }
 
 
+def test_dataflow_workers_run_as_the_runs_service_account(ncf_template, standin):
+    """Dataflow starts its workers as the Compute Engine default account (usually an Editor)
+    unless the job names one: the request carries the run's account for them, and an account the
+    user named for the workers is kept."""
+    dataflow = '["--runner=DataflowRunner", "--project=p", "--region=us-central1"]'
+    given = {"data_uri": DATA, "beam_pipeline_args": dataflow}
+    config = _config(ncf_template, standin, parameter_values=given)
+    vs.submit(vs.with_data_fingerprint(config))
+    sent = standin.find("POST", r"/pipelineJobs$")[-1].body["runtimeConfig"]["parameterValues"]
+    assert sent["beam_pipeline_args"] == [
+        "--runner=DataflowRunner",
+        "--project=p",
+        "--region=us-central1",
+        f"--service_account_email={SA}",
+    ]
+    named = (
+        '["--runner", "dataflow", "--service_account_email", "workers@p.iam.gserviceaccount.com"]'
+    )
+    config = _config(
+        ncf_template, standin, parameter_values={"data_uri": DATA, "beam_pipeline_args": named}
+    )
+    vs.submit(vs.with_data_fingerprint(config))
+    sent = standin.find("POST", r"/pipelineJobs$")[-1].body["runtimeConfig"]["parameterValues"]
+    assert sent["beam_pipeline_args"] == json.loads(named)
+
+
 def test_real_ncf_pipeline_is_submitted_as_compiled(ncf_template, standin):
     """The project's own pipeline (cpu profile), through ``submit``: the stand-in receives a
     valid PipelineJob whose spec is the compiled YAML and whose values have the declared types."""

@@ -243,7 +243,9 @@ def driver_probes() -> list[tuple[str, bool]]:
     the image's user), the user's part after.
     """
     before, after = DRIVER_PROBE.split('echo "after-ldconfig', 1)
-    return [(before, False), ("ldconfig", True), ('echo "after-ldconfig' + after, False)]
+    # Each step is a shell of its own: the after part needs the probe's python snippet too.
+    snippet = before.split('echo "as-mounted', 1)[0]
+    return [(before, False), ("ldconfig", True), (snippet + 'echo "after-ldconfig' + after, False)]
 
 
 def check_driver_probe(output: str) -> str:

@@ -40,7 +40,7 @@ CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 _LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
 _PROJECT = re.compile(r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
-_NETWORK = re.compile(r"projects/[^/\s]+/global/networks/[^/\s]+")
+_NETWORK = re.compile(r"projects/[0-9]+/global/networks/[^/\s]+")  # A project number, not its id.
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 # An Experiment is a Vertex ML Metadata context whose id is the experiment name, and
 # CreateContextRequest.context_id "Must be 4-128 characters in length. Valid characters are
@@ -390,7 +390,8 @@ def validate_config(config: SubmitConfig) -> None:
     if config.network is not None and not _NETWORK.fullmatch(config.network):
         raise ValueError(
             f"network {config.network!r} must be a full name: "
-            "projects/PROJECT_NUMBER/global/networks/NAME"
+            "projects/PROJECT_NUMBER/global/networks/NAME (the project's number, not its id: "
+            "gcloud projects describe PROJECT --format='value(projectNumber)')"
         )
     if config.experiment is not None:
         if not _EXPERIMENT.fullmatch(config.experiment):

@@ -198,6 +198,98 @@ def test_a_retried_step_does_not_deploy_a_served_version_twice(vertex, tmp_path)
     assert len(endpoint["deployedModels"]) == 1
 
 
+def test_a_retried_deploy_moves_the_traffic_to_the_version_already_deployed(vertex, tmp_path):
+    """An earlier try left version 2 deployed with none of the traffic (version 1 keeps all of
+    it): the retry does not deploy again, moves the traffic to version 2 with an endpoint
+    update, and only then undeploys version 1 (which the service refuses while it has
+    traffic)."""
+    from google.cloud import aiplatform
+    from google.cloud.aiplatform_v1 import types
+
+    v1 = _register(tmp_path, "run-1")
+    model = v1.metadata["resourceName"]
+    _deploy("run-1", v1)
+    (name,) = vertex.endpoints
+    (old,) = vertex.endpoints[name]["deployedModels"]
+    v2 = _register(tmp_path, "run-2", parent=model, make_default=False)
+    aiplatform.Endpoint(name).deploy(
+        aiplatform.Model(model, version="2"),
+        traffic_split={old["id"]: 100, "0": 0},
+        machine_type="n1-standard-4",
+        sync=True,
+    )
+    (new,) = [d for d in vertex.endpoints[name]["deployedModels"] if d["id"] != old["id"]]
+    assert vertex.endpoints[name]["trafficSplit"] == {old["id"]: 100}  # The earlier try's end.
+
+    before = len(vertex.requests)
+    done = _deploy("run-2", v2)
+    sent = vertex.requests[before:]
+    steps = [r.method + " " + r.path.rsplit("/", 1)[-1] for r in sent if r.method != "GET"]
+    endpoint_id = name.rsplit("/", 1)[-1]
+    assert steps == [
+        f"PATCH {endpoint_id}",
+        f"POST {endpoint_id}:undeployModel",
+        f"POST {model.rsplit('/', 1)[-1]}@2:mergeVersionAliases",
+    ], steps
+    (patch,) = [r for r in sent if r.method == "PATCH"]
+    assert patch.query["updateMask"] == ["trafficSplit"]
+    update = types.Endpoint.from_json(patch.raw, ignore_unknown_fields=False)
+    assert dict(update.traffic_split) == {new["id"]: 100}
+    assert vertex.endpoints[name]["trafficSplit"] == {new["id"]: 100}
+    assert [d["id"] for d in vertex.endpoints[name]["deployedModels"]] == [new["id"]]
+    assert done.metadata["deployedModelId"] == new["id"]
+    assert done.metadata["undeployed"] == [old["id"]]
+    assert _default_version(vertex, model) == "2"
+
+
+@pytest.mark.parametrize(
+    "split, expected",
+    [
+        ({"old": 60, "new": 30}, "must add up to 100, not 90"),
+        ({"old": 50, "new": 60}, "must add up to 100, not 110"),
+        ({"old": 50, "999": 50}, "names deployed models ['999'] that endpoint"),
+    ],
+    ids=["sum-90", "sum-110", "unknown-deployed-model"],
+)
+def test_the_standin_refuses_an_endpoint_update_the_service_refuses(
+    vertex, tmp_path, split, expected
+):
+    """Endpoint.update's traffic split, as the v1 reference states it: over the endpoint's own
+    deployed models, adding up to 100; refused with 400 INVALID_ARGUMENT naming the field, the
+    endpoint unchanged."""
+    from google.api_core import exceptions
+    from google.cloud import aiplatform
+
+    v1 = _register(tmp_path, "run-1")
+    model = v1.metadata["resourceName"]
+    _deploy("run-1", v1)
+    (name,) = vertex.endpoints
+    (old,) = vertex.endpoints[name]["deployedModels"]
+    endpoint = aiplatform.Endpoint(name)
+    endpoint.deploy(
+        aiplatform.Model(model, version="1"),
+        traffic_split={old["id"]: 100, "0": 0},
+        machine_type="n1-standard-4",
+        sync=True,
+    )
+    (new,) = [d for d in vertex.endpoints[name]["deployedModels"] if d["id"] != old["id"]]
+    ids = {"old": old["id"], "new": new["id"]}
+    with pytest.raises(exceptions.BadRequest) as e:
+        endpoint.update(traffic_split={ids.get(k, k): v for k, v in split.items()})
+    assert expected in e.value.message
+    error = e.value.response.json()["error"]  # The service's error shape.
+    assert (error["code"], error["status"]) == (400, "INVALID_ARGUMENT")
+    (violation,) = error["details"][0]["fieldViolations"]
+    assert violation["field"] == "endpoint.traffic_split"
+    (refused, why) = vertex.rejected[-1]
+    assert refused.method == "PATCH" and expected in why
+    assert vertex.endpoints[name]["trafficSplit"] == {old["id"]: 100}
+    vertex.rejected.clear()  # Refused on purpose.
+    # The same endpoint takes a split that adds up, over deployed models it has.
+    endpoint.update(traffic_split={old["id"]: 25, new["id"]: 75})
+    assert vertex.endpoints[name]["trafficSplit"] == {old["id"]: 25, new["id"]: 75}
+
+
 # --- only this pipeline's models and endpoints are trusted ----------------------------------------
 
 

@@ -635,7 +635,13 @@ SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
 def _good_job() -> dict:
     return {
         "displayName": "ncf",
-        "pipelineSpec": {"pipelineInfo": {"name": "ncf"}, "root": {}, "schemaVersion": "2.1.0"},
+        "pipelineSpec": {
+            "pipelineInfo": {"name": "ncf"},
+            "root": {
+                "inputDefinitions": {"parameters": {"epochs": {"parameterType": "NUMBER_INTEGER"}}}
+            },
+            "schemaVersion": "2.1.0",
+        },
         "runtimeConfig": {"gcsOutputDirectory": ROOT, "parameterValues": {"epochs": 3}},
         "labels": {"team": "recs"},
         "network": NETWORK,
@@ -666,9 +672,12 @@ def _good_upload() -> dict:
     }
 
 
+_AUTH = {"Authorization": f"Bearer {TOKEN}"}  # What the stand-in, as the service, requires.
+
+
 def _post(standin, path: str, body, **query: str) -> requests.Response:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", **_AUTH}
     return requests.post(standin.url + path, data=data, params=query, headers=headers, timeout=10)
 
 
@@ -688,7 +697,8 @@ def test_standin_accepts_well_formed_requests(standin):
     assert _post(standin, LOCATION + _SCHEDULES, _good_schedule()).status_code == 200
     op = _post(standin, LOCATION + _UPLOAD, _good_upload())
     assert op.status_code == 200 and op.json()["done"] is False
-    assert requests.get(standin.url + "/v1/" + op.json()["name"], timeout=10).json()["done"]
+    operation = requests.get(standin.url + "/v1/" + op.json()["name"], headers=_AUTH, timeout=10)
+    assert operation.json()["done"]
     context = {"displayName": "e", "schemaTitle": "system.Experiment"}
     assert _post(standin, LOCATION + _CONTEXTS, context, contextId="ncf-e").status_code == 200
     assert len(standin.pipeline_jobs) == len(standin.schedules) == len(standin.models) == 1

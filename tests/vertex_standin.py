@@ -18,6 +18,9 @@ Endpoints:
     POST      /v1/projects/P/locations/L/models/ID@VERSION:mergeVersionAliases
     POST/GET  /v1/projects/P/locations/L/endpoints[/ID] (list: ``filter`` and ``order_by`` as
               for models)
+    PATCH     /v1/projects/P/locations/L/endpoints/ID?updateMask=... (``Endpoint.update``:
+              display_name, description, labels, traffic_split; a split adds up to 100 over
+              deployed models the endpoint has, else 400; answers the Endpoint, no operation)
     POST      /v1/.../endpoints/ID:deployModel, :undeployModel (operations; the traffic rules of
               the v1 reference: a split adds up to 100, a model with traffic is not undeployed)
     POST      /v1/.../endpoints/ID:predict, :rawPredict (answered by ``predictor``, a test's
@@ -28,6 +31,17 @@ Endpoints:
     GET       /storage/v1/b/BUCKET and /storage/v1/b/BUCKET/o (object listing, paged)
     GET       /v3/projects/ID (Cloud Resource Manager: the SDK checks who owns the root bucket)
     POST      /token (an OAuth token endpoint, for credentials that refresh)
+
+Every Vertex AI and Resource Manager request (``/v1/``, ``/ui/``, ``/v3/``) must carry
+``Authorization: Bearer TOKEN``, TOKEN being ``access_token`` (what ``/token`` hands out) or a
+JWT (the GAPIC clients sign their own with a service account key; the signature is not checked),
+else 401 UNAUTHENTICATED, as the service answers. Cloud Storage requests are exempt: with
+``STORAGE_EMULATOR_HOST`` set, google-cloud-storage is anonymous by design.
+
+A pipeline job (or a schedule's) with a ``pipelineSpec`` has its
+``runtimeConfig.parameterValues`` checked against ``root.inputDefinitions.parameters``: an unknown
+name, a value of the wrong type (``parameterType``) or a missing required parameter is 400
+INVALID_ARGUMENT naming the parameter.
 """
 
 from __future__ import annotations
@@ -75,6 +89,20 @@ _CONTEXT_ID = re.compile(r"[a-z0-9-]{4,128}")  # "4-128 characters ... /[a-z][0-
 _MODEL_ID = re.compile(r"[a-z_][a-z0-9_-]{0,62}")  # "up to 63 ... [a-z0-9_-]", no 0-9/- first
 _NETWORK = re.compile(r"projects/[0-9]+/global/networks/[^/]+")  # "{project} is a project number"
 _LOCATION = re.compile(r"projects/[^/]+/locations/[^/]+")
+_JWT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+# Paths that need credentials: Vertex AI (/v1/, operations at /ui/) and Resource Manager (/v3/).
+_AUTHENTICATED = re.compile(r"/(?:v1|ui|v3)/")
+# The service's words for a request without credentials, and with ones it does not accept.
+_NO_CREDENTIALS = (
+    "Request is missing required authentication credential. Expected OAuth 2 access token, "
+    "login cookie or other valid authentication credential. See "
+    "https://developers.google.com/identity/sign-in/web/devconsole-project."
+)
+_BAD_CREDENTIALS = (
+    "Request had invalid authentication credentials. Expected OAuth 2 access token, login "
+    "cookie or other valid authentication credential. See "
+    "https://developers.google.com/identity/sign-in/web/devconsole-project."
+)
 _MODEL_OPERATION = r"projects/[^/]+/locations/[^/]+/(?:models|endpoints)/[^/:]+/operations/[^/:]+"
 
 
@@ -123,7 +151,7 @@ class VertexStandIn:
         # When set, the next deployment's operation ends with this error (the model server did
         # not become healthy) and nothing is deployed.
         self.deploy_failure: str = ""
-        # Requests answered 400 by the checks, with the reason.
+        # Requests answered 400 or 401 by the checks, with the reason.
         self.rejected: list[tuple[Request, str]] = []
         self.contexts: dict[str, dict] = {}
         self.context_children: dict[str, list[str]] = {}
@@ -216,6 +244,10 @@ class VertexStandIn:
         """Routes one request; returns (HTTP status, JSON body)."""
         with self._lock:
             self.requests.append(req)
+            refused = self._credentials_problem(req)
+            if refused:
+                self.rejected.append((req, refused))
+                return _error(401, refused)
             for i, f in enumerate(self._failures):
                 if f.path_contains in req.path:
                     del self._failures[i]
@@ -230,6 +262,17 @@ class VertexStandIn:
                         self.rejected.append((req, e.message))
                         return _error(400, e.message, field=e.field)
         return _error(404, f"The stand-in has no route for {req.method} {req.path}.")
+
+    def _credentials_problem(self, req: Request) -> str:
+        """Why the service would answer 401 UNAUTHENTICATED ("" when it would not)."""
+        if not _AUTHENTICATED.match(req.path):
+            return ""
+        scheme, _, token = req.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return _NO_CREDENTIALS
+        if token != self.access_token and not _JWT.fullmatch(token):
+            return _BAD_CREDENTIALS
+        return ""
 
     def _routes(self):
         return [
@@ -248,6 +291,7 @@ class VertexStandIn:
             ("POST", _LOC + r"/endpoints", self._create_endpoint),
             ("GET", _LOC + r"/endpoints", self._list_endpoints),
             ("GET", _LOC + r"/endpoints/(?P<id>[^/:]+)", self._get_endpoint),
+            ("PATCH", _LOC + r"/endpoints/(?P<id>[^/:]+)", self._update_endpoint),
             ("POST", _LOC + r"/endpoints/(?P<id>[^/:]+):deployModel", self._deploy_model),
             ("POST", _LOC + r"/endpoints/(?P<id>[^/:]+):undeployModel", self._undeploy_model),
             ("POST", _LOC + r"/endpoints/(?P<id>[^/:]+):predict", self._predict),
@@ -522,6 +566,56 @@ class VertexStandIn:
         if name not in self.endpoints:
             return _error(404, f"Endpoint {name} not found.")
         return 200, self.endpoints[name]
+
+    def _update_endpoint(self, req: Request, loc: str, id: str) -> tuple[int, dict]:
+        # HTTP rule: PATCH /v1/{endpoint.name=projects/*/locations/*/endpoints/*}, body
+        # "endpoint", ?updateMask= (required). UpdateEndpoint answers the Endpoint itself.
+        # Endpoint.traffic_split: "If a DeployedModel's ID is not listed in this map, then it
+        # receives no traffic. The traffic percentage values must add up to 100, or map must be
+        # empty if the Endpoint is to not accept any traffic at a moment."
+        request = _parse(req.raw, _v1().Endpoint, "endpoint")
+        name = f"{loc}/endpoints/{id}"
+        endpoint = self.endpoints.get(name)
+        if endpoint is None:
+            return _error(404, f"Endpoint {name} not found.")
+        paths = [
+            re.sub(r"[A-Z]", lambda c: "_" + c.group().lower(), p.strip())
+            for mask in req.query.get("updateMask", [])
+            for p in mask.split(",")
+            if p.strip()
+        ]
+        _required(bool(paths), "update_mask")
+        for path in paths:
+            if path not in ("display_name", "description", "labels", "traffic_split"):
+                raise Invalid(f"update_mask path {path!r} cannot be updated.", "update_mask")
+        fields = _message_to_dict(request)
+        if "display_name" in paths:
+            _check_display_name(request.display_name, "endpoint.display_name", required=True)
+            endpoint["displayName"] = request.display_name
+        if "description" in paths:
+            endpoint["description"] = request.description
+        if "labels" in paths:
+            _check_labels(request.labels, "endpoint.labels")
+            endpoint["labels"] = fields.get("labels", {})
+        if "traffic_split" in paths:
+            split = dict(request.traffic_split)
+            deployed = sorted(d["id"] for d in endpoint.get("deployedModels", []))
+            unknown = sorted(set(split) - set(deployed))
+            if unknown:
+                raise Invalid(
+                    f"endpoint.traffic_split names deployed models {unknown} that endpoint "
+                    f"{name} does not have (it has {deployed}).",
+                    "endpoint.traffic_split",
+                )
+            if split and sum(split.values()) != 100:
+                raise Invalid(
+                    f"endpoint.traffic_split {split} must add up to 100, not "
+                    f"{sum(split.values())} (or be empty: no traffic).",
+                    "endpoint.traffic_split",
+                )
+            endpoint["trafficSplit"] = {k: v for k, v in split.items() if v}
+        endpoint["updateTime"] = endpoint["etag"] = _now()
+        return 200, endpoint
 
     def _deploy_model(self, req: Request, loc: str, id: str) -> tuple[int, dict]:
         # HTTP rule: POST /v1/{endpoint}:deployModel, body "*". DeployModelRequest.traffic_split:
@@ -852,6 +946,7 @@ def _check_pipeline_job(job: Any, field: str) -> None:
                 f"{field}pipeline_spec is not a valid PipelineSpec: {reason}",
                 f"{field}pipeline_spec",
             ) from None
+        _check_parameter_values(job, field)
     # RuntimeConfig.gcs_output_directory: "Required. A path in a Cloud Storage bucket".
     root = job.runtime_config.gcs_output_directory
     _required(bool(root), f"{field}runtime_config.gcs_output_directory")
@@ -867,6 +962,49 @@ def _check_pipeline_job(job: Any, field: str) -> None:
             f"{field}network {job.network!r} must be projects/PROJECT_NUMBER/global/networks/NAME.",
             f"{field}network",
         )
+
+
+# PipelineSpec's ParameterType names -> the google.protobuf.Value kinds a value of it may be.
+_PARAMETER_KINDS = {
+    "STRING": ("string_value",),
+    "NUMBER_INTEGER": ("number_value",),
+    "NUMBER_DOUBLE": ("number_value",),
+    "BOOLEAN": ("bool_value",),
+    "LIST": ("list_value",),
+    "STRUCT": ("struct_value",),
+}
+
+
+def _check_parameter_values(job: Any, field: str) -> None:
+    """``runtime_config.parameter_values`` against the spec's root input definitions: every name
+    one the pipeline takes, every value of its ``parameterType``, every required one given."""
+    from google.protobuf import json_format
+
+    spec = json_format.MessageToDict(job._pb.pipeline_spec)
+    declared = spec.get("root", {}).get("inputDefinitions", {}).get("parameters", {})
+    values = job._pb.runtime_config.parameter_values
+    at = f"{field}runtime_config.parameter_values"
+    for name in sorted(values):
+        if name not in declared:
+            raise Invalid(
+                f"{at}: the pipeline has no input parameter {name!r} (it takes: "
+                f"{', '.join(sorted(declared)) or 'none'}).",
+                f"{at}[{name}]",
+            )
+        kind = values[name].WhichOneof("kind")
+        wanted = declared[name].get("parameterType", "")
+        allowed = _PARAMETER_KINDS.get(wanted)
+        whole = kind != "number_value" or float(values[name].number_value).is_integer()
+        if allowed and (kind not in allowed or (wanted == "NUMBER_INTEGER" and not whole)):
+            shown = json_format.MessageToJson(values[name], indent=None)
+            raise Invalid(
+                f"{at}: input parameter {name!r} is {wanted}, got {shown} ({kind}).",
+                f"{at}[{name}]",
+            )
+    for name, definition in sorted(declared.items()):
+        required = "defaultValue" not in definition and not definition.get("isOptional")
+        if required and name not in values:
+            raise Invalid(f"{at}: the required input parameter {name!r} is missing.", at)
 
 
 def _check_create_pipeline_job(request: Any, field: str) -> None:

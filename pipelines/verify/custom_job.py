@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 _PARENT = re.compile(r"projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)")
-_NETWORK = re.compile(r"projects/[^/\s]+/global/networks/[^/\s]+")
+_NETWORK = re.compile(r"projects/[0-9]+/global/networks/[^/\s]+")  # A project number, not its id.
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 
 

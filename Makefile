@@ -20,9 +20,11 @@ IMAGE_CHECK_WORK ?= out/image-check
 # advisories come from: snapshot (tools/advisories.json, offline; CI), pypi or osv (live, pip-audit).
 AUDIT_WORK ?= out/audit
 AUDIT_SERVICE ?= snapshot
+# make mutants: which mutants of tools/mutants.py to run (ids, space-separated; default: all).
+MUTANTS ?=
 
-.PHONY: help setup run test test-fast lint format bench-prepare bench-reference bench-quality \
-	image image-check pin-base push audit clean
+.PHONY: help setup run test test-fast mutants lint format bench-prepare bench-reference \
+	bench-quality image image-check pin-base push audit clean
 
 help: ## Show this help.
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-15s %s\n", $$1, $$2}'
@@ -42,6 +44,9 @@ test: setup ## Run the whole test suite, slow tests included (what CI runs).
 
 test-fast: setup ## Run the tests without the ones marked slow.
 	$(UV) run pytest -q -m "not slow" $(XDIST) $(PYTEST_ARGS)
+
+mutants: setup ## Mutation check of the core's decision rules (tools/mutants.py; MUTANTS=id... for some).
+	$(UV) run --frozen python tools/mutants.py $(if $(MUTANTS),--only $(MUTANTS))
 
 lint: setup ## Ruff lint and format check.
 	$(UV) run ruff check .

@@ -510,9 +510,19 @@ def test_the_offline_snapshot_matches_by_osv_rules():
     assert audit.locked_names() <= set(snapshot["packages"])
 
 
-def test_the_snapshot_audit_runs_over_the_lock_and_refuses_a_stale_snapshot(tmp_path, capsys):
+def test_the_snapshot_audit_runs_over_the_lock_and_refuses_a_stale_snapshot(
+    tmp_path, capsys, monkeypatch
+):
+    import tomllib
+
     import audit
 
+    # uv's export of each set, as every pin of uv.lock (under `uv run`, `python3 -m uv` is the
+    # venv's Python, which has no uv; `make audit` runs the real export).
+    lock = tomllib.loads((audit.REPO / "uv.lock").read_text())["package"]
+    pinned = tmp_path / "requirements-all.txt"
+    pinned.write_text("".join(f"{p['name']}=={p['version']}\n" for p in lock if "version" in p))
+    monkeypatch.setattr(audit, "export", lambda work, uv: [pinned])
     assert audit.main(["--work", str(tmp_path / "w")]) == 0  # Today's lock: accepted only.
     out = capsys.readouterr().out
     assert "PyPA Advisory Database as of" in out and "pyarrow 10.0.1: PYSEC-2023-238" in out

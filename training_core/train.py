@@ -440,15 +440,16 @@ class _Trainer:
     def run(self, on_epoch: Callable[[EpochResult], bool] | None = None) -> TrainResult:
         # Room for a new checkpoint beside the last one (each save writes a new one, then drops
         # the oldest); checked before the first epoch rather than found at its end.
-        need = CHECKPOINT_ROOM_FACTOR * self.checkpoint_bytes()
+        one = self.checkpoint_bytes()
+        need = CHECKPOINT_ROOM_FACTOR * one
         if self.is_chief:
             faults.check_room(
                 self.config.model_dir,
                 need,
                 "training checkpoints",
                 "--model-dir",
-                f"{CHECKPOINT_ROOM_FACTOR} x a checkpoint of "
-                f"{faults.size_text(self.checkpoint_bytes())}: the weights and Adam's moments",
+                f"{CHECKPOINT_ROOM_FACTOR} x a checkpoint of {faults.size_text(one)}: the "
+                "weights and Adam's moments",
             )
         with faults.writing(
             "a training checkpoint", self.config.model_dir, need, "--model-dir", CHECKPOINT_KEPT

@@ -5,8 +5,8 @@ supported by local pipeline execution", kubeflow/pipelines#11793), so a pipeline
 not run locally as it runs in the cloud. ``conditions_enabled()`` lets it: while the block runs,
 kfp.local's per-task check accepts a condition on a sub-DAG task (the form ``dsl.If`` compiles to)
 and remembers it; kfp.local then calls ``run_dag`` for that sub-DAG with the task's resolved
-inputs, and the wrapper evaluates the condition on them with verify's evaluator of the CEL subset
-the KFP compiler emits (``pipelines.verify.template.evaluate_condition``, one home). A false
+inputs, and the wrapper evaluates the condition on them with the evaluator of the CEL subset the
+KFP compiler emits, the one verify uses too (``pipelines.compiled.evaluate_condition``). A false
 condition skips the branch: no task in it runs and it has no outputs, as on Vertex AI. Loops
 (``ParallelFor``) and exit handlers stay refused by kfp.local's own check.
 
@@ -44,7 +44,7 @@ def conditions_enabled(
     """
     from kfp.local import dag_orchestrator
 
-    from pipelines.verify import template
+    from pipelines.compiled import evaluate_condition
 
     original_check = dag_orchestrator.validate_task_spec_not_loop_or_condition
     original_run_dag = dag_orchestrator.run_dag
@@ -64,7 +64,7 @@ def conditions_enabled(
         _state.pending = ""
         if condition:
             arguments = kwargs["dag_arguments"]
-            if not template.evaluate_condition(condition, arguments):
+            if not evaluate_condition(condition, arguments):
                 shown = {k: v for k, v in arguments.items() if k in condition}
                 _state.skipped.append((condition, f"false for {shown}"))
                 log.debug("skipped a branch: %s is false (%s)", condition, shown)

@@ -13,7 +13,7 @@ import dataclasses
 import os
 import tempfile
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kfp import compiler, dsl
 from kfp.dsl import Dataset, Metrics, Model
@@ -41,6 +41,9 @@ from training_core import compare as gate
 from training_core import train_config as train_options
 from training_core.data import config as prepare_options
 from training_core.options import kfp_default
+
+if TYPE_CHECKING:  # The search space is read inside the tuning builder, off the import path.
+    from training_core.tune import SearchSpace
 
 PIPELINE_NAME = "ncf-pipeline"
 TUNE_TASK = "ncf-tuning"  # The tuning job's display name.
@@ -217,6 +220,37 @@ def placement(profile: Profile, local: bool = False, images: Images | None = Non
     )
 
 
+def vertex_parameter_spec(space: "SearchSpace") -> list[dict[str, Any]]:
+    """The StudySpec parameters, as GCPC's ``HyperparameterTuningJobRunOp`` takes them.
+
+    Built by ``hyperparameter_tuning_job.serialize_parameters`` over the SDK's parameter specs.
+    """
+    from google.cloud.aiplatform import hyperparameter_tuning as hpt
+    from google_cloud_pipeline_components.v1 import hyperparameter_tuning_job
+
+    scale = {"linear": "linear", "log": "log"}
+    specs = {}
+    for p in space.parameters:
+        if p.type == "double":
+            specs[p.name] = hpt.DoubleParameterSpec(min=p.min, max=p.max, scale=scale[p.scale])
+        elif p.type == "integer":
+            specs[p.name] = hpt.IntegerParameterSpec(
+                min=int(p.min), max=int(p.max), scale=scale[p.scale]
+            )
+        elif p.type == "discrete":
+            specs[p.name] = hpt.DiscreteParameterSpec(values=list(p.values), scale="linear")
+        else:
+            specs[p.name] = hpt.CategoricalParameterSpec(values=list(p.values))
+    return hyperparameter_tuning_job.serialize_parameters(specs)
+
+
+def vertex_metric_spec(space: "SearchSpace") -> list[dict[str, Any]]:
+    """The StudySpec metric (maximised), as GCPC's op takes it."""
+    from google_cloud_pipeline_components.v1 import hyperparameter_tuning_job
+
+    return hyperparameter_tuning_job.serialize_metrics({space.metric: "maximize"})
+
+
 def _tuning(profile, images, examples, preset, architecture, epochs, seed, trials, parallel):
     """A Vertex AI tuning job over the profile's search space.
 
@@ -257,8 +291,8 @@ def _tuning(profile, images, examples, preset, architecture, epochs, seed, trial
         display_name=TUNE_TASK,
         base_output_directory=spec.outputs["base_output_directory"],
         worker_pool_specs=spec.outputs["worker_pool_specs"],
-        study_spec_metrics=tune.vertex_metric_spec(space),
-        study_spec_parameters=tune.vertex_parameter_spec(space),
+        study_spec_metrics=vertex_metric_spec(space),
+        study_spec_parameters=vertex_parameter_spec(space),
         max_trial_count=trials,
         parallel_trial_count=parallel,
         location=_placeholders.LOCATION_PLACEHOLDER,
@@ -502,11 +536,11 @@ def _set_images(spec: dict[str, Any], cpu_image: str) -> None:
 
 
 def _set_defaults(spec: dict[str, Any], defaults: Mapping[str, Any]) -> None:
-    from pipelines import submit
+    from pipelines.compiled import coerce_parameters, template_from_spec
 
     declared = spec["root"]["inputDefinitions"]["parameters"]
-    template = submit.template_from_spec(spec, "(being compiled)")
-    for name, value in submit.coerce_parameters(template, defaults, require_all=False).items():
+    template = template_from_spec(spec, "(being compiled)")
+    for name, value in coerce_parameters(template, defaults, require_all=False).items():
         declared[name]["defaultValue"] = value
 
 

@@ -171,9 +171,9 @@ def warn_about_images(path: str) -> None:
     import json
 
     from components._image import unbuildable_images
-    from pipelines import submit
+    from pipelines import compiled
 
-    spec = submit.load_template(path).spec
+    spec = compiled.load_template(path).spec
     warnings = [
         placeholder_repository_warning(spec, path),
         movable_tags_warning(spec, path),

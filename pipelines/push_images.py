@@ -37,7 +37,7 @@ def images_to_push(
             template names a tag of the repository that no variant has.
     """
     from components._image import IMAGE_REPOSITORY, VARIANTS, image_for
-    from pipelines import compiled, pipeline, placeholder_values, profiles, submit
+    from pipelines import compiled, pipeline, placeholder_values, profiles
 
     placeholder_values.check_placeholders({"IMAGE_REPOSITORY": (repository, "image repository")})
     if repository.rstrip("/") == IMAGE_REPOSITORY:
@@ -50,7 +50,7 @@ def images_to_push(
         path = pipeline.compile_pipeline(
             profile, os.path.join(scratch, "pipeline.yaml"), image_repository=repository
         )
-        tags = compiled.images_from(submit.load_template(path).spec, repository)
+        tags = compiled.images_from(compiled.load_template(path).spec, repository)
     variant_of = {image_for(v, repository): v for v in VARIANTS}
     unknown = [t for t in tags if t not in variant_of]
     if unknown:

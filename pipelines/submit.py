@@ -18,7 +18,6 @@ import dataclasses
 import difflib
 import functools
 import ipaddress
-import json
 import logging
 import os
 import re
@@ -27,26 +26,25 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from pipelines import placeholder_values
+from pipelines import vertex_names as names
+from pipelines.compiled import (  # noqa: F401 (submit.load_template and others, as before)
+    DATA_URI,
+    Parameter,
+    Template,
+    coerce_parameters,
+    coerce_value,
+    load_template,
+    template_from_spec,
+)
 
 _LOG = logging.getLogger(__name__)
 
-DATA_URI = "data_uri"
 DATA_FINGERPRINT = "data_fingerprint"
 BEAM_PIPELINE_ARGS = "beam_pipeline_args"
 # Dataflow's option for the account its workers run as (default: Compute Engine's default one).
 DATAFLOW_ACCOUNT_OPTION = "--service_account_email"
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
-_LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
-_LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
-_PROJECT = re.compile(r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
-_NETWORK = re.compile(r"projects/[0-9]+/global/networks/[^/\s]+")  # A project number, not its id.
-_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
-# An Experiment is a Vertex ML Metadata context whose id is the experiment name, and
-# CreateContextRequest.context_id "Must be 4-128 characters in length. Valid characters are
-# /[a-z][0-9]-/" (Vertex AI v1 API reference).
-_EXPERIMENT = re.compile(r"[a-z0-9][a-z0-9-]{3,127}")
-_MAX_LABELS = 64
 
 # The regions Vertex AI runs in (docs: "Vertex AI locations"; the same list as
 # google-cloud-aiplatform's own SUPPORTED_REGIONS, less "global", which runs no pipelines).
@@ -134,84 +132,6 @@ class SubmitResult:
     parameter_values: Mapping[str, Any]
 
 
-@dataclasses.dataclass(frozen=True)
-class Parameter:
-    """A root input parameter declared in the compiled template."""
-
-    name: str
-    type: str  # STRING, NUMBER_INTEGER, NUMBER_DOUBLE, BOOLEAN, LIST or STRUCT.
-    default: Any = None
-    optional: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Template:
-    """The parts of a compiled pipeline that submission checks against."""
-
-    path: str
-    pipeline_name: str
-    parameters: Mapping[str, Parameter]
-    task_count: int
-    spec: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
-
-
-# --- template and parameters -------------------------------------------------------------------
-
-
-def load_template(path: str) -> Template:
-    """Reads a compiled KFP pipeline (IR YAML or JSON) and its root parameters.
-
-    Raises:
-        FileNotFoundError: no such file.
-        ValueError: the file is not a compiled KFP pipeline.
-    """
-    import yaml
-
-    if not os.path.isfile(path):
-        raise FileNotFoundError(
-            f"template {path!r} not found; compile one with `ncf-pipelines compile`"
-        )
-    with open(path, encoding="utf-8") as f:
-        try:
-            doc = yaml.safe_load(f)
-        except yaml.YAMLError as e:
-            raise ValueError(
-                f"template {path!r} is not a compiled KFP pipeline (not valid YAML: {e})"
-            ) from e
-    if isinstance(doc, dict) and isinstance(doc.get("pipelineSpec"), dict):
-        doc = doc["pipelineSpec"]  # A PipelineJob JSON wraps the spec.
-    if not (
-        isinstance(doc, dict)
-        and isinstance(doc.get("pipelineInfo"), dict)
-        and isinstance(doc.get("root"), dict)
-        and doc["pipelineInfo"].get("name")
-    ):
-        raise ValueError(
-            f"template {path!r} is not a compiled KFP pipeline (no pipelineInfo/root); "
-            "compile one with `ncf-pipelines compile`"
-        )
-    return template_from_spec(doc, path)
-
-
-def template_from_spec(doc: Mapping[str, Any], path: str) -> Template:
-    """The root parameters and task count of a compiled pipeline spec (already parsed)."""
-    declared = (doc["root"].get("inputDefinitions") or {}).get("parameters") or {}
-    parameters = {
-        name: Parameter(
-            name=name,
-            type=spec.get("parameterType", "STRING"),
-            default=spec.get("defaultValue"),
-            optional=bool(spec.get("isOptional")) or "defaultValue" in spec,
-        )
-        for name, spec in declared.items()
-    }
-    tasks = sum(
-        len((c.get("dag") or {}).get("tasks") or {})
-        for c in [doc["root"], *(doc.get("components") or {}).values()]
-    )
-    return Template(path, doc["pipelineInfo"]["name"], parameters, tasks, doc)
-
-
 def parse_assignments(items: Sequence[str], what: str = "--param") -> dict[str, str]:
     """``["a=1", "b=x=y"]`` to ``{"a": "1", "b": "x=y"}``.
 
@@ -230,98 +150,6 @@ def parse_assignments(items: Sequence[str], what: str = "--param") -> dict[str, 
     return out
 
 
-def coerce_parameters(
-    template: Template, values: Mapping[str, Any], require_all: bool = True
-) -> dict[str, Any]:
-    """Checks names against the template and converts values to the declared types.
-
-    Strings (as given on a command line) are parsed: integers, floats, booleans
-    (true/false/yes/no/1/0) and JSON for lists and structs.
-
-    Raises:
-        ValueError: an unknown name (valid names listed), a value of the wrong type, or (with
-            ``require_all``) a required parameter missing.
-    """
-    valid = sorted(template.parameters)
-    out: dict[str, Any] = {}
-    for name, value in values.items():
-        param = template.parameters.get(name)
-        if param is None:
-            close = difflib.get_close_matches(name, valid, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(
-                f"unknown parameter {name!r}{hint}; pipeline {template.pipeline_name!r} "
-                f"takes: {', '.join(valid) or '(no parameters)'}"
-            )
-        out[name] = _coerce(param, value)
-    missing = [p.name for p in template.parameters.values() if not p.optional and p.name not in out]
-    if missing and require_all:
-        raise ValueError(
-            "missing required parameter(s): "
-            + ", ".join(missing)
-            + " (pass --param "
-            + " --param ".join(f"{m}=..." for m in missing)
-            + ")"
-        )
-    return out
-
-
-def _coerce(param: Parameter, value: Any) -> Any:
-    def bad(expected: str) -> ValueError:
-        return ValueError(f"parameter {param.name!r} expects {expected}, got {value!r}")
-
-    t = param.type
-    if t == "STRING":
-        if isinstance(value, str):
-            return value
-        if isinstance(value, bool | int | float):
-            return str(value)
-        raise bad("a string")
-    if t == "NUMBER_INTEGER":
-        if isinstance(value, bool):
-            raise bad("an integer")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value.strip())
-            except ValueError:
-                pass
-        raise bad("an integer")
-    if t == "NUMBER_DOUBLE":
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value.strip())
-            except ValueError:
-                pass
-        raise bad("a number")
-    if t == "BOOLEAN":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str):
-            text = value.strip().lower()
-            if text in ("true", "yes", "1"):
-                return True
-            if text in ("false", "no", "0"):
-                return False
-        raise bad("true or false")
-    if t in ("LIST", "STRUCT"):
-        kind = list if t == "LIST" else dict
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError:
-                raise bad(f"a JSON {'list' if kind is list else 'object'}") from None
-        if isinstance(value, kind):
-            return value
-        raise bad(f"a JSON {'list' if kind is list else 'object'}")
-    return value  # A type this module does not know: pass it through for the service to check.
-
-
 # --- validation --------------------------------------------------------------------------------
 
 
@@ -334,15 +162,15 @@ def validate_labels(labels: Mapping[str, str]) -> None:
     Raises:
         ValueError: naming the offending label and the rule.
     """
-    if len(labels) > _MAX_LABELS:
-        raise ValueError(f"{len(labels)} labels given; Vertex AI allows at most {_MAX_LABELS}")
+    if len(labels) > names.MAX_LABELS:
+        raise ValueError(f"{len(labels)} labels given; Vertex AI allows at most {names.MAX_LABELS}")
     for key, value in labels.items():
-        if not isinstance(key, str) or not _LABEL_KEY.fullmatch(key):
+        if not isinstance(key, str) or not names.LABEL_KEY.fullmatch(key):
             raise ValueError(
                 f"label key {key!r} is invalid: keys are 1-63 characters, start with a lowercase "
                 "letter, and use only lowercase letters, digits, '_' and '-'"
             )
-        if not isinstance(value, str) or not _LABEL_VALUE.fullmatch(value):
+        if not isinstance(value, str) or not names.LABEL_VALUE.fullmatch(value):
             raise ValueError(
                 f"label {key}={value!r} is invalid: values are at most 63 characters of "
                 "lowercase letters, digits, '_' and '-'"
@@ -363,7 +191,7 @@ def validate_config(config: SubmitConfig) -> None:
             "network": (config.network, "network"),
         }
     )
-    if not _PROJECT.fullmatch(config.project or ""):
+    if not names.PROJECT_ID.fullmatch(config.project or ""):
         raise ValueError(
             f"project {config.project!r} is not a project id (6-30 lowercase letters, digits "
             "and '-', starting with a letter)"
@@ -377,24 +205,26 @@ def validate_config(config: SubmitConfig) -> None:
             "gs://BUCKET/PATH (Vertex AI cannot write anywhere else)"
         )
     bucket = config.pipeline_root[len("gs://") :].split("/", 1)[0]
-    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]", bucket):
+    if not names.BUCKET.fullmatch(bucket):
         raise ValueError(
             f"pipeline root {config.pipeline_root!r}: {bucket!r} is not a bucket name "
             "(3-63 lowercase letters, digits, '-', '_' and '.')"
         )
-    if config.service_account is not None and not _EMAIL.fullmatch(config.service_account):
+    if config.service_account is not None and not names.SERVICE_ACCOUNT.fullmatch(
+        config.service_account
+    ):
         raise ValueError(
             f"service account {config.service_account!r} is not an email such as "
             "NAME@PROJECT.iam.gserviceaccount.com"
         )
-    if config.network is not None and not _NETWORK.fullmatch(config.network):
+    if config.network is not None and not names.NETWORK.fullmatch(config.network):
         raise ValueError(
             f"network {config.network!r} must be a full name: "
             "projects/PROJECT_NUMBER/global/networks/NAME (the project's number, not its id: "
             "gcloud projects describe PROJECT --format='value(projectNumber)')"
         )
     if config.experiment is not None:
-        if not _EXPERIMENT.fullmatch(config.experiment):
+        if not names.EXPERIMENT.fullmatch(config.experiment):
             raise ValueError(
                 f"experiment {config.experiment!r}: use 4-128 lowercase letters, digits and '-'"
             )
@@ -514,7 +344,7 @@ def parameter_problems(values: Mapping[str, Any]) -> list[str]:
                     f"{', '.join(presets)}"
                 )
         elif name in _PREPARE_FIELDS or name == _EPOCHS:
-            number = _coerce(Parameter(name, "NUMBER_INTEGER"), value)
+            number = coerce_value(Parameter(name, "NUMBER_INTEGER"), value)
             if name == _EPOCHS:
                 if number < 0:
                     problems.append(
@@ -718,18 +548,18 @@ def scheduled_caching(config: SubmitConfig) -> SubmitConfig:
 def custom_jobs(config: SubmitConfig, values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Every custom-job request the run would create, built offline and checked, by task.
 
-    Built as Vertex AI and the launcher build them (``pipelines.verify``: placeholders filled with
-    this submission's project, region, service account and network; GCPC's own payload steps;
-    the aiplatform ``CreateCustomJobRequest``), so a request the service would refuse is found
-    before the run is sent, not after the pipeline queue.
+    Built as Vertex AI and the launcher build them (``pipelines.run_plan``, which verify builds
+    on: placeholders filled with this submission's project, region, service account and network;
+    GCPC's own payload steps; the aiplatform ``CreateCustomJobRequest``), so a request the
+    service would refuse is found before the run is sent, not after the pipeline queue.
 
     Raises:
         ValueError: a request that would be refused, naming the task and the field.
     """
-    from pipelines import verify
+    from pipelines import run_plan
 
     try:
-        requests = verify.custom_job_requests(
+        requests = run_plan.custom_job_requests(
             config.template_path,
             values,
             project=config.project,
@@ -738,7 +568,7 @@ def custom_jobs(config: SubmitConfig, values: Mapping[str, Any]) -> dict[str, di
             network=config.network,
             pipeline_root=config.pipeline_root,
         )
-    except verify.RequestError as e:
+    except run_plan.RequestError as e:
         raise ValueError(f"{config.template_path} would fail on Vertex AI: {e}") from None
     out = {}
     for task, request in requests.items():

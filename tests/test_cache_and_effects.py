@@ -296,8 +296,8 @@ def test_a_trial_that_fails_is_infeasible_and_a_job_whose_trials_all_fail_fails(
     job = {
         "display_name": "tune",
         "study_spec": {
-            "metrics": tune.vertex_metric_spec(space),
-            "parameters": tune.vertex_parameter_spec(space),
+            "metrics": pipeline.vertex_metric_spec(space),
+            "parameters": pipeline.vertex_parameter_spec(space),
         },
         "max_trial_count": 1,
         "parallel_trial_count": 1,

@@ -9,7 +9,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from pipelines import cli
+from pipelines import cli, pipeline
 from training_core import train, train_config, tune
 from training_core.model_dir import read_model_config
 
@@ -28,10 +28,10 @@ def test_the_shipped_search_space_is_valid_for_vertex_ai_and_optuna():
     assert space.metric == "hr_at_10"
     assert {p.name for p in space.parameters} <= set(tune.TUNABLE)
     # GCPC's serialised specs parse strictly as the service's own StudySpec messages.
-    for spec in tune.vertex_parameter_spec(space):
+    for spec in pipeline.vertex_parameter_spec(space):
         parsed = json_format.ParseDict(spec, StudySpec.ParameterSpec()._pb)
         assert parsed.parameter_id in tune.TUNABLE
-    (metric,) = tune.vertex_metric_spec(space)
+    (metric,) = pipeline.vertex_metric_spec(space)
     parsed = json_format.ParseDict(metric, StudySpec.MetricSpec()._pb)
     assert parsed.metric_id == "hr_at_10"
     assert parsed.goal == StudySpec.MetricSpec.GoalType.MAXIMIZE
@@ -138,6 +138,7 @@ def dataclasses_replace(config, **kw):
     return dataclasses.replace(config, **kw)
 
 
+@pytest.mark.slow
 def test_a_trial_takes_vertex_ai_flags_and_reports_its_metric(tiny_data, tmp_path, monkeypatch):
     """As a Vertex AI tuning job runs a trial: the trial's values appended as --NAME=VALUE,
     the metric written with cloudml-hypertune to the file the service reads."""
@@ -181,7 +182,7 @@ TUNE_PROFILE = """gpu-tune:
 def tune_spec(tmp_path_factory):
     import yaml
 
-    from pipelines import pipeline, profiles
+    from pipelines import profiles
 
     root = tmp_path_factory.mktemp("tune-compile")
     (root / "profiles.yaml").write_text(TUNE_PROFILE)
@@ -206,8 +207,8 @@ def test_the_compiled_tuning_job_is_a_valid_request_and_feeds_training(tune_spec
     consts = {k: v["runtimeValue"]["constant"] for k, v in hpt["inputs"]["parameters"].items()
               if "runtimeValue" in v}  # fmt: skip
     space = tune.load_search_space()
-    assert consts["study_spec_parameters"] == tune.vertex_parameter_spec(space)
-    assert consts["study_spec_metrics"] == tune.vertex_metric_spec(space)
+    assert consts["study_spec_parameters"] == pipeline.vertex_parameter_spec(space)
+    assert consts["study_spec_metrics"] == pipeline.vertex_metric_spec(space)
     assert consts["display_name"] == TUNE_TASK
     for name, key in (("worker_pool_specs", "worker_pool_specs"),
                       ("base_output_directory", "base_output_directory")):  # fmt: skip

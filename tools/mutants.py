@@ -60,7 +60,7 @@ _JOB = _RULES + "test_each_custom_job_rule_refuses_naming_the_field[%s]"
 _TRAIN, _COMPARE = "training_core/train.py", "training_core/compare.py"
 _SAMPLER = "training_core/data/sampling.py"
 _PREFLIGHT, _SUBMIT_PY = "pipelines/profiles.py", "pipelines/submit.py"
-_CUSTOM_JOB = "pipelines/verify/custom_job.py"
+_CUSTOM_JOB = "pipelines/run_plan/custom_job.py"
 _IN_LOOP = " " * 16  # The epoch loop's indent in train.py.
 _BEST_SAVED = (
     f"{_IN_LOOP}if patience is not None and best_epoch(history) is result:\n"
@@ -290,7 +290,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # --- submit's request rules ------------------------------------------------------------------
     Mutant(
         "submit-project-form", _SUBMIT_PY,
-        'if not _PROJECT.fullmatch(config.project or ""):', "if False:",
+        'if not names.PROJECT_ID.fullmatch(config.project or ""):', "if False:",
         "a malformed project id passes", (_SUBMIT % "project-form",),
     ),
     Mutant(
@@ -316,7 +316,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "submit-label-count", _SUBMIT_PY,
-        "if len(labels) > _MAX_LABELS:", "if len(labels) >= _MAX_LABELS:",
+        "if len(labels) > names.MAX_LABELS:", "if len(labels) >= names.MAX_LABELS:",
         "exactly 64 labels (the most Vertex AI takes) are refused",
         (_SUBMIT % "label-count", _GAPS + "test_submit_takes_exactly_64_labels"),
     ),

@@ -71,7 +71,7 @@ def item_counts(meta: DatasetMetadata, items: np.ndarray) -> np.ndarray:
 
 def popularity(meta: DatasetMetadata, data_dir: str) -> Popularity:
     """The popularity scorer of a prepared dataset (its epoch-0 training positives)."""
-    from training_core.export import training_positives
+    from training_core.data.positives import training_positives
 
     _, items = training_positives(meta, data_dir)
     return Popularity(item_counts(meta, items), meta.num_users)

@@ -12,10 +12,11 @@ training options (``TrainOptions`` fields) and their ranges in Vertex AI's Study
   The study lives in ``WORK_DIR/study.db`` (SQLite): a killed
   tune resumes with the trials it finished. ``WORK_DIR/tune_results.json`` gets every trial and
   the best options, and the ``train`` command line that uses them.
-- The pipeline (a profile's ``tune: true``): GCPC's ``HyperparameterTuningJobRunOp`` with
-  :func:`vertex_parameter_spec` and :func:`vertex_metric_spec`; each trial runs ``ncf-pipelines
-  train ... --hypertune-metric METRIC`` (:func:`trial_reporter`: ``cloudml-hypertune``, the way
-  Vertex AI reads a trial's metric), with the trial's values appended as ``--NAME=VALUE``.
+- The pipeline (a profile's ``tune: true``): GCPC's ``HyperparameterTuningJobRunOp`` with the
+  study spec ``pipelines.pipeline`` serialises from this search space; each trial runs
+  ``ncf-pipelines train ... --hypertune-metric METRIC`` (:func:`trial_reporter`:
+  ``cloudml-hypertune``, the way Vertex AI reads a trial's metric), with the trial's values
+  appended as ``--NAME=VALUE``.
 
 Why Optuna locally: it installs cleanly into this locked set (pure Python; Open Source Vizier
 needs JAX and a newer NumPy than TFDV's pin), its TPE and median pruning are well proven, and
@@ -160,37 +161,6 @@ def train_flags(values: Mapping[str, Any]) -> list[str]:
 
 
 # --- the cloud side: Vertex AI's tuning job ------------------------------------------------------
-
-
-def vertex_parameter_spec(space: SearchSpace) -> list[dict[str, Any]]:
-    """The StudySpec parameters, as GCPC's ``HyperparameterTuningJobRunOp`` takes them.
-
-    Built by ``hyperparameter_tuning_job.serialize_parameters`` over the SDK's parameter specs.
-    """
-    from google.cloud.aiplatform import hyperparameter_tuning as hpt
-    from google_cloud_pipeline_components.v1 import hyperparameter_tuning_job
-
-    scale = {"linear": "linear", "log": "log"}
-    specs = {}
-    for p in space.parameters:
-        if p.type == "double":
-            specs[p.name] = hpt.DoubleParameterSpec(min=p.min, max=p.max, scale=scale[p.scale])
-        elif p.type == "integer":
-            specs[p.name] = hpt.IntegerParameterSpec(
-                min=int(p.min), max=int(p.max), scale=scale[p.scale]
-            )
-        elif p.type == "discrete":
-            specs[p.name] = hpt.DiscreteParameterSpec(values=list(p.values), scale="linear")
-        else:
-            specs[p.name] = hpt.CategoricalParameterSpec(values=list(p.values))
-    return hyperparameter_tuning_job.serialize_parameters(specs)
-
-
-def vertex_metric_spec(space: SearchSpace) -> list[dict[str, Any]]:
-    """The StudySpec metric (maximised), as GCPC's op takes it."""
-    from google_cloud_pipeline_components.v1 import hyperparameter_tuning_job
-
-    return hyperparameter_tuning_job.serialize_metrics({space.metric: "maximize"})
 
 
 def trial_command(

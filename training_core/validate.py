@@ -30,6 +30,7 @@ import time
 from training_core.data import beam_source
 from training_core.data import io as rio
 from training_core.data.beam_source import ITEM, RATING, TIME, USER
+from training_core.data.io import parse_time  # noqa: F401 (validate.parse_time: --min-time)
 
 log = logging.getLogger(__name__)
 
@@ -789,18 +790,3 @@ def baseline_file(path: str, name: str) -> str:
         f"{path}: no baseline {folder} there (expected the {name} file, its folder, or an "
         f"earlier validate run's output folder with {folder}/{name})"
     )
-
-
-def parse_time(text: str) -> int:
-    """Epoch seconds from an integer or an ISO-8601 date/time (UTC when no zone is given)."""
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        when = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a time: use epoch seconds or YYYY-MM-DD") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.UTC)
-    return int(when.timestamp())

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     """Runs the pipeline and prints the summary."""
     from google.protobuf import json_format
 
-    from pipelines import submit
+    from pipelines import compiled, submit
     from pipelines.cli import UserError
     from pipelines.local_run import LocalRunFailed, run_local, steps_of
     from pipelines.pipeline import LOCAL_PROFILE, build_pipeline, run_problems
@@ -84,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
     pipeline_func = build_pipeline(BUILTIN[LOCAL_PROFILE], local=True, local_registry=registry)
     # The same typed parameters, and the same checks, as a submission of this pipeline.
     spec = json_format.MessageToDict(pipeline_func.pipeline_spec)
-    template = submit.template_from_spec(spec, "the local pipeline")
-    given = submit.coerce_parameters(
+    template = compiled.template_from_spec(spec, "the local pipeline")
+    given = compiled.coerce_parameters(
         template, submit.parse_assignments(args.param, "--param"), require_all=False
     )
     arguments = {

@@ -4,7 +4,9 @@
 input Vertex AI's launcher builds, chained task to task on a small sample; custom-job tasks run
 GCPC's launcher against a local JobService stand-in that starts the worker pools as local
 replicas. ``custom_job_requests(template, ...)`` builds and checks every custom-job request
-offline (what ``submit`` checks before sending). See docs/verify.md.
+offline (what ``submit`` checks before sending); it, and the reading of a template it shares with
+``Verification`` (``template``, ``placeholders``, ``executor_io``, ``custom_job``), live in
+``pipelines.run_plan``, which this package builds on. See docs/verify.md.
 """
 
 from __future__ import annotations
@@ -12,8 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipelines.verify.custom_job import RequestError
-from pipelines.verify.parameters import FAST_PARAMETERS
+from pipelines.run_plan import (
+    custom_job,
+    custom_job_requests,
+    executor_io,
+    placeholders,
+    template,
+)
+from pipelines.run_plan.custom_job import RequestError
+from pipelines.run_plan.parameters import FAST_PARAMETERS
 from pipelines.verify.report import (
     BUILT,
     FAILED,
@@ -51,8 +60,12 @@ __all__ = [
     "Verification",
     "VerifyError",
     "VerifyReport",
+    "custom_job",
     "custom_job_requests",
+    "executor_io",
     "format_report",
+    "placeholders",
+    "template",
     "verify",
 ]
 
@@ -89,39 +102,3 @@ def verify(
         **options,
     ) as verification:
         return verification.run()
-
-
-def custom_job_requests(
-    template_path: str,
-    parameter_values: Mapping[str, Any] | None = None,
-    project: str = DEFAULT_PROJECT,
-    region: str = DEFAULT_REGION,
-    service_account: str | None = None,
-    network: str | None = None,
-    pipeline_root: str = DEFAULT_PIPELINE_ROOT,
-) -> dict[str, Any]:
-    """Every custom-job request the run would send, built offline and checked.
-
-    Returns:
-        Task name to its ``google.cloud.aiplatform_v1.types.CreateCustomJobRequest`` (tasks
-        behind a false condition are left out).
-
-    Raises:
-        VerifyError: the template or parameters cannot be used.
-        RequestError: a request the client library or Vertex AI would refuse (the message names
-            the task and the field).
-    """
-    report = verify(
-        template_path,
-        parameter_values=parameter_values,
-        project=project,
-        region=region,
-        service_account=service_account,
-        network=network,
-        pipeline_root=pipeline_root,
-        run_tasks=False,
-    )
-    failed = [t for t in report.tasks if t.status == FAILED]
-    if failed:
-        raise RequestError("; ".join(f"task {t.name}: {t.reason}" for t in failed))
-    return {t.name: t.requests[0] for t in report.tasks if t.kind == "custom_job" and t.requests}

@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from pipelines.verify import custom_job
+from pipelines.run_plan import custom_job
 from pipelines.verify.report import JobRecord, ProcessRecord, tail
 
 SERVICE = "google.cloud.aiplatform.v1.JobService"

@@ -1,19 +1,17 @@
 """Executes a compiled pipeline task by task on this machine, as Vertex AI Pipelines would.
 
-``Verification`` walks the root DAG in dependency order (sub-DAGs of conditions included, when
-their condition holds). A plain container task gets the executor input Vertex builds, its
-command and arguments with every placeholder resolved, and runs as a subprocess; its executor
-output feeds the tasks after it. A custom-job task's launcher runs the same way against the
-JobService stand-in, which runs the worker pools; its request is also built offline, so a
-failure comes with a diagnosis. With ``run_tasks=False`` nothing runs: every custom-job request
-is built and checked.
+``Verification`` extends ``pipelines.run_plan.RunPlan``, which walks the root DAG in dependency
+order (sub-DAGs of conditions included, when their condition holds). A plain container task
+gets the executor input Vertex builds, its command and arguments with every placeholder
+resolved, and runs as a subprocess; its executor output feeds the tasks after it. A custom-job
+task's launcher runs the same way against the JobService stand-in, which runs the worker pools;
+its request is also built offline, so a failure comes with a diagnosis. With
+``run_tasks=False`` nothing runs: every custom-job request is built and checked.
 """
 
 from __future__ import annotations
 
-import datetime
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -22,23 +20,25 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pipelines.verify import cache, custom_job, offline, placeholders, report, shim, template
+from pipelines.run_plan import custom_job, placeholders, template
+from pipelines.run_plan.executor_io import Scope, read_outputs
+from pipelines.run_plan.plan import (  # noqa: F401 (verify's names, as before)
+    DEFAULT_PIPELINE_ROOT,
+    DEFAULT_PROJECT,
+    DEFAULT_REGION,
+    RunPlan,
+)
+from pipelines.run_plan.plan import PlanError as VerifyError
+from pipelines.verify import cache, offline, report, shim
 from pipelines.verify import gcsfuse as gcsfuse_emulation
-from pipelines.verify.executor_io import Scope, build_executor_input, read_outputs, task_inputs
-from pipelines.verify.parameters import DATA_URI, plan_parameters, stage
-from pipelines.verify.report import FAILED, SKIPPED, ProcessRecord, TaskRecord
-
-DEFAULT_PIPELINE_ROOT = "gs://ncf-verify/pipeline-root"
-DEFAULT_PROJECT = "verify-project"
-DEFAULT_REGION = "us-central1"
+from pipelines.verify.parameters import DATA_URI, stage
+from pipelines.verify.report import FAILED, ProcessRecord, TaskRecord
 
 
-class VerifyError(Exception):
-    """Verification could not start (bad template, parameters or data)."""
-
-
-class Verification:
+class Verification(RunPlan):
     """One verification of a compiled template; use as a context manager.
+
+    A ``RunPlan`` (its walk, conditions, executor inputs and requests) whose tasks run here.
 
     Args:
         template_path: the compiled pipeline (IR YAML or JSON).
@@ -85,35 +85,18 @@ class Verification:
         gcsfuse: bool = True,
         echo: Callable[[str], None] | None = None,
     ) -> None:
-        from pipelines import submit
-
-        if not pipeline_root.startswith("gs://"):
-            raise VerifyError(f"pipeline_root must be a gs:// URI, got {pipeline_root!r}")
-        try:
-            placeholders.mount_relative(pipeline_root)
-        except placeholders.GcsPathError as e:
-            raise VerifyError(f"pipeline_root: {e}") from e
-        bucket = pipeline_root[len("gs://") :].split("/", 1)[0]
-        try:
-            self.spec = template.load_spec(template_path)
-            loaded = submit.load_template(template_path)
-            values, self.overrides, self.data_path = plan_parameters(
-                loaded.parameters, parameter_values or {}, data_path, run_tasks, bucket
-            )
-            self.parameters = submit.coerce_parameters(loaded, values)
-        except (FileNotFoundError, ValueError) as e:
-            raise VerifyError(str(e)) from e
-        self.template_path = template_path
-        self.ctx = placeholders.RunContext(
+        super().__init__(
+            template_path,
+            data_path=data_path,
+            parameter_values=parameter_values,
             project=project,
             region=region,
-            pipeline_root=pipeline_root.rstrip("/"),
-            pipeline_name=loaded.pipeline_name,
-            job_id=_job_id(loaded.pipeline_name),
             service_account=service_account,
             network=network,
+            pipeline_root=pipeline_root,
+            run_tasks=run_tasks,
+            echo=echo,
         )
-        self.run_tasks = run_tasks
         if work_dir:
             self.work_dir = os.path.abspath(work_dir)
         else:  # Requests only write nothing.
@@ -127,13 +110,9 @@ class Verification:
         self.gcsfuse = gcsfuse
         self._gcsfuse: tuple[str, str | None] | None = None
         self._offline: offline.Guard | None = None
-        self.echo = echo or (lambda line: None)
         self.data_fingerprint = ""
         self.job_service = None
-        self.records: list[TaskRecord] = []
         self.notes: list[str] = []
-        self._root: Scope | None = None
-        self._scopes: dict[str, tuple[template.Task, Scope]] = {}  # For run_task.
         self._attempts: dict[str, int] = {}
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -220,13 +199,7 @@ class Verification:
         Raises:
             VerifyError: the root DAG holds something verify cannot run (a loop, a cycle).
         """
-        self._root = Scope(parameters=dict(self.parameters), artifacts={})
-        self.records = []
-        self._scopes = {}
-        try:
-            self._run_dag(self.spec["root"], self._root)
-        except template.TemplateError as e:
-            raise VerifyError(str(e)) from e
+        self.walk()
         return self.report()
 
     def run_task(self, name: str) -> TaskRecord:
@@ -261,20 +234,6 @@ class Verification:
             ran=self.run_tasks,
         )
 
-    def _run_dag(self, component: Mapping[str, Any], scope: Scope) -> None:
-        for task in template.dag_tasks(self.spec, component):
-            self._scopes[task.name] = (task, scope)
-            blocked = _blocked_by(task, scope)
-            if blocked:
-                record = TaskRecord(task.name, task.display_name, task.kind, SKIPPED, blocked)
-            else:
-                self.echo(f"{task.name}: {'running' if self.run_tasks else 'building'}")
-                record = self._run_one(task, scope)
-                first = (record.reason.splitlines() or [""])[0]
-                self.echo(f"{task.name}: {record.status}" + (f" ({first})" if first else ""))
-            scope.records[task.name] = record
-            self.records.append(record)
-
     def _run_one(self, task: template.Task, scope: Scope, use_cache: bool = True) -> TaskRecord:
         record = self._attempt(task, scope, use_cache)
         if not self.retries or task.kind not in ("container", *template.JOB_KINDS):
@@ -288,70 +247,18 @@ class Verification:
         record.earlier = earlier
         return record
 
-    def _attempt(self, task: template.Task, scope: Scope, use_cache: bool) -> TaskRecord:
-        record = TaskRecord(task.name, task.display_name, task.kind)
-        try:
-            params, artifacts = task_inputs(task, scope)
-            unknown = template.condition_parameters(task.condition or "") - params.keys()
-            if unknown and not self.run_tasks:
-                # Reads an output of a task that was only planned: plan the branch too.
-                record.reason = (
-                    f"condition {task.condition} reads outputs of tasks not run "
-                    f"({', '.join(sorted(unknown))}); its tasks are planned"
-                )
-                self._run_dag(task.component, Scope(params, artifacts))
-            elif unknown:
-                record.status = FAILED
-                record.reason = f"condition {task.condition} reads {sorted(unknown)}: not set"
-            elif task.condition and not template.evaluate_condition(task.condition, params):
-                record.status = SKIPPED
-                record.reason = f"condition {task.condition} is false ({_shown(task, params)})"
-            elif task.kind == "dag":
-                self._run_dag(task.component, Scope(params, artifacts))
-            elif task.kind == "importer":
-                record.artifacts = {"artifact": self._import(task, params)}
-            else:
-                self._run_executor(task, params, artifacts, record, use_cache)
-        except (
-            template.TemplateError,
-            placeholders.PlaceholderError,
-            placeholders.GcsPathError,
-            custom_job.RequestError,
-        ) as e:
-            record.status, record.reason = FAILED, str(e)
-        return record
-
-    def _import(self, task: template.Task, params: Mapping[str, Any]) -> dict[str, Any]:
-        spec = task.executor["importer"]
-        source = spec["artifactUri"]
-        uri = params[source["runtimeParameter"]] if "runtimeParameter" in source else None
-        store = self.ctx.job_resource_name.split("/pipelineJobs/")[0]
-        return {
-            "name": f"{store}/metadataStores/default/artifacts/{self.ctx.task_id(task.name)}",
-            "type": dict(spec["typeSchema"]),
-            "uri": uri if uri is not None else source["constant"],
-            "metadata": dict(spec.get("metadata") or {}),
-        }
-
     # --- one executor ----------------------------------------------------------------------
 
-    def _run_executor(self, task, params, artifacts, record: TaskRecord, use_cache: bool) -> None:
-        executor_input = build_executor_input(task, params, artifacts, self.ctx)
-        container = task.executor["container"]
-        command = placeholders.resolve_command(
-            list(container.get("command") or []) + list(container.get("args") or []),
-            executor_input,
-            self.ctx.run_level(task.name),
-        )
-        record.command = command
-        diagnosis = self._build_request(command, record) if task.kind == "custom_job" else ""
-        if not self.run_tasks:
-            if task.kind == "custom_job":
-                record.status, record.reason = (FAILED if diagnosis else report.BUILT), diagnosis
-            else:
-                record.status, record.reason = report.PLANNED, "requests only: resolved, not run"
-            record.artifacts, record.parameters = read_outputs(task, executor_input, None)
-            return
+    def _execute(
+        self,
+        task: template.Task,
+        executor_input: Mapping[str, Any],
+        command: list[str],
+        record: TaskRecord,
+        diagnosis: str,
+        use_cache: bool,
+    ) -> None:
+        """Runs one resolved task here (from the cache, or as a process); reads its outputs."""
         key = ""
         if self.cache_dir and use_cache and _caches(task):
             key = cache.key(
@@ -386,19 +293,6 @@ class Verification:
         record.artifacts, record.parameters = entry.artifacts, entry.parameters
         record.reason = f"cached: outputs of an identical execution ({entry.task_root})"
         return True
-
-    def _build_request(self, command: list[str], record: TaskRecord) -> str:
-        """Builds the launcher's request offline; returns what is wrong with it ("" if nothing)."""
-        flags = custom_job.launcher_flags(command)
-        try:
-            request = custom_job.build_request(
-                flags["--project"], flags["--location"], flags["--payload"]
-            )
-        except custom_job.RequestError as e:
-            return str(e)
-        record.requests.append(request)
-        problems = custom_job.service_problems(request, flags["--location"])
-        return "Vertex AI would refuse the custom job: " + "; ".join(problems) if problems else ""
 
     def _process(self, name: str, command: list[str], job_service: bool) -> ProcessRecord:
         attempt = self._attempts[name] = self._attempts.get(name, 0) + 1
@@ -463,27 +357,6 @@ class Verification:
         if diagnosis:
             parts.append(f"diagnosis: {diagnosis}")
         return "; ".join(parts)
-
-
-def _blocked_by(task: template.Task, scope: Scope) -> str:
-    for dep in sorted(template.upstream(task.spec)):
-        upstream = scope.records.get(dep)
-        if upstream is None or upstream.status == SKIPPED:
-            return f"not run: upstream task {dep} did not run"
-        if upstream.status == FAILED:
-            return f"not run: upstream task {dep} failed"
-    return ""
-
-
-def _shown(task: template.Task, params: Mapping[str, Any]) -> str:
-    named = {k: v for k, v in params.items() if k in (task.condition or "")}
-    return ", ".join(f"{k.removeprefix('pipelinechannel--')}={v!r}" for k, v in named.items())
-
-
-def _job_id(pipeline_name: str) -> str:
-    """A pipeline job id as Vertex AI makes them (name and time), unique per verification."""
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d%H%M%S")
-    return f"{pipeline_name}-{now}-{secrets.token_hex(2)}"
 
 
 def _caches(task: template.Task) -> bool:

@@ -468,15 +468,20 @@ def _split_lines(path: str, delim: str) -> Iterator[tuple[int, str, list[str]]]:
 def parse_time(text: str) -> int:
     """Epoch seconds (floored) from an integer or an ISO-8601 date/time; UTC when no zone is given.
 
+    The one reading of a time: the readers' timestamp column and ``validate``'s time bounds.
+
     Raises:
-        ValueError: the text is neither.
+        ValueError: the text is neither (the message says what a time looks like).
     """
     text = text.strip()
     try:
         return int(text)
     except ValueError:
         pass
-    when = datetime.datetime.fromisoformat(text)  # Python 3.11: "Z", offsets, any fraction.
+    try:
+        when = datetime.datetime.fromisoformat(text)  # Python 3.11: "Z", offsets, any fraction.
+    except ValueError:
+        raise ValueError(f"{text!r} is not a time: use epoch seconds or YYYY-MM-DD") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.UTC)
     delta = when - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)

@@ -17,9 +17,7 @@ import os
 import re
 from typing import Any
 
-_PARENT = re.compile(r"projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)")
-_NETWORK = re.compile(r"projects/[0-9]+/global/networks/[^/\s]+")  # A project number, not its id.
-_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+from pipelines import vertex_names as names
 
 
 class RequestError(ValueError):
@@ -112,7 +110,7 @@ def service_problems(request, endpoint_location: str | None = None) -> list[str]
         endpoint_location: the region of the endpoint the client called, if known.
     """
     problems = []
-    parent = _PARENT.fullmatch(request.parent)
+    parent = names.PARENT.fullmatch(request.parent)
     if not parent:
         problems.append(f"parent {request.parent!r} is not projects/P/locations/L")
     elif endpoint_location and parent["location"] != endpoint_location:
@@ -139,9 +137,9 @@ def service_problems(request, endpoint_location: str | None = None) -> list[str]
         machine = pool.machine_spec
         if machine.accelerator_count and not machine.accelerator_type:
             problems.append(f"{where}.machine_spec: accelerator_count without accelerator_type")
-    if spec.service_account and not _EMAIL.fullmatch(spec.service_account):
+    if spec.service_account and not names.SERVICE_ACCOUNT.fullmatch(spec.service_account):
         problems.append(f"job_spec.service_account {spec.service_account!r} is not an email")
-    if spec.network and not _NETWORK.fullmatch(spec.network):
+    if spec.network and not names.NETWORK.fullmatch(spec.network):
         problems.append(
             f"job_spec.network {spec.network!r} is not projects/NUMBER/global/networks/NAME"
         )

@@ -16,8 +16,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pipelines.verify import placeholders, template
-from pipelines.verify.report import TaskRecord
+from pipelines.run_plan import placeholders, template
+from pipelines.run_plan.records import TaskRecord
 
 EXECUTOR_OUTPUT = "executor_output.json"
 

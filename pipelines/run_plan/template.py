@@ -1,15 +1,21 @@
 """The parts of a compiled pipeline (KFP IR) that an execution needs: DAGs, executors, conditions.
 
-Pure functions over the IR as a dict, as ``yaml.safe_load`` reads it.
+Pure functions over the IR as a dict, as ``yaml.safe_load`` reads it. The template's parameters
+and its conditions are read by ``pipelines.compiled``, the one home this module builds on.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import re
 from collections.abc import Mapping
 from typing import Any
+
+from pipelines.compiled import (  # noqa: F401 (read here by the emulator and its callers)
+    TemplateError,
+    condition_parameters,
+    evaluate_condition,
+    load_template,
+)
 
 CUSTOM_JOB_LAUNCHER = "google_cloud_pipeline_components.container.v1.custom_job.launcher"
 TUNING_JOB_LAUNCHER = (
@@ -17,10 +23,6 @@ TUNING_JOB_LAUNCHER = (
 )
 # Tasks whose launcher creates a Vertex AI job (run against the JobService stand-in).
 JOB_KINDS = ("custom_job", "tuning_job")
-
-
-class TemplateError(ValueError):
-    """A template verify cannot execute (the message says which part)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,10 +80,8 @@ def is_custom_job_launcher(container: Mapping[str, Any]) -> bool:
 
 
 def load_spec(path: str) -> dict[str, Any]:
-    """The pipeline spec of a compiled template (checked by ``submit.load_template`` first)."""
+    """The pipeline spec of a compiled template (checked by ``compiled.load_template`` first)."""
     import yaml
-
-    from pipelines.submit import load_template
 
     load_template(path)  # Clear errors for a missing file or a file that is not a pipeline.
     with open(path, encoding="utf-8") as f:
@@ -144,65 +144,3 @@ def upstream(task_spec: Mapping[str, Any]) -> set[str]:
                 if key in binding:
                     deps.add(binding[key]["producerTask"])
     return deps
-
-
-_PARAM_REF = re.compile(r"inputs\.parameter_values\[(['\"])(.+?)\1\]")
-_ALLOWED = (
-    ast.Expression,
-    ast.BoolOp,
-    ast.And,
-    ast.Or,
-    ast.UnaryOp,
-    ast.Not,
-    ast.USub,
-    ast.Compare,
-    ast.Eq,
-    ast.NotEq,
-    ast.Lt,
-    ast.LtE,
-    ast.Gt,
-    ast.GtE,
-    ast.In,
-    ast.NotIn,
-    ast.Constant,
-    ast.Name,
-    ast.Load,
-    ast.Subscript,
-    ast.Call,
-    ast.List,
-    ast.Tuple,
-)
-_CALLS = {"int": int, "double": float, "string": str, "bool": bool}
-
-
-def condition_parameters(condition: str) -> set[str]:
-    """The input parameters a ``triggerPolicy`` condition reads."""
-    return {m.group(2) for m in _PARAM_REF.finditer(condition)}
-
-
-def evaluate_condition(condition: str, parameters: Mapping[str, Any]) -> bool:
-    """Evaluates a KFP ``triggerPolicy`` condition (the CEL subset the compiler emits).
-
-    Raises:
-        TemplateError: an expression outside that subset.
-    """
-    text = _PARAM_REF.sub(lambda m: f"_p[{m.group(2)!r}]", condition)
-    text = text.replace("&&", " and ").replace("||", " or ")
-    text = re.sub(r"!(?!=)", " not ", text)
-    text = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", text))
-    text = re.sub(r"\bnull\b", "None", text)
-    try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError as e:
-        raise TemplateError(f"cannot read condition {condition!r}: {e}") from None
-    for node in ast.walk(tree):
-        if not isinstance(node, _ALLOWED):
-            raise TemplateError(f"condition {condition!r} uses {type(node).__name__}")
-        if isinstance(node, ast.Name) and node.id not in ("_p", *_CALLS):
-            raise TemplateError(f"condition {condition!r} names {node.id!r}")
-        if isinstance(node, ast.Call) and not (
-            isinstance(node.func, ast.Name) and node.func.id in _CALLS
-        ):
-            raise TemplateError(f"condition {condition!r} calls something other than a cast")
-    scope = {"_p": dict(parameters), **_CALLS, "__builtins__": {}}
-    return bool(eval(compile(tree, "<condition>", "eval"), scope))  # noqa: S307 (checked above)

@@ -1,0 +1,225 @@
+"""The arrows between the product's modules: no import circle, and none of the forbidden arrows.
+
+The import graph of ``training_core``, ``components`` and ``pipelines`` is read from their source
+with ``ast`` (module-level and function-level imports alike: a function-local import is still an
+arrow), so nothing is imported to build it. See docs/architecture.md ("Arrows that must never
+exist").
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = ("training_core", "components", "pipelines")
+
+# Where the emulator lives, and the only product module outside it allowed to import it: the
+# CLI command that runs it.
+VERIFY = "pipelines.verify"
+VERIFY_COMMAND = "pipelines.commands.verify"
+
+# Forbidden arrows that still exist, (importer, imported package), each with what removes it.
+# Every other forbidden arrow fails the test at once; one of these that is gone fails it too, so
+# that this list only shrinks.
+KNOWN_FORBIDDEN: dict[tuple[str, str], str] = {}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    """Every product module's dotted name and its source file."""
+    return {
+        _module_name(path): path for package in PACKAGES for path in (ROOT / package).rglob("*.py")
+    }
+
+
+def _imported(node: ast.AST, module: str, is_package: bool) -> list[str]:
+    """The dotted names one import statement imports (``from X import Y`` gives ``X.Y`` too)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    assert isinstance(node, ast.ImportFrom)
+    base = node.module or ""
+    if node.level:
+        package = module.split(".") if is_package else module.split(".")[:-1]
+        package = package[: len(package) - (node.level - 1)]
+        base = ".".join(package + ([base] if base else []))
+    return [base] + [f"{base}.{alias.name}" for alias in node.names]
+
+
+def _graph() -> dict[str, dict[str, set[str]]]:
+    """Module -> {"internal": product modules it imports, "external": every name it imports}."""
+    modules = _modules()
+    graph: dict[str, dict[str, set[str]]] = {}
+    for name, path in modules.items():
+        internal: set[str] = set()
+        external: set[str] = set()
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            for target in _imported(node, name, path.name == "__init__.py"):
+                external.add(target)
+                if target in modules and target != name:
+                    internal.add(target)
+        # ``from pkg import name`` where ``pkg.name`` is a module is an arrow to that module only;
+        # where it is not, the arrow is to ``pkg``. Drop ``pkg`` when a submodule was meant.
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                base = _imported(node, name, path.name == "__init__.py")[0]
+                if all(f"{base}.{a.name}" in modules for a in node.names):
+                    internal.discard(base)
+        graph[name] = {"internal": internal, "external": external}
+    return graph
+
+
+def _cycles(graph: dict[str, dict[str, set[str]]]) -> list[list[str]]:
+    """Every import circle, one per strongly connected component, as a path that closes."""
+    return [_closing_path(graph, set(c)) for c in _tangles(graph)]
+
+
+def _tangles(graph: dict[str, dict[str, set[str]]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (each holds a circle)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def connect(node: str) -> None:  # Tarjan's algorithm.
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]["internal"]):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return components
+
+
+def _closing_path(graph: dict[str, dict[str, set[str]]], component: set[str]) -> list[str]:
+    """One circle inside a strongly connected component: ``a -> b -> ... -> a``."""
+    start = min(component)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:  # Breadth first, so the circle named is a short one.
+        following = []
+        for node in frontier:
+            for target in sorted(graph[node]["internal"] & component):
+                if target == start:
+                    return paths[node] + [start]
+                if target not in paths:
+                    paths[target] = paths[node] + [target]
+                    following.append(target)
+        frontier = following
+    raise AssertionError(f"no circle through {start}")
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def _forbidden(graph: dict[str, dict[str, set[str]]]) -> list[str]:
+    """Every arrow that must never exist, as ``importer -> imported (rule)``."""
+    found = []
+    for module, imports in sorted(graph.items()):
+        for target in sorted(imports["external"]):
+            rule = None
+            if _within(module, "training_core"):
+                for outside in (
+                    "kfp",
+                    "google_cloud_pipeline_components",
+                    "pipelines",
+                    "components",
+                ):
+                    if _within(target, outside):
+                        rule = f"the core imports no {outside}"
+            elif _within(module, "pipelines.submit") and _within(target, VERIFY):
+                rule = "submit does not import the emulator that checks it"
+            if (
+                rule is None
+                and _within(target, VERIFY)
+                and not _within(module, VERIFY)
+                and module != VERIFY_COMMAND
+            ):
+                rule = f"only {VERIFY_COMMAND} imports the emulator"
+            if rule:
+                found.append(f"{module} -> {target} ({rule})")
+    return found
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, dict[str, set[str]]]:
+    return _graph()
+
+
+def test_the_graph_sees_every_package_and_function_level_imports(graph):
+    # The reader itself: if it missed function-local imports or a package, the checks below
+    # would pass for the wrong reason.
+    assert {m.split(".")[0] for m in graph} == set(PACKAGES)
+    assert "pipelines.pipeline" in graph["pipelines.local_run"]["internal"]  # Inside a function.
+    assert "pipelines.cli" in graph["pipelines.commands.verify"]["internal"]
+
+
+def test_no_import_circle(graph):
+    tangles = _tangles(graph)
+    assert not tangles, "import circles:\n" + "\n".join(
+        " -> ".join(_closing_path(graph, set(t))) + f"\n  (all in one circle: {', '.join(t)})"
+        for t in tangles
+    )
+
+
+def _known(arrow: str) -> tuple[str, str] | None:
+    importer, _, imported = arrow.partition(" -> ")
+    imported = imported.split(" (")[0]
+    for module, package in KNOWN_FORBIDDEN:
+        if importer == module and _within(imported, package):
+            return module, package
+    return None
+
+
+def test_no_forbidden_arrow(graph):
+    found = _forbidden(graph)
+    new = [arrow for arrow in found if _known(arrow) is None]
+    assert not new, "forbidden arrows:\n" + "\n".join(new)
+    gone = set(KNOWN_FORBIDDEN) - {_known(arrow) for arrow in found}
+    assert not gone, f"no longer imported, take off KNOWN_FORBIDDEN: {sorted(gone)}"
+
+
+def test_the_checks_catch_a_planted_circle_and_arrows():
+    planted = {
+        "pipelines.a": {"internal": {"pipelines.b"}, "external": {"pipelines.b"}},
+        "pipelines.b": {"internal": {"pipelines.a"}, "external": {"pipelines.a"}},
+        "pipelines.submit": {"internal": set(), "external": {"pipelines.verify.run"}},
+        "training_core.x": {"internal": set(), "external": {"kfp.dsl"}},
+        "pipelines.commands.verify": {"internal": set(), "external": {"pipelines.verify"}},
+    }
+    assert _cycles(planted) == [["pipelines.a", "pipelines.b", "pipelines.a"]]
+    assert _forbidden(planted) == [
+        "pipelines.submit -> pipelines.verify.run "
+        "(submit does not import the emulator that checks it)",
+        "training_core.x -> kfp.dsl (the core imports no kfp)",
+    ]

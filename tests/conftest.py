@@ -1,4 +1,5 @@
-"""Shared fixtures: small real files, prepared datasets, helpers to read them back.
+"""Shared fixtures: small real files, prepared datasets, one trained tiny model and its export,
+helpers to read them back (docs/testing.md, "Shared fixtures", lists them).
 
 Also the suite's guards against hanging and leftovers (docs/testing.md): tests marked ``slow`` get
 a longer timeout than the global one in pyproject.toml, a backstop kills child processes and then
@@ -10,12 +11,18 @@ however the test ends.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import signal
 import subprocess
+import sys
+import tempfile
 import threading
+import types
 import weakref
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -27,6 +34,13 @@ from training_core.data.metadata import DatasetMetadata
 from training_core.publish import LOCK_FILE
 
 TINY = dataclasses.replace(synthetic.SHAPES["tiny"], seed=3)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # The repository.
+WORKER = os.path.join(ROOT, "tests", "train_worker.py")  # The CLI in a child, CPU devices set.
+# Beside vertex_standin's PROJECT, BUCKET and SA: the region and network requests name.
+REGION = "europe-west4"
+NETWORK = "projects/123456789012/global/networks/ncf-vpc"
+TINY_TOP_K = 5  # Items per user in ``tiny_export``'s ``recommend`` answer.
+SERVE_CHECK = os.path.join(ROOT, "tests", "serve_check.py")
 
 # --- timeouts -------------------------------------------------------------------------------------
 
@@ -45,9 +59,29 @@ BACKSTOP_KILL_S = 10
 BACKSTOP_EXIT_S = 60
 
 
+# Module fixtures that take more than about 10 s to build on the 2-core machine, as
+# "test_file.py::fixture": every test that uses one is slow (docs/testing.md), so that
+# `make test-fast` never builds them. A new fixture this slow belongs here.
+SLOW_FIXTURES = frozenset(
+    {
+        "test_verify.py::templates",  # Every built-in profile compiled.
+        "test_pipeline_compile.py::compiled_text",  # The same, with a batch size default.
+        "test_model_variants.py::trained",  # Three more architectures trained.
+        "test_compare.py::models",  # A weak model trained and exported.
+        "test_compare.py::other_ids_export",  # Data prepared, a model trained and exported.
+        "test_training.py::trained",  # One training per single-host strategy.
+    }
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # Before `-m` deselects: the marks added here count.
 def pytest_collection_modifyitems(config, items):
-    """pytest-timeout has no per-marker setting: give slow tests their own limit here."""
+    """Marks the users of SLOW_FIXTURES slow, and gives slow tests their own time limit
+    (pytest-timeout has no per-marker setting)."""
     for item in items:
+        uses = {f"{item.path.name}::{name}" for name in getattr(item, "fixturenames", ())}
+        if uses & SLOW_FIXTURES and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
 
@@ -184,6 +218,31 @@ def communicate(proc: subprocess.Popen, timeout: float) -> str:
     return out
 
 
+def serve_check(export_dir, requests: list, work_dir, python: str = sys.executable):
+    """``requests`` through tests/serve_check.py in an isolated interpreter.
+
+    ``python -I`` in ``work_dir`` without ``PYTHON*`` variables, as the prebuilt serving container
+    runs the SavedModel. Returns ``(its answers, or None where it failed; its stderr)``.
+    """
+    folder = tempfile.mkdtemp(prefix="serve-check-", dir=work_dir)
+    req, out = os.path.join(folder, "requests.json"), os.path.join(folder, "responses.json")
+    with open(req, "w") as f:
+        json.dump(requests, f)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    done = subprocess.run(
+        [python, "-I", SERVE_CHECK, str(export_dir), req, out],
+        cwd=work_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode:
+        return None, done.stderr
+    with open(out) as f:
+        return json.load(f), done.stderr
+
+
 # --- data -----------------------------------------------------------------------------------------
 
 
@@ -215,6 +274,58 @@ def tiny_data(tmp_path_factory, tiny_csv):
         )
     )
     return out
+
+
+# --- a trained tiny model and its export --------------------------------------------------------
+
+
+class TrainedModel(NamedTuple):
+    """A model folder and the history ``train.train`` returned for it."""
+
+    model_dir: str
+    result: Any  # train.TrainResult (TensorFlow is imported only by the fixtures that use it).
+
+
+class ExportedModel(NamedTuple):
+    """A SavedModel folder and what ``export.export`` returned for it."""
+
+    export_dir: str
+    result: Any  # export.ExportResult
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_data, tmp_path_factory) -> Iterator[TrainedModel]:
+    """The tiny preset trained 2 epochs (steps_per_loop 50) on ``tiny_data``, default strategy.
+
+    Shared by every test that needs "a trained tiny model": read it, never write into it (copy
+    the folder first to resume, damage or retrain it); its teardown fails if a test did.
+    """
+    import tensorflow as tf
+
+    from training_core import train, train_config
+
+    model_dir = str(tmp_path_factory.mktemp("tiny-model") / "model")
+    config = train_config.config_for(tiny_data, model_dir, "tiny", epochs=2, steps_per_loop=50)
+    trained = TrainedModel(model_dir, train.train(config, tf.distribute.get_strategy()))
+    before = tree_bytes(model_dir)
+    yield trained
+    assert tree_bytes(model_dir) == before, f"a test wrote into the shared {model_dir}"
+
+
+@pytest.fixture(scope="session")
+def tiny_export(tiny_model, tiny_data, tmp_path_factory) -> Iterator[ExportedModel]:
+    """``tiny_model`` exported as a SavedModel with ``top_k=TINY_TOP_K``; read-only as well."""
+    from training_core import export
+
+    out = str(tmp_path_factory.mktemp("tiny-export") / "saved")
+    config = export.ExportConfig(tiny_model.model_dir, tiny_data, out, top_k=TINY_TOP_K)
+    exported = ExportedModel(out, export.export(config))
+    before = tree_bytes(out)
+    yield exported
+    assert tree_bytes(out) == before, f"a test wrote into the shared {out}"
+
+
+# --- reading back what the code wrote ------------------------------------------------------------
 
 
 def read_split(root: str, meta: DatasetMetadata, training: bool, epoch: int = 0):
@@ -271,6 +382,26 @@ def seen_from_raw(csv_path: str, meta):
     for u, i in zip(u_idx.tolist(), i_idx.tolist(), strict=True):
         seen[u].add(i)
     return users, items, seen
+
+
+def checkpoint_values(path: str, model_only: bool = False) -> dict[str, np.ndarray]:
+    """Every tensor saved in a checkpoint, by name without ``/.ATTRIBUTES/VARIABLE_VALUE``.
+
+    ``path``: a checkpoint prefix (``.../ckpt-12``) or a folder (its latest checkpoint). The
+    object graph is left out; ``model_only`` keeps the model's own variables (``model/...``,
+    without optimizer slots), which plain and ``best/`` checkpoints both hold.
+    """
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(path)
+    values = {}
+    for name in reader.get_variable_to_shape_map():
+        if name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH"):
+            continue
+        if model_only and (not name.startswith("model/") or "OPTIMIZER_SLOT" in name):
+            continue
+        values[name.removesuffix("/.ATTRIBUTES/VARIABLE_VALUE")] = reader.get_tensor(name)
+    return values
 
 
 # --- the Vertex AI stand-in (tests/vertex_standin.py), with credentials as on a real machine ---
@@ -345,3 +476,77 @@ def adc(standin, tmp_path, monkeypatch, private_key_pem):
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(path))
     monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
     return path
+
+
+@pytest.fixture
+def vertex(standin, adc, tmp_path, monkeypatch):
+    """The stand-in with the SDK pointed at it and /gcs/ mounted at a temporary folder."""
+    from google.cloud import aiplatform
+    from kfp.dsl.types import artifact_types
+
+    monkeypatch.setattr(artifact_types, "_GCS_LOCAL_MOUNT_PREFIX", f"{tmp_path}/gcs/")
+    aiplatform.init(api_endpoint=standin.url, api_transport="rest")
+    return standin
+
+
+# --- inputs built in code -------------------------------------------------------------------------
+
+
+def submit_config(**changes):
+    """A ``submit.SubmitConfig`` that ``validate_config`` passes, with ``changes`` applied."""
+    from pipelines import submit
+
+    good = submit.SubmitConfig(
+        template_path="pipeline.yaml",  # Not read by validate_config.
+        project=PROJECT,
+        region=REGION,
+        pipeline_root=f"gs://{BUCKET}/root",
+        service_account=SA,
+        network=NETWORK,
+        labels={"team": "recs"},
+        experiment="ncf-experiment",
+        display_name="ncf",
+        api_endpoint=f"https://{REGION}-aiplatform.googleapis.com",
+    )
+    return dataclasses.replace(good, **changes)
+
+
+def random_shard(rng, num_users=40, num_items=60, max_count=50, index=0):
+    """A ``sampling.Shard`` of random training items: 2 to ``max_count - 1`` distinct per user."""
+    from training_core.data import sampling
+
+    counts = rng.integers(2, max_count, num_users)
+    items = [rng.choice(num_items, size=c, replace=False) for c in counts]
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return sampling.Shard(
+        index,
+        np.arange(num_users, dtype=np.int64) * 3 + index,
+        offsets,
+        np.concatenate(items).astype(np.int64),
+        num_items,
+    )
+
+
+# --- modules outside the packages ----------------------------------------------------------------
+
+
+def load_script(relpath: str) -> types.ModuleType:
+    """A module of this repository outside its packages (``bench/``, ``tools/``), from its file.
+
+    The tests leave ``sys.path`` alone: the file is loaded by its path and registered in
+    ``sys.modules`` under its file name, as ``import`` would (once per process).
+    """
+    path = os.path.join(ROOT, relpath)
+    name = os.path.splitext(os.path.basename(path))[0]
+    loaded = sys.modules.get(name)
+    if loaded is not None and getattr(loaded, "__file__", None) == path:
+        return loaded
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module

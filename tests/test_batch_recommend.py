@@ -1,9 +1,9 @@
 """Batch recommendations (training_core/batch_recommend.py): Beam RunInference over a real export.
 
-A model of the tiny data is trained and exported; ``recommend`` writes every user's top-k items.
-Checked against what does not come from the code under test: the users and each user's training
-items from the raw CSV (conftest.seen_from_raw), and the items and scores against the export's
-own ``recommend`` signature called directly (the online answer).
+Over the session's export of the tiny model (conftest's ``tiny_export``), ``recommend`` writes
+every user's top-k items. Checked against what does not come from the code under test: the users
+and each user's training items from the raw CSV (conftest.seen_from_raw), and the items and
+scores against the export's own ``recommend`` signature called directly (the online answer).
 """
 
 from __future__ import annotations
@@ -14,24 +14,17 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import seen_from_raw
+from conftest import TINY_TOP_K, seen_from_raw
 
 from pipelines import cli
-from training_core import batch_recommend, export, publish, train, train_config
+from training_core import batch_recommend, export, publish
 from training_core.data.metadata import read_metadata
 
-TOP_K = 6
 
-
-@pytest.fixture(scope="module")
-def exported(tiny_data, tmp_path_factory):
-    root = tmp_path_factory.mktemp("batch")
-    model_dir = str(root / "model")
-    config = train_config.config_for(tiny_data, model_dir, "tiny", epochs=2, steps_per_loop=50)
-    train.train(config, tf.distribute.get_strategy())
-    out = str(root / "export")
-    export.export(export.ExportConfig(model_dir, tiny_data, out, top_k=TOP_K))
-    return out
+@pytest.fixture
+def exported(tiny_export):
+    """The session's export (read-only: the test that breaks one breaks a copy)."""
+    return tiny_export.export_dir
 
 
 def _online(export_dir, users, exclude_seen=True):
@@ -54,7 +47,7 @@ def test_every_user_gets_the_online_answer_without_seen_items(
     users, items, seen = seen_from_raw(tiny_csv, meta)
     rows = batch_recommend.read(out)
     assert sorted(r["user_id"] for r in rows) == users.tolist()  # Each user once.
-    assert result.num_users == len(users) and result.top_k == TOP_K
+    assert result.num_users == len(users) and result.top_k == TINY_TOP_K
     assert sorted(os.listdir(out)) == [
         "manifest.json",
         "recommendations-00000-of-00002.parquet",
@@ -71,7 +64,7 @@ def test_every_user_gets_the_online_answer_without_seen_items(
         assert not trained_on & set(row["item_ids"]), user
         assert row["scores"] == sorted(row["scores"], reverse=True)
     # The tiny data's users have enough unseen items: every row is full.
-    assert {len(r["item_ids"]) for r in rows} == {TOP_K}
+    assert {len(r["item_ids"]) for r in rows} == {TINY_TOP_K}
     manifest = json.loads((tmp_path / "recs" / "manifest.json").read_text())
     assert manifest["num_users"] == len(users) and manifest["exclude_seen"] is True
 
@@ -101,9 +94,13 @@ def test_jsonl_fewer_items_seen_items_kept_and_bad_options_named(exported, tiny_
     ids, _ = _online(exported, [r["user_id"] for r in rows], exclude_seen=False)
     assert [r["item_ids"] for r in rows] == ids[:, :3].tolist()
 
-    with pytest.raises(ValueError, match=r"top_k 7 is more than the export's 6 .*--top-k 7"):
+    too_many = TINY_TOP_K + 1
+    with pytest.raises(
+        ValueError,
+        match=rf"top_k {too_many} is more than the export's {TINY_TOP_K} .*--top-k {too_many}",
+    ):
         batch_recommend.recommend(
-            batch_recommend.RecommendConfig(exported, tiny_data, str(out), top_k=7)
+            batch_recommend.RecommendConfig(exported, tiny_data, str(out), top_k=too_many)
         )
     with pytest.raises(ValueError, match="output_format 'csv' is not one of parquet, jsonl"):
         batch_recommend.recommend(

@@ -7,8 +7,9 @@ and the steps with outside effects or outside inputs (register, deploy, compare)
 with caching off, and a second tuning job over one cache starts in a clean folder. ``deploy:
 true`` deploys on the default serve machine, and a GPU serve machine registers the model with
 the GPU serving image. Compile-level tests assert the compiled spec; the GPU/CPU image test runs
-the compiled register and deploy inputs against the Vertex AI REST stand-in; the slow test
-verifies a tuning profile twice over one ``cache_dir``.
+the compiled register and deploy inputs against the Vertex AI REST stand-in; the slow tests
+read one tuning profile verified twice over one ``cache_dir`` (its trials and best trial, and
+the second job's clean start).
 """
 
 # No `from __future__ import annotations`: KFP reads the component annotations at runtime.
@@ -18,6 +19,7 @@ import time
 
 import pytest
 import yaml
+from conftest import REGION
 from kfp import dsl
 from vertex_standin import BUCKET, PROJECT
 
@@ -26,7 +28,6 @@ from pipelines.verify import cache
 from training_core import tune
 from training_core.registry import SERVING_METADATA_FILE
 
-LOCATION = "europe-west4"
 NEVER_CACHED = ("tuning-trial-spec", "compare-models", "register-model", "deploy-model")
 CACHED = (
     "importer",
@@ -85,6 +86,7 @@ def _caches(task: dict) -> bool:
 # --- the compiled spec ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_trial_folder_and_steps_with_outside_effects_are_never_served_from_the_cache(tmp_path):
     _, spec = _compile(tmp_path, TUNE_DEPLOY)
     tasks = _tasks(spec)
@@ -127,24 +129,13 @@ def test_deploy_without_a_serve_machine_deploys_on_the_default_one(tmp_path):
 # --- the compiled register and deploy inputs, run against the Vertex AI stand-in --------------
 
 
-@pytest.fixture
-def vertex(standin, adc, tmp_path, monkeypatch):
-    """The stand-in with the SDK pointed at it and /gcs/ mounted at a temporary folder."""
-    from google.cloud import aiplatform
-    from kfp.dsl.types import artifact_types
-
-    monkeypatch.setattr(artifact_types, "_GCS_LOCAL_MOUNT_PREFIX", f"{tmp_path}/gcs/")
-    aiplatform.init(api_endpoint=standin.url, api_transport="rest")
-    return standin
-
-
 def _arguments(spec: dict, task: dict, outputs: dict) -> dict:
     """A task's parameter values as Vertex AI resolves them: constants (GCPC's project and
     location placeholders filled in), pipeline parameters at their compiled defaults, and
     ``outputs`` for what upstream tasks produce."""
     placeholders = {
         "{{$.pipeline_google_cloud_project_id}}": PROJECT,
-        "{{$.pipeline_google_cloud_location}}": LOCATION,
+        "{{$.pipeline_google_cloud_location}}": REGION,
     }
     defaults = spec["root"]["inputDefinitions"]["parameters"]
     values = {}
@@ -333,12 +324,14 @@ def _trial_folders(report) -> tuple[str, list[str]]:
     return uri, sorted(os.listdir(local)) if os.path.isdir(local) else []
 
 
-@pytest.mark.slow
-def test_a_second_tuning_job_over_one_cache_starts_clean_trials(tmp_path):
+@pytest.fixture(scope="module")
+def tuning_runs(tmp_path_factory):
     """A profile with tune: true and deploy: true verified twice over one cache_dir, the second
-    time with another tune_trials (as a resubmitted run): validate and prepare come from the
-    cache, the trial folder does not, so the second job's trials start in an empty folder and
-    its best trial is its own. The register branch (off by default) is not served either."""
+    time with another tune_trials (as a resubmitted run): ``(spec, first, second)``.
+
+    Both tests below only read these reports, so the two verifications run once for both.
+    """
+    tmp_path = tmp_path_factory.mktemp("tuning")
     template, spec = _compile(tmp_path, TUNE_DEPLOY)
     cache_dir = str(tmp_path / "cache")
     reports = []
@@ -350,7 +343,53 @@ def test_a_second_tuning_job_over_one_cache_starts_clean_trials(tmp_path):
             parameter_values={"tune_trials": trials},
         ) as verification:
             reports.append(verification.run())
-    first, second = reports
+    return spec, *reports
+
+
+@pytest.mark.slow
+def test_a_tuning_profile_runs_its_trials_and_trains_with_the_best(tuning_runs):
+    """A profile with tune: true, verified end to end: GCPC's tuning-job launcher against the
+    JobService stand-in, each trial a process running the compiled trial command with the
+    values appended and its metric file, the best trial's values reaching train-model.
+
+    (Moved here from tests/test_verify.py, where it verified a profile of its own that differs
+    from ``TUNE_DEPLOY`` only in ``deploy: true``, whose branch is skipped without register:
+    it now reads the first verification of ``tuning_runs`` instead of running one more.)
+    """
+    _, report, _ = tuning_runs
+    assert report.ok, verify.format_report(report)
+    tuning = report.task("hyperparameter-tuning-job")
+    assert tuning.kind == "tuning_job"
+    (job,) = tuning.jobs
+    assert job.state == "JOB_STATE_SUCCEEDED"
+    assert len(job.trials) == 2  # The first verification's tune_trials (verify's small-run one).
+    measured = {}
+    for trial_job, trial in job.trials:
+        assert trial.state.name == "SUCCEEDED"
+        (replica,) = trial_job.replicas
+        values = {p.parameter_id: p.value for p in trial.parameters}
+        command = replica.command
+        assert command[:2] == ["ncf-pipelines", "train"] and "--hypertune-metric" in command
+        assert f"--learning_rate={values['learning_rate']}" in command
+        assert replica.env["CLOUD_ML_TRIAL_ID"] == trial.id
+        measured[trial.id] = (trial.final_measurement.metrics[0].value, values)
+    best_id = max(measured, key=lambda k: measured[k][0])
+    best = report.task("best-tuning-options")
+    assert best.artifacts["tuned"]["metadata"]["trial"] == best_id
+    assert best.parameters["learning_rate"] == pytest.approx(measured[best_id][1]["learning_rate"])
+    # The final training ran with the best trial's values: the same data, seed and options give
+    # the same first epoch as that trial's.
+    train = report.task("train-model").artifacts["metrics"]["metadata"]
+    assert train["hr_at_10"] == pytest.approx(measured[best_id][0])
+
+
+@pytest.mark.slow
+def test_a_second_tuning_job_over_one_cache_starts_clean_trials(tuning_runs):
+    """A profile with tune: true and deploy: true verified twice over one cache_dir, the second
+    time with another tune_trials (as a resubmitted run): validate and prepare come from the
+    cache, the trial folder does not, so the second job's trials start in an empty folder and
+    its best trial is its own. The register branch (off by default) is not served either."""
+    spec, first, second = tuning_runs
     assert first.ok, verify.format_report(first)
     assert second.ok, verify.format_report(second)
     for name in ("validate-data", "prepare-data"):

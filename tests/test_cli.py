@@ -166,6 +166,7 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_tensorflow_starts_quietly_and_verbose_leaves_it_alone():
     """What a step's process does first (console.setup): TensorFlow's start-up log (CUDA factory
     "errors" on a machine without a GPU, oneDNN notes), absl's and google-api-core's warning

@@ -1,8 +1,8 @@
 """The champion/challenger gate (training_core/compare.py) on real exports of trained models.
 
-A well-trained and an almost untrained model of the tiny data are exported; the gate ranks both
-through their ``score`` signatures on the same held-out set. A champion trained on other ids is
-refused by name.
+A trained model of the tiny data (the session's ``tiny_model`` and ``tiny_export``) and an almost
+untrained one are exported; the gate ranks both through their ``score`` signatures on the same
+held-out set. A champion trained on other ids is refused by name.
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ def _train_and_export(data_dir, root, name, **options):
 
 
 @pytest.fixture(scope="module")
-def models(tiny_data, tmp_path_factory):
+def models(tiny_data, tiny_model, tiny_export, tmp_path_factory):
+    """(model folder, export) of a good and a weak model; the good one is the session's."""
+    good = (tiny_model.model_dir, tiny_export.export_dir)
+    # The weak model is its own: one epoch at a learning rate that barely moves the weights,
+    # close to the initial model, so that the gate has a clearly worse challenger to refuse.
     root = tmp_path_factory.mktemp("compare")
-    good = _train_and_export(tiny_data, root, "good", epochs=3, target_hr=0)
-    # One epoch at a learning rate that barely moves the weights: close to the initial model.
     weak = _train_and_export(tiny_data, root, "weak", epochs=1, learning_rate=1e-7)
     return {"good": good, "weak": weak}
 

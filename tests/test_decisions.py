@@ -14,6 +14,7 @@ import struct
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import checkpoint_values
 
 from pipelines import cli
 from training_core import compare, presets, train, train_config
@@ -29,13 +30,7 @@ class _Crash(RuntimeError):
     """A kill injected right after an epoch's checkpoint is written."""
 
 
-def _model_values(checkpoint: str) -> dict[str, np.ndarray]:
-    """The model's variables in a checkpoint (either kind: both hold them under ``model/``)."""
-    reader = tf.train.load_checkpoint(checkpoint)
-    names = [n for n in reader.get_variable_to_shape_map() if n.startswith("model/")]
-    return {n: reader.get_tensor(n) for n in names if "OPTIMIZER_SLOT" not in n}
-
-
+@pytest.mark.slow
 def test_a_kill_right_after_an_epoch_s_checkpoint_finds_its_best_weights_saved(
     tiny_data, tmp_path, monkeypatch
 ):
@@ -70,7 +65,8 @@ def test_a_kill_right_after_an_epoch_s_checkpoint_finds_its_best_weights_saved(
         f"{best_dir(model_dir)} holds {saved}"
     )
     # And they are that epoch's weights: the checkpoint's own (epoch 1 is its last).
-    ours, kept = _model_values(latest), _model_values(saved)
+    ours = checkpoint_values(latest, model_only=True)
+    kept = checkpoint_values(saved, model_only=True)
     assert ours and ours.keys() == kept.keys()
     for name in ours:
         np.testing.assert_array_equal(ours[name], kept[name], err_msg=name)

@@ -21,6 +21,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import ROOT, WORKER, checkpoint_values
 
 # A port found free may be taken before a worker binds it: the runs here retry on ADDRESS_IN_USE.
 from pipelines.verify.job_service import ADDRESS_IN_USE
@@ -30,9 +31,6 @@ from training_core.data import prepare, synthetic
 from training_core.data.config import PrepareConfig
 from training_core.data.metadata import read_metadata
 from training_core.model_dir import checkpoint_dir, config_path, history_path
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKER = os.path.join(ROOT, "tests", "train_worker.py")
 
 
 def _prepare(tmp_path_factory, name, shape, **options):
@@ -54,15 +52,6 @@ def two_step_data(tmp_path_factory):
         tmp_path_factory, "two_step", shape, num_epochs=1, eval_negatives=20,
         train_batch_size=4096, num_shards=2,
     )  # fmt: skip
-
-
-def _checkpoint(model_dir: str) -> dict[str, np.ndarray]:
-    reader = tf.train.load_checkpoint(checkpoint_dir(model_dir))
-    return {
-        name.replace("/.ATTRIBUTES/VARIABLE_VALUE", ""): reader.get_tensor(name)
-        for name in reader.get_variable_to_shape_map()
-        if not name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH")
-    }
 
 
 def _assert_close(actual, expected, rtol, err_msg=""):
@@ -186,7 +175,7 @@ def test_float16_training_from_an_overflowing_scale_skips_exactly_the_halving_st
     )
     spe = read_metadata(tiny_data).train_steps_per_epoch
     assert result.global_step == spe
-    ckpt = _checkpoint(model_dir)
+    ckpt = checkpoint_values(checkpoint_dir(model_dir))
     final_scale = float(ckpt["loss_scale/scale"])
     halvings = round(np.log2(initial / final_scale))
     assert 2.0**halvings == initial / final_scale and halvings >= 10
@@ -241,6 +230,7 @@ def test_sparse_rows_update_touched_rows_as_adam_and_leave_the_rest_alone():
         assert int(opt.iterations) == t
 
 
+@pytest.mark.slow
 def test_sparse_and_dense_embedding_updates_differ_exactly_as_lazy_adam_does(
     two_step_data, tmp_path
 ):
@@ -258,7 +248,7 @@ def test_sparse_and_dense_embedding_updates_differ_exactly_as_lazy_adam_does(
         config = _config(two_step_data, model_dir, steps_per_loop=1, dense_gradients=dense)
         results[dense] = train.train(config, tf.distribute.get_strategy())
         assert results[dense].global_step == 2
-        ckpts[dense] = _checkpoint(model_dir)
+        ckpts[dense] = checkpoint_values(checkpoint_dir(model_dir))
     dense, lazy = ckpts[True], ckpts[False]
 
     meta = read_metadata(two_step_data)
@@ -383,6 +373,7 @@ def _xla_functions(trainer) -> list[str]:
     return names
 
 
+@pytest.mark.slow
 def test_jit_compile_trains_to_the_same_model_as_without(tiny_data, tmp_path):
     strategy = tf.distribute.get_strategy()
     runs = {}
@@ -392,7 +383,7 @@ def test_jit_compile_trains_to_the_same_model_as_without(tiny_data, tmp_path):
         trainer = train._Trainer(config, strategy)
         assert trainer.jit is jit
         result = trainer.run()
-        runs[jit] = (result, _checkpoint(model_dir), _xla_functions(trainer))
+        runs[jit] = (result, checkpoint_values(checkpoint_dir(model_dir)), _xla_functions(trainer))
     (xla, xla_ckpt, compiled), (plain, plain_ckpt, not_compiled) = runs[True], runs[False]
     assert [n for n in compiled if "loss_and_grads" in n] and not not_compiled
     assert xla.global_step == plain.global_step == read_metadata(tiny_data).train_steps_per_epoch
@@ -469,6 +460,8 @@ def uninterrupted(tiny_data, tmp_path_factory):
     """The same training without a preemption, here on the default strategy: one replica either
     way, the same arithmetic (checked once against a multi-worker run: equal HR/NDCG, epoch
     losses within 4e-9, the per-loop float32 loss sums being the only difference)."""
+    # Not the session's tiny_model: the preempted run's own settings (steps_per_loop 5, no HR
+    # target), which the comparison needs.
     model_dir = str(tmp_path_factory.mktemp("uninterrupted") / "model")
     config = _config(tiny_data, model_dir, epochs=EPOCHS, steps_per_loop=STEPS_PER_LOOP)
     return train.train(config, tf.distribute.get_strategy()).to_dict()
@@ -497,7 +490,7 @@ def test_sigterm_saves_through_the_preemption_handler_and_the_rerun_resumes(
     assert not os.path.exists(f"{model_dir}.json")  # The run did not finish.
     latest = tf.train.latest_checkpoint(ckpt_dir)
     assert latest is not None, f"no checkpoint in {ckpt_dir}: {os.listdir(model_dir)}"
-    saved = int(tf.train.load_checkpoint(latest).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE"))
+    saved = int(checkpoint_values(latest)["step"])
     # It saved at a loop boundary after the signal: mid-epoch 2 (unless this reader fell more than
     # a hundred steps behind the run's log).
     assert spe + PREEMPT_AT < saved < EPOCHS * spe, (saved, spe)

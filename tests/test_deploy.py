@@ -16,36 +16,22 @@ it (tests/serve_check.py in an isolated interpreter: the TF Serving REST row for
 # No `from __future__ import annotations`: KFP reads the component annotations at runtime.
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import requests
 import tensorflow as tf
+from conftest import REGION, TINY_TOP_K, serve_check
 from kfp import dsl
 from vertex_standin import BUCKET, PROJECT
 
 from components.deploy_model import deploy_model
 from components.export_model import register_model
-from training_core import export, registry, train, train_config
+from training_core import registry
 from training_core.registry import SERVING_METADATA_FILE
 
-LOCATION = "europe-west4"
 ROOT = f"gs://{BUCKET}/"  # Where this pipeline writes its models (compare_models' model_root).
 OUR_FILTER = 'display_name="ncf-neumf" AND labels.ncf_pipelines_model="ncf-neumf"'
-SERVE_CHECK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_check.py")
-
-
-@pytest.fixture
-def vertex(standin, adc, tmp_path, monkeypatch):
-    """The stand-in with the SDK pointed at it and /gcs/ mounted at a temporary folder."""
-    from google.cloud import aiplatform
-    from kfp.dsl.types import artifact_types
-
-    monkeypatch.setattr(artifact_types, "_GCS_LOCAL_MOUNT_PREFIX", f"{tmp_path}/gcs/")
-    aiplatform.init(api_endpoint=standin.url, api_transport="rest")
-    return standin
 
 
 def _local(tmp_path, uri: str) -> str:
@@ -73,7 +59,7 @@ def _register(tmp_path, run: str, parent: str = "", make_default: bool = True, s
         exported_model=_exported(tmp_path, run, source),
         vertex_model=out,
         project=PROJECT,
-        location=LOCATION,
+        location=REGION,
         display_name="ncf-neumf",
         parent_model=parent,
         make_default=make_default,
@@ -87,7 +73,7 @@ def _deploy(run: str, vertex_model: dsl.Artifact, **kw) -> dsl.Artifact:
         vertex_model=vertex_model,
         endpoint=endpoint,
         project=PROJECT,
-        location=LOCATION,
+        location=REGION,
         endpoint_display_name="",
         machine_type="n1-standard-4",
         make_default=True,
@@ -130,13 +116,13 @@ def test_a_new_version_serves_before_the_old_one_goes_and_then_becomes_the_defau
     assert resources.machine_spec.machine_type == "n1-standard-4"
     assert (resources.min_replica_count, resources.max_replica_count) == (2, 2)
     assert first.metadata["createdEndpoint"] is True
-    assert first.uri == f"https://{LOCATION}-aiplatform.googleapis.com/v1/{name}"
+    assert first.uri == f"https://{REGION}-aiplatform.googleapis.com/v1/{name}"
 
     # Second run, deploying: registered as version 2 but NOT the default yet.
     v2 = _register(tmp_path, "run-2", parent=model, make_default=False)
     assert v2.metadata["versionId"] == "2"
     assert _default_version(vertex, model) == "1"
-    assert registry.find_champion(PROJECT, LOCATION, "ncf-neumf", ROOT).version_id == "1"
+    assert registry.find_champion(PROJECT, REGION, "ncf-neumf", ROOT).version_id == "1"
     before = len(vertex.requests)
     second = _deploy("run-2", v2)
     calls = [r.path.rsplit(":", 1)[-1] for r in vertex.requests[before:] if ":" in r.path]
@@ -154,7 +140,7 @@ def test_a_new_version_serves_before_the_old_one_goes_and_then_becomes_the_defau
     assert second.metadata["undeployed"] == [only["id"]]
     assert second.metadata["createdEndpoint"] is False  # The same endpoint, found by name.
     assert _default_version(vertex, model) == "2"
-    assert registry.find_champion(PROJECT, LOCATION, "ncf-neumf", ROOT).version_id == "2"
+    assert registry.find_champion(PROJECT, REGION, "ncf-neumf", ROOT).version_id == "2"
 
 
 def test_a_failed_deployment_or_upload_leaves_the_previous_version_serving(vertex, tmp_path):
@@ -181,7 +167,7 @@ def test_a_failed_deployment_or_upload_leaves_the_previous_version_serving(verte
     after = [r.path.rsplit(":", 1)[-1] for r in vertex.requests[before:] if ":" in r.path]
     assert after == ["deployModel"], after  # Nothing undeployed, the default not moved.
     assert _default_version(vertex, model) == "1"
-    assert registry.find_champion(PROJECT, LOCATION, "ncf-neumf", ROOT).version_id == "1"
+    assert registry.find_champion(PROJECT, REGION, "ncf-neumf", ROOT).version_id == "1"
 
     # The step's retry finishes the job.
     _deploy("run-3", v2)
@@ -303,7 +289,7 @@ def _stranger_model(display_name: str, uri: str, labels: dict | None = None) -> 
         serving_container_image_uri="us-docker.pkg.dev/someone/else/serving:latest",
         labels=labels or {},
         project=PROJECT,
-        location=LOCATION,
+        location=REGION,
         sync=True,
     ).resource_name
 
@@ -329,7 +315,7 @@ def _gate(tmp_path, monkeypatch, **kw) -> tuple[str, str | None]:
         report=dsl.HTML(uri=str(tmp_path / "report.html")),
         use_registry=True,
         project=PROJECT,
-        location=LOCATION,
+        location=REGION,
         model_display_name="ncf-neumf",
     )
     args.update(kw)
@@ -338,7 +324,7 @@ def _gate(tmp_path, monkeypatch, **kw) -> tuple[str, str | None]:
 
 
 def _list_filters(standin, kind: str) -> list[str]:
-    found = standin.find("GET", rf"^/v1/projects/{PROJECT}/locations/{LOCATION}/{kind}$")
+    found = standin.find("GET", rf"^/v1/projects/{PROJECT}/locations/{REGION}/{kind}$")
     return [f for r in found for f in r.query.get("filter", [])]
 
 
@@ -377,7 +363,7 @@ def test_a_display_name_cannot_widen_the_registry_filter(vertex, tmp_path, monke
     v2 = _register(tmp_path, "run-2", parent=ours.metadata["resourceName"], make_default=False)
     # A stranger's model and endpoint named "theirs", newer than ours.
     _stranger_model("theirs", f"gs://{BUCKET}/pipeline-root/x/planted", {"team": "other"})
-    aiplatform.Endpoint.create(display_name="theirs", project=PROJECT, location=LOCATION)
+    aiplatform.Endpoint.create(display_name="theirs", project=PROJECT, location=REGION)
     injected = 'ncf-neumf" OR display_name="theirs'
     before = len(vertex.requests)
     with pytest.raises(ValueError, match=f"{option} .*cannot be used") as e:
@@ -440,7 +426,7 @@ def test_deploy_keeps_other_models_and_other_peoples_endpoints(vertex, tmp_path)
     (their_id,) = {d["id"] for d in vertex.endpoints[ours]["deployedModels"]} - {mine["id"]}
     # ...and someone makes a newer endpoint with our endpoint's name (without our label).
     planted = aiplatform.Endpoint.create(
-        display_name="ncf-neumf", project=PROJECT, location=LOCATION
+        display_name="ncf-neumf", project=PROJECT, location=REGION
     ).resource_name
 
     v2 = _register(tmp_path, "run-2", parent=model, make_default=False)
@@ -466,15 +452,10 @@ def test_deploy_keeps_other_models_and_other_peoples_endpoints(vertex, tmp_path)
 # --- the endpoint answers Vertex AI's requests with the real exported model ----------------------
 
 
-@pytest.fixture(scope="module")
-def real_export(tiny_data, tmp_path_factory):
-    root = tmp_path_factory.mktemp("deploy-export")
-    model_dir = str(root / "model")
-    config = train_config.config_for(tiny_data, model_dir, "tiny", epochs=1, steps_per_loop=50)
-    train.train(config, tf.distribute.get_strategy())
-    out = str(root / "export")
-    export.export(export.ExportConfig(model_dir, tiny_data, out, top_k=5))
-    return out
+@pytest.fixture
+def real_export(tiny_export):
+    """The session's export of the tiny model (read-only: _register copies it)."""
+    return tiny_export.export_dir
 
 
 def _container(tmp_path):
@@ -483,20 +464,8 @@ def _container(tmp_path):
 
     def serve(deployed, version, body):
         export_dir = _local(tmp_path, version["artifactUri"])
-        req, out = tmp_path / "container-request.json", tmp_path / "container-response.json"
-        req.write_text(json.dumps([body]))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-        done = subprocess.run(
-            [sys.executable, "-I", SERVE_CHECK, export_dir, str(req), str(out)],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if done.returncode:
-            return {"error": done.stderr[-2000:]}
-        return json.loads(out.read_text())["responses"][0]
+        got, err = serve_check(export_dir, [body], tmp_path)
+        return {"error": err[-2000:]} if got is None else got["responses"][0]
 
     return serve
 
@@ -561,6 +530,6 @@ def test_the_endpoint_answers_predict_and_raw_predict_with_raw_ids(vertex, tmp_p
         user_id=tf.constant([user], tf.int64), exclude_seen=tf.constant([True])
     )
     assert rows[0]["item_ids"] == want["item_ids"].numpy()[0].tolist()
-    assert len(rows[0]["item_ids"]) == 5
+    assert len(rows[0]["item_ids"]) == TINY_TOP_K
     (raw,) = vertex.find("POST", r":rawPredict$")
     assert raw.path == f"/v1/{endpoint.resource_name}:rawPredict"

@@ -10,8 +10,19 @@ command, all listed in ``substitute``:
 - ``synth --shape NAME`` becomes ``--shape ml-100k``: the smallest MovieLens shape the docs use
   (the embedded sample's), so that every later command runs on small data with the values the
   docs give (``tiny``'s 300 items are fewer than the 999 evaluation negatives a default takes);
+- ``tune --trials N`` becomes ``--trials 1``: the preset's own values still run first (outside
+  the count) and one trial the sampler picks after them, so the best is still chosen between the
+  two; more trials take the same code path again (TPE samples at random for its first ten and
+  the median pruner prunes from the fourth on, ``training_core/tune.py``);
 - a command that would reach Google Cloud runs as its own dry run: ``submit`` with ``--dry-run``,
-  ``make push`` with ``DRY_RUN=1``.
+  ``make push`` with ``DRY_RUN=1``;
+- every ``verify`` gets ``--cache-dir`` with one folder shared by all docs (``verify-cache`` in
+  this test's temporary folder), as a user who verifies several templates of one pipeline would
+  pass it: a task is served from it only where an earlier verification ran the same spec on the
+  same inputs and the same data (``pipelines/verify/cache.py``), so the README's ``gpu-a100``
+  run gives docs/verify.md's ``gpu-a100-2workers`` run its validate and prepare; training and
+  everything after it still run in each verification, and a verification on other data
+  (``--data ml-1m/``) or another image (docs/submit.md's) runs every task.
 
 What a doc takes as already there is put there first, from the README's tour (``PROVIDED``).
 Commands that cannot run here at all (a browser sign-in, ``gcloud``, ``docker``, the whole suite)
@@ -141,10 +152,14 @@ def substitute(command: str, tmp: pathlib.Path) -> str:
     command = command.replace("/tmp/", f"{tmp}/tmp/")
     command = re.sub(r"--shape \S+", "--shape ml-100k", command)
     words = command.split()
+    if "tune" in words[:4]:
+        command = re.sub(r"--trials \d+", "--trials 1", command)
     if "submit" in words[:4] and "--dry-run" not in words:
         command += " --dry-run"
     if words[:2] == ["make", "push"] and not any(w.startswith("DRY_RUN=") for w in words):
         command += " DRY_RUN=1"
+    if "verify" in words[:4] and "--cache-dir" not in words:
+        command += f" --cache-dir {tmp}/verify-cache"
     return command
 
 

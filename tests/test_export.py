@@ -1,8 +1,9 @@
 """Export: the SavedModel serves raw ids in a fresh process with only TensorFlow.
 
-One tiny model is trained in-process (2 epochs of the tiny preset, a couple of seconds), exported,
-and served by tests/serve_check.py under ``python -I`` from a temporary folder, with the project's
-packages made unimportable there. Expected values come from the restored checkpoint here.
+The session's tiny model (conftest's ``tiny_model``: 2 epochs of the tiny preset) and its export
+(``tiny_export``, top k ``TINY_TOP_K``) are served by tests/serve_check.py under ``python -I``
+from a temporary folder, with the project's packages made unimportable there. Expected values
+come from the restored checkpoint here.
 """
 
 import json
@@ -13,42 +14,23 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import seen_from_raw
+from conftest import ROOT, TINY_TOP_K, seen_from_raw, serve_check
 from kfp import dsl
 
 from components.export_model import export_model, register_model
 from pipelines import cli
-from training_core import export, train, train_config
+from training_core import export
 from training_core.data.metadata import read_metadata
 from training_core.evaluate import load_model
 from training_core.registry import serving_container_for, upload_args
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SERVE_CHECK = os.path.join(ROOT, "tests", "serve_check.py")
-TOP_K = 5
-
 
 @pytest.fixture(scope="module")
-def trained_model(tiny_data, tmp_path_factory):
-    model_dir = str(tmp_path_factory.mktemp("export") / "model")
-    config = train_config.config_for(tiny_data, model_dir, "tiny", epochs=2, steps_per_loop=50)
-    train.train(config, tf.distribute.get_strategy())
-    return model_dir
-
-
-@pytest.fixture(scope="module")
-def exported(trained_model, tiny_data, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("export") / "saved")
-    result = export.export(export.ExportConfig(trained_model, tiny_data, out, top_k=TOP_K))
-    return out, result
-
-
-@pytest.fixture(scope="module")
-def reference(trained_model, tiny_data, tiny_csv):
+def reference(tiny_model, tiny_data, tiny_csv):
     """Vocabularies and seen items from the raw CSV, and a scorer from the checkpoint."""
     meta = read_metadata(tiny_data)
     assert meta.source["path"] == tiny_csv  # The prepared data is this CSV's.
-    model, _, _ = load_model(trained_model, tf.distribute.get_strategy())
+    model, _, _ = load_model(tiny_model.model_dir, tf.distribute.get_strategy())
     users, items, seen = seen_from_raw(tiny_csv, meta)
 
     def probs(u_idx, i_idx):
@@ -60,20 +42,9 @@ def reference(trained_model, tiny_data, tiny_csv):
 
 def _serve(export_dir, requests, tmp_path, python=sys.executable):
     """Runs the requests through tests/serve_check.py in an isolated interpreter."""
-    req = tmp_path / "requests.json"
-    out = tmp_path / f"responses-{abs(hash(python))}.json"
-    req.write_text(json.dumps(requests))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    done = subprocess.run(
-        [python, "-I", SERVE_CHECK, export_dir, str(req), str(out)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(out.read_text())
+    got, err = serve_check(export_dir, requests, tmp_path, python)
+    assert got is not None, err[-4000:]
+    return got
 
 
 def test_vocabularies_and_training_positives_match_the_raw_data(reference, tiny_data):
@@ -91,8 +62,9 @@ def test_vocabularies_and_training_positives_match_the_raw_data(reference, tiny_
     assert sum(len(s) for s in reference["seen"]) == meta.num_train_positives
 
 
-def test_saved_model_serves_raw_ids_without_this_package(exported, reference, tmp_path):
-    export_dir, result = exported
+@pytest.mark.slow
+def test_saved_model_serves_raw_ids_without_this_package(tiny_export, reference, tmp_path):
+    export_dir, result = tiny_export
     users, items, seen, probs = (reference[k] for k in ("users", "items", "seen", "probs"))
     rng = np.random.default_rng(0)
     u_idx = rng.integers(0, len(users), 20)
@@ -141,15 +113,15 @@ def test_saved_model_serves_raw_ids_without_this_package(exported, reference, tm
     any_seen_on_top = False
     for row, inst in zip(recs, rec_instances, strict=True):
         ids, scores = row["item_ids"], row["scores"]
-        assert len(ids) == TOP_K and scores == sorted(scores, reverse=True)
+        assert len(ids) == TINY_TOP_K and scores == sorted(scores, reverse=True)
         if inst["user_id"] == unknown_user:
-            assert ids == [export.UNKNOWN_ITEM] * TOP_K and scores == [0.0] * TOP_K
+            assert ids == [export.UNKNOWN_ITEM] * TINY_TOP_K and scores == [0.0] * TINY_TOP_K
             continue
         u = int(np.flatnonzero(users == inst["user_id"])[0])
         p = probs(np.full(len(items), u), np.arange(len(items)))
         if inst["exclude_seen"]:
             p[list(seen[u])] = -np.inf
-        order = np.argsort(-p, kind="stable")[:TOP_K]
+        order = np.argsort(-p, kind="stable")[:TINY_TOP_K]
         assert ids == items[order].tolist()
         np.testing.assert_allclose(scores, p[order], rtol=1e-5, atol=1e-6)
         index_of = {int(raw): i for i, raw in enumerate(items)}
@@ -167,9 +139,9 @@ def test_saved_model_serves_raw_ids_without_this_package(exported, reference, tm
 
 
 @pytest.fixture(scope="module")
-def loaded(exported):
+def loaded(tiny_export):
     """The SavedModel as TensorFlow loads it (``signatures[...]`` is what TF Serving calls)."""
-    return tf.saved_model.load(exported[0])
+    return tf.saved_model.load(tiny_export.export_dir)
 
 
 def _ids(values):
@@ -271,45 +243,46 @@ def test_well_formed_and_empty_batches_still_serve(loaded, reference):
     out = loaded.signatures["score"](user_id=_ids([]), item_id=_ids([]))
     assert out["score"].shape == (0,) and out["known"].shape == (0,)
     out = loaded.signatures["recommend"](user_id=_ids([]), exclude_seen=tf.constant([], tf.bool))
-    assert out["item_ids"].shape == (0, TOP_K) and out["scores"].shape == (0, TOP_K)
+    assert out["item_ids"].shape == (0, TINY_TOP_K) and out["scores"].shape == (0, TINY_TOP_K)
     out = loaded.signatures["recommend"](user_id=_ids(users[:1]), exclude_seen=tf.constant([True]))
-    assert out["item_ids"].shape == (1, TOP_K)
+    assert out["item_ids"].shape == (1, TINY_TOP_K)
 
 
-def test_export_layout_and_metadata(exported):
-    export_dir, result = exported
+def test_export_layout_and_metadata(tiny_export):
+    export_dir, result = tiny_export
     names = set(os.listdir(export_dir))
     assert {"saved_model.pb", "variables", "assets", export.SERVING_METADATA_FILE} <= names
     assert sorted(os.listdir(os.path.join(export_dir, "assets"))) == ["items.txt", "users.txt"]
     assert not [n for n in os.listdir(os.path.dirname(export_dir)) if ".partial" in n]
     with open(os.path.join(export_dir, export.SERVING_METADATA_FILE)) as f:
         meta = json.load(f)
-    assert meta["tensorflow_version"] == tf.__version__ and meta["top_k"] == TOP_K
+    assert meta["tensorflow_version"] == tf.__version__ and meta["top_k"] == TINY_TOP_K
     assert meta["signatures"]["recommend"]["outputs"]["item_ids"] == {
         "dtype": "int64",
-        "shape": [None, TOP_K],
+        "shape": [None, TINY_TOP_K],
     }
     assert meta["num_seen_pairs"] == result.num_seen_pairs > 0
 
 
 def test_export_refuses_a_non_empty_folder_and_overwrites_on_request(
-    trained_model, tiny_data, tmp_path
+    tiny_model, tiny_data, tmp_path
 ):
     target = tmp_path / "out"
     target.mkdir()
     (target / "old.txt").write_text("x")
-    config = export.ExportConfig(trained_model, tiny_data, str(target), top_k=3)
+    config = export.ExportConfig(tiny_model.model_dir, tiny_data, str(target), top_k=3)
     with pytest.raises(FileExistsError, match="not empty"):
         export.export(config)
     assert os.listdir(target) == ["old.txt"] and len(os.listdir(tmp_path)) == 1
-    export.export(export.ExportConfig(trained_model, tiny_data, str(target), overwrite=True))
+    export.export(export.ExportConfig(tiny_model.model_dir, tiny_data, str(target), overwrite=True))
     assert "saved_model.pb" in os.listdir(target) and "old.txt" not in os.listdir(target)
 
 
-def test_export_model_component_and_recommend_as_default(trained_model, tiny_data, tmp_path):
+@pytest.mark.slow
+def test_export_model_component_and_recommend_as_default(tiny_model, tiny_data, tmp_path):
     exported_model = dsl.Model(uri=str(tmp_path / "exported"))
     export_model.python_func(
-        model=dsl.Model(uri=trained_model),
+        model=dsl.Model(uri=tiny_model.model_dir),
         examples=dsl.Dataset(uri=tiny_data),
         exported_model=exported_model,
         top_k=3,
@@ -329,7 +302,7 @@ def test_export_model_component_and_recommend_as_default(trained_model, tiny_dat
     first = set(os.listdir(exported_model.path))
     retried = dsl.Model(uri=exported_model.uri)
     export_model.python_func(
-        model=dsl.Model(uri=trained_model),
+        model=dsl.Model(uri=tiny_model.model_dir),
         examples=dsl.Dataset(uri=tiny_data),
         exported_model=retried,
         top_k=4,
@@ -337,9 +310,9 @@ def test_export_model_component_and_recommend_as_default(trained_model, tiny_dat
     assert set(os.listdir(retried.path)) == first and retried.metadata["top_k"] == 4
 
 
-def test_cli_export_prints_where_and_a_request(trained_model, tiny_data, tmp_path, capsys):
-    out = tmp_path / "cli"
-    args = ["export", "--model-dir", trained_model, "--data", tiny_data, "--output", str(out)]
+def test_cli_export_prints_where_and_a_request(tiny_model, tiny_data, tmp_path, capsys):
+    out, model_dir = tmp_path / "cli", tiny_model.model_dir
+    args = ["export", "--model-dir", model_dir, "--data", tiny_data, "--output", str(out)]
     assert cli.main([*args, "--top-k", "4"]) == 0
     printed = capsys.readouterr().out
     assert str(out) in printed and '"instances"' in printed and "saved_model_cli" in printed
@@ -516,7 +489,8 @@ def _assert_same_responses(got, want):
                     assert a[k] == b[k], k
 
 
-def test_tf1_session_loader_serves_the_same(exported, reference, tmp_path):
+@pytest.mark.slow
+def test_tf1_session_loader_serves_the_same(tiny_export, reference, tmp_path):
     """The SavedModel served through the TF1 session loader that TF Serving uses.
 
     What it proves: the ``serve`` MetaGraph loads with ``tf.compat.v1.saved_model.loader.load``
@@ -532,7 +506,7 @@ def test_tf1_session_loader_serves_the_same(exported, reference, tmp_path):
     itself (its REST JSON parsing, batching). With NCF_SERVING_PYTHON set to a Python that has
     another TensorFlow, both paths also run there and must answer the same.
     """
-    export_dir, result = exported
+    export_dir, result = tiny_export
     users, items = reference["users"], reference["items"]
     unknown_user = int(users.max()) + 1
     score = [{"user_id": int(users[u]), "item_id": int(items[i])} for u, i in ((0, 3), (5, 7))]
@@ -571,8 +545,8 @@ def test_tf1_session_loader_serves_the_same(exported, reference, tmp_path):
     # Not vacuous: known pairs score, the unknown user gets the fallback, both recommend modes ran.
     assert [p["known"] for p in tf2_here["responses"][0]["predictions"]] == [True, True, False]
     recs = tf2_here["responses"][2]["predictions"]
-    assert recs[-1]["item_ids"] == [export.UNKNOWN_ITEM] * TOP_K
-    assert all(len(r["item_ids"]) == TOP_K for r in recs)
+    assert recs[-1]["item_ids"] == [export.UNKNOWN_ITEM] * TINY_TOP_K
+    assert all(len(r["item_ids"]) == TINY_TOP_K for r in recs)
 
 
 def _export_cli(model_dir, data, out, *extra):
@@ -586,7 +560,7 @@ def _export_cli(model_dir, data, out, *extra):
 
 @pytest.mark.slow
 def test_export_killed_at_random_moments_leaves_the_old_or_the_new_export(
-    trained_model, tiny_data, tmp_path, procs
+    tiny_model, tiny_data, tmp_path, procs
 ):
     import random
     import shutil
@@ -597,11 +571,11 @@ def test_export_killed_at_random_moments_leaves_the_old_or_the_new_export(
 
     old, new = tmp_path / "old", tmp_path / "new"
     subprocess.run(
-        _export_cli(trained_model, tiny_data, old, "--top-k", "3"), check=True, timeout=300
+        _export_cli(tiny_model.model_dir, tiny_data, old, "--top-k", "3"), check=True, timeout=300
     )
     t0 = time.perf_counter()
     subprocess.run(
-        _export_cli(trained_model, tiny_data, new, "--top-k", "5"), check=True, timeout=300
+        _export_cli(tiny_model.model_dir, tiny_data, new, "--top-k", "5"), check=True, timeout=300
     )
     seconds = time.perf_counter() - t0
     trees = {"old": tree_bytes(str(old)), "new": tree_bytes(str(new))}
@@ -610,7 +584,7 @@ def test_export_killed_at_random_moments_leaves_the_old_or_the_new_export(
     for i, sig in enumerate((signal.SIGKILL, signal.SIGTERM, signal.SIGKILL, signal.SIGTERM)):
         target = tmp_path / "runs" / f"e{i}"
         shutil.copytree(old, target)
-        cmd = _export_cli(trained_model, tiny_data, target, "--top-k", "5", "--overwrite")
+        cmd = _export_cli(tiny_model.model_dir, tiny_data, target, "--top-k", "5", "--overwrite")
         proc = procs.popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         delay = rng.uniform(0.5 * seconds, 1.1 * seconds)
         try:

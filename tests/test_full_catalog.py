@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import communicate, read_split
+from conftest import ROOT, WORKER, communicate, read_split
 from ncf_numpy import full_catalog_reference, leave_one_out_from_raw, neumf_scores
 
 from training_core import (
@@ -19,15 +19,10 @@ from training_core import (
     eval_config,
     full_catalog,
     metrics,
-    train,
-    train_config,
 )
 from training_core.data import positives
 from training_core.data.metadata import read_metadata
 from training_core.evaluate import evaluate, load_model, run_eval
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKER = os.path.join(ROOT, "tests", "train_worker.py")
 
 
 class TableScorer(tf.Module):
@@ -57,12 +52,10 @@ class TableScorer(tf.Module):
         return rows if item_ids is None else tf.gather(rows, item_ids, batch_dims=1)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_data, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("full-catalog") / "model")
-    config = train_config.config_for(tiny_data, out, "tiny", epochs=2, steps_per_loop=50)
-    train.train(config, tf.distribute.get_strategy())
-    return out
+@pytest.fixture
+def model_dir(tiny_model):
+    """The session's tiny model (read-only)."""
+    return tiny_model.model_dir
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +133,7 @@ def test_the_users_positives_read_back_are_the_raw_data_s(tiny_data, raw):
     assert [set(trained[splits[u] : splits[u + 1]].tolist()) for u in users] == seen
 
 
+@pytest.mark.slow
 def test_evaluate_matches_numpy_over_every_user(model_dir, tiny_data, raw):
     """evaluate's full-catalog metrics equal NumPy's: scores from the weights, sets from the CSV."""
     seen, held_out = raw
@@ -187,6 +181,7 @@ def test_evaluate_ranks_the_popularity_baseline_beside_the_model(model_dir, tiny
     assert json.loads(json.dumps(result.to_dict()))["beats_popularity"] is result.beats_popularity
 
 
+@pytest.mark.slow
 def test_the_cap_is_honoured_and_stated(model_dir, tiny_data, raw):
     seen, held_out = raw
     result = evaluate(tiny_data, model_dir, options=eval_config.EvalOptions(full_catalog_users=50))

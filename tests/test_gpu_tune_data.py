@@ -8,19 +8,15 @@ records in the same order, is held here against real records at the ml-100k shap
 
 from __future__ import annotations
 
-import os
-import sys
-
 import numpy as np
+import pytest
+from conftest import load_script
 
 from training_core.data import prepare, records, synthetic
 from training_core.data.config import PrepareConfig
 from training_core.data.metadata import read_metadata
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-
-import gpu_tune_jax  # noqa: E402
+gpu_tune_jax = load_script("bench/gpu_tune_jax.py")
 
 EPOCHS, PREBATCH = 2, 1024
 
@@ -32,6 +28,7 @@ def _records_in_reading_order(paths: list[str]) -> list[dict]:
     return [records.decode_example(per_file[f][r]) for r, f in order]
 
 
+@pytest.mark.slow
 def test_the_tune_s_rows_are_the_prepared_records_in_reading_order(tmp_path):
     npz = str(tmp_path / "ml100k.npz")
     assert gpu_tune_jax.write_data(npz, "ml-100k", "movielens", seed=3) == 0

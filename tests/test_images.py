@@ -19,14 +19,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import load_script
+
+from components import _image
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tools"))
-
-import cuda_kernels  # noqa: E402
-import image_check  # noqa: E402
-
-from components import _image  # noqa: E402
+cuda_kernels = load_script("tools/cuda_kernels.py")
+image_check = load_script("tools/image_check.py")
 
 STAGES = image_check.dockerfile_stages(REPO / "Dockerfile")
 
@@ -420,7 +419,7 @@ def test_compile_pins_images_by_digest_and_warns_about_movable_tags(tmp_path, ca
 
 
 def _audit(tmp_path, dependencies, accepted=None):
-    import audit
+    audit = load_script("tools/audit.py")
 
     report = tmp_path / "report.json"
     report.write_text(json.dumps({"dependencies": dependencies, "fixes": []}))
@@ -470,7 +469,7 @@ def test_the_audit_fails_when_the_service_could_not_look_packages_up(tmp_path, c
 
 
 def test_every_accepted_finding_says_why(tmp_path):
-    import audit
+    audit = load_script("tools/audit.py")
 
     entries = audit.load_accepted(audit.ACCEPTED)
     assert entries and all(len(e["why"]) > 40 for e in entries)
@@ -480,7 +479,7 @@ def test_every_accepted_finding_says_why(tmp_path):
 
 def test_the_offline_snapshot_matches_by_osv_rules():
     """The snapshot audit (what CI runs): OSV's events on PEP 440 versions, and listed versions."""
-    import audit
+    audit = load_script("tools/audit.py")
     from packaging.version import Version
 
     rng = {"type": "ECOSYSTEM", "events": [{"introduced": "1.0"}, {"fixed": "1.2"}]}
@@ -515,7 +514,7 @@ def test_the_snapshot_audit_runs_over_the_lock_and_refuses_a_stale_snapshot(
 ):
     import tomllib
 
-    import audit
+    audit = load_script("tools/audit.py")
 
     # uv's export of each set, as every pin of uv.lock (under `uv run`, `python3 -m uv` is the
     # venv's Python, which has no uv; `make audit` runs the real export).

@@ -1,7 +1,7 @@
 """Errors a user meets on the command line: each names the file or option and says what to do.
 
-One tiny dataset is prepared and a model trained on it for one epoch (a few seconds); the tests
-damage copies of it, or point the commands at checkpoints that do not exist.
+The session's tiny data and tiny model (conftest's ``tiny_data``, ``tiny_model``): the tests
+damage copies of the data, or point the commands at checkpoints that do not exist.
 """
 
 import os
@@ -11,36 +11,22 @@ import pytest
 import tensorflow as tf
 
 from pipelines import cli
-from training_core import input_pipeline, train, train_config
-from training_core.data import prepare, records
-from training_core.data.config import PrepareConfig
+from training_core import input_pipeline
+from training_core.data import records
 from training_core.data.metadata import read_metadata
 from training_core.model_dir import checkpoint_dir, list_checkpoints, resolve_checkpoint
 
 
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory, tiny_csv):
-    out = str(tmp_path_factory.mktemp("messages") / "data")
-    prepare.prepare(
-        PrepareConfig(
-            input_path=tiny_csv,
-            output_dir=out,
-            min_ratings=0,
-            num_epochs=1,
-            eval_negatives=99,
-            train_batch_size=256,
-            workers=1,
-        )
-    )
-    return out
+@pytest.fixture
+def prepared(tiny_data):
+    """The session's prepared tiny data (read-only: the tests damage copies)."""
+    return tiny_data
 
 
-@pytest.fixture(scope="module")
-def model_dir(prepared, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("messages") / "model")
-    config = train_config.config_for(prepared, out, "tiny", epochs=1, steps_per_loop=50)
-    train.train(config, tf.distribute.get_strategy())
-    return out
+@pytest.fixture
+def model_dir(tiny_model):
+    """The session's tiny model, 2 epochs: a checkpoint each (read-only)."""
+    return tiny_model.model_dir
 
 
 def _damaged_copy(prepared: str, tmp_path, pick) -> tuple[str, str]:
@@ -104,7 +90,9 @@ def test_a_missing_checkpoint_names_the_option_and_lists_what_exists(
     command, prepared, model_dir, tmp_path, capsys
 ):
     ckpt_dir = checkpoint_dir(model_dir)
-    [latest] = [os.path.basename(p) for p in list_checkpoints(model_dir)]
+    names = [os.path.basename(p) for p in list_checkpoints(model_dir)]
+    assert len(names) == 2  # One per epoch, oldest first: all are listed.
+    latest = names[-1]
     missing = os.path.join(ckpt_dir, "ckpt-9")
     args = [command, "--data", prepared, "--model-dir", model_dir, "--checkpoint", missing]
     if command == "export":
@@ -114,7 +102,8 @@ def test_a_missing_checkpoint_names_the_option_and_lists_what_exists(
     assert code == 2 and "Traceback" not in err and "NotFoundError" not in err
     assert err.strip() == (
         f"ncf-pipelines {command}: error: --checkpoint {missing}: no such checkpoint "
-        f"({missing}.index not found). Checkpoints in {ckpt_dir}: {latest}. Pass one, e.g. "
+        f"({missing}.index not found). Checkpoints in {ckpt_dir}: {', '.join(names)}. "
+        "Pass one, e.g. "
         f"--checkpoint {os.path.join(ckpt_dir, latest)}, or leave out --checkpoint to use the "
         "latest."
     )

@@ -18,7 +18,6 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPLICAS = 2
 SCALE = 2.0**15  # DynamicLossScale's default start: no overflow on the tiny data.
 OVERFLOW = 2.0**40  # Far above what float16 gradients can hold.
@@ -29,12 +28,16 @@ OVERFLOW = 2.0**40  # Far above what float16 gradients can hold.
 
 def _seen(procs, case: str, data_dir: str, out_dir) -> dict[str, np.ndarray]:
     """Runs ``case`` in a fresh process with 2 logical CPU devices; what it saved."""
-    from conftest import communicate
+    from conftest import ROOT, communicate
 
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    # This tree's training_core first, whatever else is installed (the script's own folder,
+    # tests/, is the child's sys.path[0]).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
     proc = procs.popen(
         [sys.executable, os.path.abspath(__file__), case, data_dir, str(out_dir)],
         cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"},
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -76,6 +79,7 @@ def _trained(name: str) -> bool:
     return name.startswith(("model/", "m/", "v/"))
 
 
+@pytest.mark.slow
 def test_float16_overflow_is_skipped_by_every_replica_and_the_scale_halves_on_each(
     tiny_data, tmp_path, procs
 ):
@@ -110,6 +114,7 @@ def test_float16_overflow_is_skipped_by_every_replica_and_the_scale_halves_on_ea
             _assert_close(end[name][0], one[name], 5e-3, err_msg=name)
 
 
+@pytest.mark.slow
 def test_sparse_row_updates_under_two_replicas_match_one_replica_and_dense_updates(
     tiny_data, tmp_path, procs
 ):
@@ -297,5 +302,4 @@ def _child(case: str, data_dir: str, out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, ROOT)  # This tree's training_core, whatever else is installed.
     _child(*sys.argv[1:])

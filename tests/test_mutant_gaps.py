@@ -10,8 +10,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from test_request_rules import _config
-from test_sampling import _random_shard
+from conftest import random_shard, submit_config
 
 from pipelines import profiles, submit
 from pipelines.profiles import ProfileError
@@ -35,7 +34,7 @@ def test_reaching_the_target_hr_exactly_stops():
 def test_distinct_eval_negatives_are_items_of_the_catalogue(seed):
     """The permutation path (never-seen sets of 11-40 items for 10 negatives) draws only ranks
     inside each user's never-seen set: one past it maps to an id beyond the catalogue."""
-    shard = _random_shard(np.random.default_rng(seed), num_items=60, max_count=55)
+    shard = random_shard(np.random.default_rng(seed), num_items=60, max_count=55)
     assert ((shard.num_items - shard.counts > 10) & (shard.num_items - shard.counts <= 40)).any()
     ev = sampling.eval_rows(shard, sampling.complement(shard), 10, seed=5)
     assert ev.items.min() >= 0 and ev.items.max() < shard.num_items
@@ -68,4 +67,4 @@ def test_data_and_evaluate_refuse_replicas(step):
 
 
 def test_submit_takes_exactly_64_labels():
-    submit.validate_config(_config(labels={f"k{i}": "v" for i in range(64)}))
+    submit.validate_config(submit_config(labels={f"k{i}": "v" for i in range(64)}))

@@ -55,6 +55,7 @@ def test_batch_size_left_out_is_the_data_s_pre_batch_size(tiny_data):
     assert config.model.batch_size == read_metadata(tiny_data).train_prebatch_size != 1024
 
 
+@pytest.mark.slow
 def test_submit_dry_run_refuses_what_vertex_ai_would_refuse_later(tmp_path, capsys):
     from pipelines import pipeline, profiles
 

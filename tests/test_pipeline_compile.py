@@ -380,6 +380,7 @@ def test_image_override_reaches_every_component_and_custom_job(tmp_path):
     assert pools[0]["container_spec"]["image_uri"] == image
 
 
+@pytest.mark.slow
 def test_image_repository_gives_each_family_its_tag(tmp_path):
     repo = "europe-docker.pkg.dev/acme/ml/ncf"
     for name, family in (("cpu", "cpu"), ("gpu-t4", "gpu"), ("tpu-v5e-8", "tpu")):
@@ -401,6 +402,7 @@ def test_image_repository_gives_each_family_its_tag(tmp_path):
                 assert ex["container"]["image"] == image_for("cpu", repo)
 
 
+@pytest.mark.slow
 def test_compile_command_preflights_before_writing(tmp_path, capsys):
     out = tmp_path / "x.yaml"
     code = cli.main(
@@ -542,6 +544,7 @@ def test_compile_command_checks_the_compiled_defaults(tmp_path, capsys, param, m
     assert message in capsys.readouterr().err and not out.exists()
 
 
+@pytest.mark.slow
 def test_a_deploying_profile_deploys_the_registered_version_on_its_serve_machine(tmp_path):
     """``deploy: true`` (a profile switch, off in every built-in profile): deploy-model follows
     register-model inside the blessed branch, on the profile's ``serve`` machine, and the upload

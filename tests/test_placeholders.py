@@ -111,6 +111,7 @@ def _warnings(caplog) -> str:
     return text
 
 
+@pytest.mark.slow
 def test_compile_and_submit_warn_while_the_template_names_the_placeholder_repository(
     templates, tmp_path, caplog
 ):
@@ -149,6 +150,7 @@ def test_dry_run_names_the_default_account_by_rule_not_by_an_invented_number(tem
     assert job["service_account"] == account
 
 
+@pytest.mark.slow
 def test_submit_warns_when_the_run_would_execute_as_the_default_compute_account(
     templates, capsys, caplog
 ):
@@ -179,6 +181,7 @@ def _pulled_images(path: str) -> set[str]:
 
 
 @pytest.mark.parametrize("profile", ["cpu", "gpu-a100x8-dataflow"])
+@pytest.mark.slow
 def test_push_builds_and_pushes_exactly_what_compile_puts_in_the_template(
     profile, tmp_path, capsys
 ):
@@ -253,6 +256,7 @@ def test_make_push_without_a_repository_says_what_to_pass():
     assert "make push PROFILE=... IMAGE_REPOSITORY=" in done.stderr
 
 
+@pytest.mark.slow
 def test_push_of_a_tpu_profile_stops_before_building_what_cannot_be_built(capsys):
     from components._image import UNBUILDABLE
 

@@ -81,6 +81,7 @@ def test_duplicates_ties_and_filters_across_chunks_match(tmp_path):
     assert beam.metadata.source["users_below_min_ratings"] == 2
 
 
+@pytest.mark.slow
 def test_parquet_folder_and_movielens_dat_match(tmp_path, tiny_interactions):
     folder = tmp_path / "pq"
     folder.mkdir()
@@ -103,6 +104,7 @@ def test_parquet_folder_and_movielens_dat_match(tmp_path, tiny_interactions):
         assert tree_bytes(local.output_dir) == tree_bytes(beam.output_dir)
 
 
+@pytest.mark.slow
 def test_reuse_overwrite_and_seed(tmp_path, tiny_csv):
     out = tmp_path / "d"
     first = prepare.prepare(_config(tiny_csv, out))
@@ -145,6 +147,7 @@ def _bad_inputs(tmp_path):
     return cases
 
 
+@pytest.mark.slow
 def test_bad_input_fails_the_job_with_the_single_path_message(tmp_path):
     for what, (src, kw) in _bad_inputs(tmp_path).items():
         with pytest.raises(ValueError) as local:

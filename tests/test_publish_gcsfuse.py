@@ -133,6 +133,7 @@ def test_a_folder_publishes_there_first_and_over_an_earlier_one(mount):
     assert os.listdir(mount.bucket) == ["out"]  # No build folder, nothing left aside.
 
 
+@pytest.mark.slow
 def test_a_publish_killed_at_any_step_looks_incomplete_and_a_retry_completes(preload_mount):
     """Killed after each file rename in turn, the folder lacks its marker, and says why.
 

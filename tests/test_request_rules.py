@@ -16,43 +16,27 @@ the option or field: a rule removed from the product code fails its own case her
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
 import requests
+from conftest import NETWORK, REGION, submit_config
 from vertex_standin import BUCKET, PROJECT, SA, TOKEN
 
 from pipelines import submit
 from pipelines.verify import custom_job
 
-REGION = "europe-west4"
-NETWORK = "projects/123456789012/global/networks/ncf-vpc"
 _AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 # --- submit: validate_config ---------------------------------------------------------------------
 
 
-def _config(**changes) -> submit.SubmitConfig:
-    good = submit.SubmitConfig(
-        template_path="pipeline.yaml",  # Not read by validate_config.
-        project=PROJECT,
-        region=REGION,
-        pipeline_root=f"gs://{BUCKET}/root",
-        service_account=SA,
-        network=NETWORK,
-        labels={"team": "recs"},
-        experiment="ncf-experiment",
-        display_name="ncf",
-        api_endpoint="https://europe-west4-aiplatform.googleapis.com",
-    )
-    return dataclasses.replace(good, **changes)
-
-
 def test_a_config_with_every_field_well_formed_passes():
-    submit.validate_config(_config())  # The baseline each case below breaks once.
-    submit.validate_config(_config(experiment=None, schedule_cron="TZ=Europe/Paris 0 3 * * *"))
+    submit.validate_config(submit_config())  # The baseline each case below breaks once.
+    submit.validate_config(
+        submit_config(experiment=None, schedule_cron="TZ=Europe/Paris 0 3 * * *")
+    )
 
 
 @pytest.mark.parametrize(
@@ -106,7 +90,7 @@ def test_a_config_with_every_field_well_formed_passes():
 )
 def test_submit_refuses_each_bad_field_naming_it(changes, expected):
     with pytest.raises(ValueError) as e:
-        submit.validate_config(_config(**changes))
+        submit.validate_config(submit_config(**changes))
     assert expected in str(e.value)
 
 

@@ -1,20 +1,8 @@
 import numpy as np
 import pytest
+from conftest import random_shard
 
 from training_core.data import sampling
-
-
-def _random_shard(rng, num_users=40, num_items=60, max_count=50, index=0):
-    counts = rng.integers(2, max_count, num_users)
-    items = [rng.choice(num_items, size=c, replace=False) for c in counts]
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    return sampling.Shard(
-        index,
-        np.arange(num_users, dtype=np.int64) * 3 + index,
-        offsets,
-        np.concatenate(items).astype(np.int64),
-        num_items,
-    )
 
 
 def _sets(shard):
@@ -26,7 +14,7 @@ def _sets(shard):
 
 def test_complement_maps_every_rank_to_the_right_never_seen_item():
     rng = np.random.default_rng(0)
-    shard = _random_shard(rng)
+    shard = random_shard(rng)
     comp = sampling.complement(shard)
     for k, seen in enumerate(_sets(shard)):
         expected = [i for i in range(shard.num_items) if i not in seen]
@@ -38,7 +26,7 @@ def test_complement_maps_every_rank_to_the_right_never_seen_item():
 def test_complement_gives_the_same_items_for_sorted_and_unsorted_queries():
     """Sorted queries (eval candidates) are merged, others binary-searched: same items."""
     rng = np.random.default_rng(5)
-    shard = _random_shard(rng, num_users=30)
+    shard = random_shard(rng, num_users=30)
     comp = sampling.complement(shard)
     rows = np.repeat(np.arange(30), 40)
     ranks = np.floor(rng.random(len(rows)) * comp.sizes[rows]).astype(np.int64)
@@ -71,7 +59,7 @@ def test_complement_counts_past_crowded_buckets():
 
 def test_train_rows_counts_labels_and_no_positive_among_negatives():
     rng = np.random.default_rng(1)
-    shard = _random_shard(rng)
+    shard = random_shard(rng)
     comp = sampling.complement(shard)
     rows = sampling.train_rows(shard, comp, num_neg=4, seed=7, epoch=0)
     positives = int(shard.counts.sum() - len(shard.users))
@@ -94,7 +82,7 @@ def test_train_rows_counts_labels_and_no_positive_among_negatives():
 
 def test_each_epoch_draws_afresh_and_seed_reproduces():
     rng = np.random.default_rng(2)
-    shard = _random_shard(rng)
+    shard = random_shard(rng)
     comp = sampling.complement(shard)
     a = sampling.train_rows(shard, comp, 4, seed=1, epoch=0)
     b = sampling.train_rows(shard, comp, 4, seed=1, epoch=0)
@@ -108,7 +96,7 @@ def test_distinct_eval_negatives(num_items, n):
     # Covers the three regimes: sparse (rejection), dense (permutation), short (fill + mask),
     # and the sparse regime's ranks as uint16 (up to 65,536 never-seen items) and as int64.
     rng = np.random.default_rng(3)
-    shard = _random_shard(rng, num_items=num_items, max_count=min(55, num_items - 1))
+    shard = random_shard(rng, num_items=num_items, max_count=min(55, num_items - 1))
     comp = sampling.complement(shard)
     ev = sampling.eval_rows(shard, comp, n, seed=5)
     assert ev.items.shape == (len(shard.users), n + 1)
@@ -130,7 +118,7 @@ def test_distinct_eval_negatives(num_items, n):
 
 def test_reference_sampling_allows_heldout_and_masks_repeats_only():
     rng = np.random.default_rng(4)
-    shard = _random_shard(rng, num_items=30, max_count=20)
+    shard = random_shard(rng, num_items=30, max_count=20)
     comp = sampling.complement(shard)
     ev = sampling.eval_rows(shard, comp, 50, seed=0, sampling=sampling.EVAL_REFERENCE)
     heldout_drawn = 0
@@ -151,6 +139,6 @@ def test_reference_sampling_allows_heldout_and_masks_repeats_only():
 
 
 def test_unknown_sampling_rejected():
-    shard = _random_shard(np.random.default_rng(5))
+    shard = random_shard(np.random.default_rng(5))
     with pytest.raises(ValueError, match="unknown eval sampling"):
         sampling.eval_rows(shard, sampling.complement(shard), 5, 0, sampling="other")

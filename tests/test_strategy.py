@@ -111,6 +111,7 @@ def test_impossible_requests_say_what_to_change():
         resolve(AUTO, {"TF_CONFIG": "{oops"}, 0)
 
 
+@pytest.mark.slow
 def test_tpu_requested_where_none_exists_fails_clearly():
     # In a fresh process: TPU initialization must not touch the test process's runtime.
     code = (

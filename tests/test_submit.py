@@ -468,6 +468,7 @@ def test_submit_help_shows_an_example(capsys):
     assert "Example:" in out and "ncf-pipelines submit --template" in out and "--dry-run" in out
 
 
+@pytest.mark.slow
 def test_real_pipeline_dry_run_fills_location_and_fingerprint(tmp_path, capsys):
     from pipelines import pipeline, profiles
 
@@ -501,6 +502,7 @@ def test_real_pipeline_dry_run_fills_location_and_fingerprint(tmp_path, capsys):
     assert shown["pipeline_name"] == pipeline.PIPELINE_NAME
 
 
+@pytest.mark.slow
 def test_submit_preflights_the_submitted_batch_sizes_against_the_compiled_replicas(
     tmp_path, capsys
 ):
@@ -525,6 +527,7 @@ def test_submit_preflights_the_submitted_batch_sizes_against_the_compiled_replic
     assert cli.main([*base, "--param", "train_batch_size=1001", "--dry-run"]) == 0
 
 
+@pytest.mark.slow
 def test_custom_job_runs_as_the_submitted_account_on_the_submitted_network(tmp_path, capsys):
     from pipelines import pipeline, profiles
 
@@ -886,6 +889,7 @@ _JSON_TYPES = {
 }
 
 
+@pytest.mark.slow
 def test_dataflow_workers_run_as_the_runs_service_account(ncf_template, standin):
     """Dataflow starts its workers as the Compute Engine default account (usually an Editor)
     unless the job names one: the request carries the run's account for them, and an account the

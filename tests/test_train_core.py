@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import checkpoint_values
 
 from training_core import input_pipeline, model, train, train_config
 from training_core.data.metadata import read_metadata
@@ -18,6 +19,7 @@ def _rows(ds, key="item_id"):
 
 
 @pytest.mark.parametrize("global_batch,replicas", [(256, 1), (256, 2), (512, 2), (128, 4)])
+@pytest.mark.slow
 def test_pipelines_split_global_batches_in_order_and_skip_exactly(
     tiny_data, global_batch, replicas
 ):
@@ -97,6 +99,7 @@ def test_damaged_file_is_caught(tiny_data, tmp_path):
         input_pipeline.check_files(meta, copy, 1)
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_data, tmp_path):
     model_dir = str(tmp_path / "m")
     good = train_config.TrainConfig(
@@ -182,6 +185,7 @@ def test_the_default_preset_is_resolved_against_the_data(tiny_data):
     assert train_config.config_for(tiny_data, "m", "auto", num_factors=5).model.num_factors == 5
 
 
+@pytest.mark.slow
 def test_target_hr_stops_training_early(tiny_data, tmp_path):
     """Training stops after the first epoch whose HR@10 reaches the target: not before, not after.
 
@@ -232,6 +236,7 @@ def test_target_hr_stops_training_early(tiny_data, tmp_path):
     assert never["stopped_early"] is False and len(never["epochs"]) == 3
 
 
+@pytest.mark.slow
 def test_patience_stops_and_the_model_is_the_best_epoch_s(tiny_data, tmp_path):
     """With patience p, training stops once p epochs bring no better HR@10, and the model left
     (the latest checkpoint, what evaluate and export read) is the best epoch's, also after a
@@ -297,14 +302,8 @@ def _patient_config(tiny_data, model_dir):
     return dataclasses.replace(c, model=dataclasses.replace(c.model, patience=2))
 
 
-def _latest_values(model_dir):
-    reader = tf.train.load_checkpoint(checkpoint_dir(model_dir))
-    return {
-        n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map() if "OBJECT" not in n
-    }
-
-
 @pytest.mark.parametrize("moment", ["best-weights-saved", "best-weights-read-back"])
+@pytest.mark.slow
 def test_a_crash_around_the_best_epoch_s_weights_resumes_to_the_clean_run_s_model(
     tiny_data, tmp_path, monkeypatch, moment
 ):
@@ -349,7 +348,8 @@ def test_a_crash_around_the_best_epoch_s_weights_resumes_to_the_clean_run_s_mode
     assert resumed.kept_epoch == clean.kept_epoch
     assert resumed.global_step == clean.global_step
     assert [e.hr_at_10 for e in resumed.epochs] == [e.hr_at_10 for e in clean.epochs]
-    a, b = _latest_values(str(tmp_path / "clean")), _latest_values(run_dir)
+    a = checkpoint_values(checkpoint_dir(str(tmp_path / "clean")))
+    b = checkpoint_values(checkpoint_dir(run_dir))
     assert a.keys() == b.keys()
     for name in a:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
@@ -364,6 +364,7 @@ def test_no_early_stop_turns_off_the_preset_s_patience(tiny_data):
     assert other.patience == train_config.config_for(tiny_data, "m", "ml-20m").model.patience
 
 
+@pytest.mark.slow
 def test_a_refused_run_leaves_the_earlier_model_intact(tiny_data, tmp_path):
     """Another preset into a trained folder is refused before anything in it changes."""
     from training_core import evaluate as ev

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ChildProcesses, communicate, kill_group, read_split
+from conftest import ChildProcesses, checkpoint_values, communicate, kill_group, read_split
 from ncf_numpy import ranking_reference
 
 # A port found free may be taken before a worker binds it: the runs here retry on ADDRESS_IN_USE.
@@ -310,17 +310,6 @@ def test_a_second_train_into_a_busy_model_folder_is_refused_and_harms_nothing(
     # `procs` kills the first run (the whole process group) at teardown.
 
 
-def _checkpoint_values(model_dir):
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(checkpoint_dir(model_dir))
-    return {
-        name: reader.get_tensor(name)
-        for name in reader.get_variable_to_shape_map()
-        if not name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH")
-    }
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", [[], PATIENT], ids=["every-epoch", "patience"])
 def test_kills_at_random_moments_then_resume_end_with_the_clean_run_s_model(
@@ -354,11 +343,11 @@ def test_kills_at_random_moments_then_resume_end_with_the_clean_run_s_model(
         out = communicate(victim, 120)
         kills += victim.returncode == -sig
         # What a reader sees is always one whole checkpoint, never a half-written one.
-        assert _checkpoint_values(run_dir), out[-2000:]
+        assert checkpoint_values(checkpoint_dir(run_dir)), out[-2000:]
     assert kills >= 2, "the runs ended before they could be killed"
     _wait(_run(procs, _train_args(tiny_data, run_dir, str(tmp_path / "run.json"), *extra)))
     _wait(ref)
-    a, b = _checkpoint_values(ref_dir), _checkpoint_values(run_dir)
+    a, b = checkpoint_values(checkpoint_dir(ref_dir)), checkpoint_values(checkpoint_dir(run_dir))
     ra, rb = json.load(open(tmp_path / "ref.json")), json.load(open(tmp_path / "run.json"))
     assert a.keys() == b.keys() and _latest_step(run_dir) == _latest_step(ref_dir)
     assert _latest_step(ref_dir) == ra["global_step"] == rb["global_step"]

@@ -95,6 +95,7 @@ def test_each_anomaly_is_found_named_and_blocks(name, tmp_path):
     assert "ANOMALIES" in page and next(iter(ANOMALY_FILES[name]))[1] in page
 
 
+@pytest.mark.slow
 def test_drift_against_baseline_blocks_and_same_data_passes(clean_run, tmp_path):
     baseline = dict(
         baseline_schema=os.path.dirname(clean_run.schema_path),
@@ -128,6 +129,7 @@ def test_warn_only_passes_with_a_warning(tmp_path, caplog):
     assert "warn-only" in caplog.text and "item_id: INT_TYPE_SMALL_INT" in caplog.text
 
 
+@pytest.mark.slow
 def test_empty_and_header_only_files_name_the_file(tmp_path):
     empty = tmp_path / "empty.csv"
     empty.write_text("")
@@ -139,6 +141,7 @@ def test_empty_and_header_only_files_name_the_file(tmp_path):
         v.validate(_config(str(header), tmp_path / "o2"))
 
 
+@pytest.mark.slow
 def test_a_malformed_line_is_a_data_error_naming_the_file(tmp_path, capsys):
     bad = tmp_path / "ratings.dat"
     bad.write_text("1::2::5::978300760\n1::2\n")
@@ -148,6 +151,7 @@ def test_a_malformed_line_is_a_data_error_naming_the_file(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("layout", ["ml-1m", "parquet"])
+@pytest.mark.slow
 def test_other_layouts_map_to_the_same_features(layout, tmp_path):
     data = rio.read_interactions(CLEAN)
     target = str(tmp_path / ("r.parquet" if layout == "parquet" else "raw"))
@@ -222,6 +226,7 @@ def test_cli_blocks_with_exit_2_and_lists_anomalies(tmp_path, capsys):
     assert (tmp_path / "report.html").exists()
 
 
+@pytest.mark.slow
 def test_cli_passes_clean_and_warn_only(clean_run, tmp_path, capsys):
     code = cli.main(
         [
@@ -417,6 +422,7 @@ def _movielens(tmp_path, layout: str, bad_rating: str | None = None) -> str:
 @pytest.mark.parametrize(
     "layout,kind", [("ml-20m", "FLOAT_TYPE_BIG_FLOAT"), ("ml-1m", "INT_TYPE_BIG_INT")]
 )
+@pytest.mark.slow
 def test_movielens_rating_off_its_scale_blocks(tmp_path, layout, kind):
     clean = v.validate(_config(_movielens(tmp_path, layout), tmp_path / "clean"))
     assert clean.passed
@@ -431,6 +437,7 @@ def test_movielens_rating_off_its_scale_blocks(tmp_path, layout, kind):
     assert "What to do: ratings off the layout's scale" in message
 
 
+@pytest.mark.slow
 def test_the_report_says_which_columns_were_not_checked(tmp_path, capsys):
     lines = open(CLEAN).read().splitlines()
     extra = tmp_path / "events.csv"

@@ -556,47 +556,6 @@ def test_a_retry_after_a_failed_custom_job_creates_a_new_job(full_runs):
     assert new_job.name != failed_job.name and new_job.state == "JOB_STATE_SUCCEEDED"
 
 
-@pytest.mark.slow
-def test_a_tuning_profile_runs_its_trials_and_trains_with_the_best(tmp_path, execution_cache):
-    """A profile with tune: true, verified end to end: GCPC's tuning-job launcher against the
-    JobService stand-in, each trial a process running the compiled trial command with the
-    values appended and its metric file, the best trial's values reaching train-model."""
-    from pipelines.pipeline import compile_pipeline
-
-    (tmp_path / "profiles.yaml").write_text(
-        "gpu-tune:\n"
-        "  train: {machine_type: g2-standard-8, accelerator_type: NVIDIA_L4, "
-        "accelerator_count: 1}\n"
-        "  strategy: one_device\n"
-        "  tune: true\n"
-    )
-    profile = profiles.get_profile("gpu-tune", str(tmp_path / "profiles.yaml"))
-    template = compile_pipeline(profile, str(tmp_path / "tune.yaml"))
-    with verify.Verification(
-        template, work_dir=str(tmp_path / "run"), cache_dir=execution_cache
-    ) as verification:
-        report = verification.run()
-    assert report.ok, verify.format_report(report)
-    tuning = report.task("hyperparameter-tuning-job")
-    assert tuning.kind == "tuning_job"
-    (job,) = tuning.jobs
-    assert job.state == "JOB_STATE_SUCCEEDED"
-    assert len(job.trials) == 2  # verify's small-run tune_trials.
-    measured = {}
-    for trial_job, trial in job.trials:
-        assert trial.state.name == "SUCCEEDED"
-        (replica,) = trial_job.replicas
-        values = {p.parameter_id: p.value for p in trial.parameters}
-        command = replica.command
-        assert command[:2] == ["ncf-pipelines", "train"] and "--hypertune-metric" in command
-        assert f"--learning_rate={values['learning_rate']}" in command
-        assert replica.env["CLOUD_ML_TRIAL_ID"] == trial.id
-        measured[trial.id] = (trial.final_measurement.metrics[0].value, values)
-    best_id = max(measured, key=lambda k: measured[k][0])
-    best = report.task("best-tuning-options")
-    assert best.artifacts["tuned"]["metadata"]["trial"] == best_id
-    assert best.parameters["learning_rate"] == pytest.approx(measured[best_id][1]["learning_rate"])
-    # The final training ran with the best trial's values: the same data, seed and options give
-    # the same first epoch as that trial's.
-    train = report.task("train-model").artifacts["metrics"]["metadata"]
-    assert train["hr_at_10"] == pytest.approx(measured[best_id][0])
+# A tuning profile verified end to end (its trials, the best trial's values reaching
+# train-model): tests/test_cache_and_effects.py::test_a_tuning_profile_runs_its_trials_and_trains_
+# with_the_best, which reads the tuning verification that file's cache test runs anyway.

@@ -69,6 +69,7 @@ def _probe(tmp_path, mode: str, library: str | None, with_tf: bool) -> dict[str,
     return json.loads(done.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_the_preload_library_refuses_folder_renames_from_tensorflow_and_os(tmp_path):
     library = gcsfuse.build(str(tmp_path / "lib"))
     if library is None:

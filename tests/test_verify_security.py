@@ -226,6 +226,7 @@ def _tf_listeners(tmp_path, replica_env) -> list[str]:
     return json.loads((tmp_path / "gcs" / "b" / "workerpool0.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_replicas_tensorflow_server_listens_on_loopback_only(tmp_path):
     """TensorFlow's C++ gRPC server asks for 0.0.0.0 (a dual-stack ::) whatever CLUSTER_SPEC
     says; under the guard the kernel lists it on loopback only (the control: everywhere)."""
@@ -251,6 +252,7 @@ print(json.dumps({"home": os.path.expanduser("~"), "found": found, "gcloud": gcl
 """
 
 
+@pytest.mark.slow
 def test_processes_find_none_of_the_users_credentials(tmp_path):
     user_home = tmp_path / "user-home"
     adc = user_home / ".config" / "gcloud" / "application_default_credentials.json"

@@ -57,16 +57,16 @@ format: setup ## Apply ruff formatting and safe fixes.
 	$(UV) run ruff check --fix .
 
 bench-prepare: setup ## Data-prep benchmark on ml-1m and ml-20m shaped synthetic data.
-	$(UV) run python bench/prepare_speed.py --shapes ml-1m ml-20m
+	$(UV) run python -m bench.prepare_speed --shapes ml-1m ml-20m
 
 bench-reference: setup ## Side by side with TF Model Garden's NCF: data prep, training speed.
-	bash bench/reference/setup_reference_env.sh
-	$(UV) run python bench/prep_vs_reference.py --rounds 3
-	$(UV) run python bench/train_vs_reference.py --rounds 3
+	bash research/reference/setup_reference_env.sh
+	$(UV) run python -m research.reference.prep_vs_reference --rounds 3
+	$(UV) run python -m research.reference.train_vs_reference --rounds 3
 
 bench-quality: setup ## HR@10/NDCG@10 per epoch, ours vs the reference (writes docs/quality-curve.md).
-	bash bench/reference/setup_reference_env.sh
-	$(UV) run python bench/quality_curve.py --epochs 5 --docs
+	bash research/reference/setup_reference_env.sh
+	$(UV) run python -m research.quality_curve --epochs 5 --docs
 
 image: setup ## Build every image variant (cpu, gpu, dataflow, tpu) with Docker; tags from components/_image.py.
 	@command -v docker >/dev/null 2>&1 || { echo "make image needs Docker; without it: make image-check"; exit 1; }

@@ -1,6 +1,6 @@
 """Batch recommendation benchmark: users per second writing every user's top 10 items.
 
-    uv run python bench/batch_recommend_speed.py --shape ml-1m [--workdir DIR] [--repeats 2]
+    uv run python -m bench.batch_recommend_speed --shape ml-1m [--workdir DIR] [--repeats 2]
 
 Builds (not timed, reused from --workdir) a synthetic ratings set of the shape, its prepared
 data, a model trained for one epoch and its export (top 10). Then, on the same export and in the

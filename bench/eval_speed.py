@@ -1,6 +1,6 @@
 """The sampled evaluation pass: each user's candidates scored pair by pair, or per side.
 
-    uv run python bench/eval_speed.py --data DATA [--model-dir MODEL | --preset ml-1m] [--rounds 3]
+    uv run python -m bench.eval_speed --data DATA [--model-dir MODEL | --preset ml-1m] [--rounds 3]
 
 On a prepared dataset (its eval records: each user's held-out item and sampled negatives), a
 trained model (``--model-dir``, its latest checkpoint) or an untrained one of ``--preset`` is
@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """TensorFlow's own GPU kernels on a Hopper card: native SASS or PTX compiled by the driver?
 
-    uv run python bench/gpu_kernel_load.py extract --out .devrun/kernels  # here (needs cuobjdump)
-    python3 bench/gpu_kernel_load.py load .devrun/kernels --out load.jsonl  # on the GPU machine
+    uv run python -m bench.gpu_kernel_load extract --out .devrun/kernels  # here (needs cuobjdump)
+    python3 -m bench.gpu_kernel_load load .devrun/kernels --out load.jsonl  # on the GPU machine
 
 Why it exists: an H100 (sm_90) runs a kernel from the library's SASS for sm_90 if the fat binary
 has it; otherwise the driver compiles the kernel's PTX at load time (minutes for a library of
@@ -112,12 +112,12 @@ def _load_all(files: list[str], seconds: float, limit: int) -> dict:
 def _phase(folder: str, phase: str, seconds: float, limit: int, env: dict) -> dict:
     """One phase in a fresh process (the driver reads its JIT cache settings at start)."""
     code = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]); import gpu_kernel_load as g; "
-        "print(json.dumps(g._phase_here(*sys.argv[2:])))"
+        "import json, sys; from bench import gpu_kernel_load as g; "
+        "print(json.dumps(g._phase_here(*sys.argv[1:])))"
     )
-    here = os.path.dirname(os.path.abspath(__file__))
-    args = [sys.executable, "-c", code, here, folder, phase, str(seconds), str(limit)]
-    out = subprocess.run(args, env={**os.environ, **env}, check=True, capture_output=True)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where `bench` imports
+    args = [sys.executable, "-c", code, folder, phase, str(seconds), str(limit)]
+    out = subprocess.run(args, env={**os.environ, **env}, check=True, capture_output=True, cwd=root)
     return {"phase": phase, **json.loads(out.stdout), **env}
 
 

@@ -1,8 +1,8 @@
 """Training examples/s on an accelerator at ml-20m shape, the input pipeline off the critical path.
 
-    uv run python bench/gpu_train_speed.py                       # every visible GPU, defaults
-    uv run python bench/gpu_train_speed.py --batch-sizes 65536 1048576 --precisions float32 float16
-    uv run python bench/gpu_train_speed.py --jit-compile both    # without and with XLA
+    uv run python -m bench.gpu_train_speed                       # every visible GPU, defaults
+    uv run python -m bench.gpu_train_speed --batch-sizes 65536 1048576 --precisions float32 float16
+    uv run python -m bench.gpu_train_speed --jit-compile both    # without and with XLA
 
 The model is the ``ml-20m`` preset's NeuMF (64 factors, MLP 256-256-128-64; MLPerf v0.5's
 settings) at ml-20m's shape (138,493 users x 26,744 items); the step is this project's own
@@ -24,19 +24,16 @@ only mean something on the accelerator they name.
 
 Reference point: NVIDIA publishes about 22.6M samples/s (TF32) and 34.1M (AMP) for its PyTorch
 NCF on one A100 at batch 1,048,576; its code measured on an H100 and an H200
-(``bench/gpu_vs_nvidia.sh``) and the same step in JAX on both (``bench/gpu_ceiling_jax.py``,
-which bounds this one from above) are in docs/benchmarks.md 'GPU'.
+(``research/reference/gpu_vs_nvidia.sh``) and the same step in JAX on both
+(``research/gpu_ceiling_jax.py``, which bounds this one from above) are in docs/benchmarks.md
+'GPU'.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ML20M_USERS, ML20M_ITEMS = 138_493, 26_744
 ML20M_RATINGS = 20_000_263
@@ -48,7 +45,7 @@ def batch_pool(
     """``pool`` training batches as NumPy arrays ``[pool, batch, 1]`` (the records' layout).
 
     Uniform users, Zipf-like items (a few take most interactions, as in MovieLens), 1 positive
-    to 4 negatives. ``bench/gpu_ceiling_jax.py`` times its steps on the same batches.
+    to 4 negatives. ``research/gpu_ceiling_jax.py`` times its steps on the same batches.
     """
     import numpy as np
 
@@ -72,7 +69,7 @@ def ml20m_positives(seed: int = 0) -> tuple:
     19,861,770 pairs (ml-20m's 20,000,263 ratings less one held out per user), every user at least
     19 (ml-20m keeps users with 20 ratings or more), skewed activity (lognormal), Zipf-like items
     as ``batch_pool``. For epoch-level benchmarks that sample negatives on the device
-    (``bench/gpu_ceiling_jax.py epoch``, ``bench/reference/nvidia_ncf.py data``).
+    (``research/gpu_ceiling_jax.py epoch``, ``research/reference/nvidia_ncf.py data``).
     """
     import numpy as np
 

@@ -1,6 +1,6 @@
 """Beam data prep beside the single-machine path: rows/s on a synthetic MovieLens shape.
 
-    uv run python bench/prepare_beam_speed.py --shape ml-20m [--workers 2] [--json out.json]
+    uv run python -m bench.prepare_beam_speed --shape ml-20m [--workers 2] [--json out.json]
 
 Writes the shape's synthetic ratings file if missing (not timed; /tmp/ncf-bench/raw-SHAPE), then
 runs the full preparation (defaults: 1 epoch, 4 negatives, 999 eval negatives, batch 1024) once

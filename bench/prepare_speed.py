@@ -1,6 +1,6 @@
 """Data-prep benchmark: rows/s, bytes and peak memory on synthetic MovieLens shapes.
 
-    uv run python bench/prepare_speed.py --shapes ml-1m ml-20m [--workers 2] [--layout csv]
+    uv run python -m bench.prepare_speed --shapes ml-1m ml-20m [--workers 2] [--layout csv]
         [--epochs N|default] [--json out.json]
 
 For each shape it writes a synthetic ratings file in that shape's MovieLens layout (not timed;

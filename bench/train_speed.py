@@ -4,7 +4,7 @@ Prepares planted synthetic data shaped like a MovieLens set once (cached under -
 one epoch per configuration with the reference's default model (preset ``reference``) and
 reports the epoch's examples/s (training steps only; evaluation excluded) as JSON lines and a table.
 
-    uv run python bench/train_speed.py --shape ml-1m --batch-sizes 1024 4096 16384
+    uv run python -m bench.train_speed --shape ml-1m --batch-sizes 1024 4096 16384
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import os
 import shutil
 import sys
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """Where one CPU training step spends its time: the step taken apart, each part timed alone.
 
-    uv run python bench/train_step_profile.py [--shape ml-1m] [--batch 1024] [--rounds 3]
+    uv run python -m bench.train_step_profile [--shape ml-1m] [--batch 1024] [--rounds 3]
 
 Builds the trainer exactly as ``train`` does (the reference preset: 8 factors, MLP 64/32/16/8,
 Adam), then times, in alternating rounds, compiled loops of ``--steps`` steps that each run one
@@ -20,7 +20,7 @@ Two versions of the code, side by side: ``--code DIR [DIR ...]`` takes ``trainin
 each checkout in turn (e.g. ``git worktree add /tmp/before <commit>`` and ``.``), one process per
 round and checkout, alternating, and prints each part's median per checkout:
 
-    uv run python bench/train_step_profile.py --code /tmp/before . --parts "full step (dense)"
+    uv run python -m bench.train_step_profile --code /tmp/before . --parts "full step (dense)"
 """
 
 from __future__ import annotations
@@ -34,12 +34,6 @@ import statistics
 import subprocess
 import sys
 import time
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if os.environ.get("NCF_PROFILE_CODE"):  # A --code checkout (set by compare_checkouts).
-    sys.path.insert(0, os.environ["NCF_PROFILE_CODE"])
-else:
-    sys.path.insert(0, ROOT)
 
 
 def main() -> int:
@@ -186,6 +180,8 @@ def compare_checkouts(args) -> int:
     for code in codes:
         if not os.path.isdir(os.path.join(code, "training_core")):
             sys.exit(f"--code {code}: no training_core/ there (a checkout of this project?)")
+    # By file, not with -m, which would put the working folder (and its training_core) ahead of
+    # PYTHONPATH, which picks the checkout.
     cmd = [sys.executable, os.path.abspath(__file__), "--shape", args.shape,
            "--batch", str(args.batch), "--rounds", "1", "--steps", str(args.steps),
            "--work", args.work]  # fmt: skip
@@ -194,7 +190,8 @@ def compare_checkouts(args) -> int:
     times: dict[tuple[str, str], list[float]] = {}
     for rnd in range(args.rounds):
         for code in codes:
-            env = dict(os.environ, NCF_PROFILE_CODE=code, TF_CPP_MIN_LOG_LEVEL="2")
+            path = os.pathsep.join(filter(None, [code, os.environ.get("PYTHONPATH")]))
+            env = dict(os.environ, PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL="2")
             out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
             for line in out.splitlines():
                 if line.startswith("{"):

@@ -1,6 +1,6 @@
 """Data-validation benchmark: TFDV statistics wall time on synthetic MovieLens shapes, local runner.
 
-    uv run python bench/validate_speed.py --shapes ml-1m ml-20m [--modes in_memory mp2] \
+    uv run python -m bench.validate_speed --shapes ml-1m ml-20m [--modes in_memory mp2] \
         [--json out.json]
 
 For each shape it writes a synthetic ratings file in that shape's MovieLens layout under --workdir

@@ -531,7 +531,7 @@ def random_shard(rng, num_users=40, num_items=60, max_count=50, index=0):
 
 
 def load_script(relpath: str) -> types.ModuleType:
-    """A module of this repository outside its packages (``bench/``, ``tools/``), from its file.
+    """A module of this repository outside its packages (``tools/``), from its file.
 
     The tests leave ``sys.path`` alone: the file is loaded by its path and registered in
     ``sys.modules`` under its file name, as ``import`` would (once per process).

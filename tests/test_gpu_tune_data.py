@@ -1,4 +1,4 @@
-"""``bench/gpu_tune_jax.py`` trains on what ``prepare-data`` writes, row for row.
+"""``research/gpu_tune_jax.py`` trains on what ``prepare-data`` writes, row for row.
 
 The GPU tune of the ``ml-20m`` preset (docs/training.md 'ml-20m on a GPU') prepares its data in
 memory with data prep's own functions, because the GPU machines have no TensorFlow to read
@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import load_script
 
+from research import gpu_tune_jax
 from training_core.data import prepare, records, synthetic
 from training_core.data.config import PrepareConfig
 from training_core.data.metadata import read_metadata
-
-gpu_tune_jax = load_script("bench/gpu_tune_jax.py")
 
 EPOCHS, PREBATCH = 2, 1024
 

@@ -108,7 +108,7 @@ class NeuMFConfig:
 # --train-batch-size to match it (the ml-20m preset's 98304, MLPerf's).
 #
 # ml-20m also stops after 3 epochs without a better HR@10 and keeps the best epoch's weights. A tune
-# at the ml-20m shape on MovieLens-like data (bench/gpu_tune_jax.py on an H100: this project's
+# at the ml-20m shape on MovieLens-like data (research/gpu_tune_jax.py on an H100: this project's
 # data prep and training step, docs/training.md 'ml-20m on a GPU') found MLPerf's values at their
 # best after 3 epochs (HR@10 0.4465 and 0.4478, seeds 0 and 1) and falling to 0.4179 by the 14th,
 # the model a run used to leave; no width (64, 128, 256), learning rate (x0.25 to x2) or L2 (up

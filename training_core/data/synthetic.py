@@ -46,7 +46,7 @@ SHAPES: dict[str, SyntheticConfig] = {
 # use. "movielens" is as hard as real MovieLens-100k by the two numbers known on it (issue 15's
 # protocol: best HR@10 over 20 epochs, batch 1024, 999 distinct eval negatives; TF Model Garden's
 # NCF reaches 0.21-0.22 there, this project's default preset about 0.25). On the ml-100k shape,
-# `bench/synthetic_calibration.py` measured (2026-11-25, seed 0; docs/training.md 'Tuning'):
+# `research/synthetic_calibration.py` measured (2026-11-25, seed 0; docs/training.md 'Tuning'):
 # strength 3.0 (planted): reference preset 0.315, default 0.350, popularity 0.072;
 # strength 2.0 (movielens): reference preset 0.224, default 0.247, popularity 0.094.
 STRUCTURES: dict[str, dict[str, float]] = {

@@ -16,7 +16,7 @@ batch_size * steps / seconds over training steps only, excluding the first --war
 everything from the epoch's first to its last training step.
 
 Run with the side venv after run_reference_prep.py --epochs >= N:
-    bench/.reference-venv/bin/python bench/reference/run_reference_train.py \
+    research/.reference-venv/bin/python research/reference/run_reference_train.py \
         --prep /tmp/ncf-prep --epochs 2
 """
 

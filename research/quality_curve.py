@@ -1,7 +1,7 @@
 """HR@10 / NDCG@10 per epoch: ours (two eval protocols) beside TF Model Garden's NCF.
 
 One planted synthetic ml-1m-shaped raw set (6040 users, 3706 items, 1,000,209 ratings;
-``bench/reference/make_movielens_layout.py``, the same generator ``train_vs_reference.py`` uses)
+``research/reference/make_movielens_layout.py``, the same generator ``train_vs_reference.py`` uses)
 is prepared three times from the same ``ratings.csv``, all with 4 training negatives per positive,
 999 eval negatives, a training pre-batch of 1024 and ``--epochs`` epochs of fresh training
 negatives:
@@ -27,10 +27,10 @@ Also: the popularity baseline (rank each user's candidates by training count; Nu
 of our protocols. Results go to ``<work>/quality_curve.json``; ``--docs`` also writes
 ``docs/quality-curve.md`` and ``docs/quality-curve.svg``.
 
-Needs the reference side venv (``bash bench/reference/setup_reference_env.sh``).
+Needs the reference side venv (``bash research/reference/setup_reference_env.sh``).
 
-    uv run python bench/quality_curve.py --epochs 5 --docs
-    uv run python bench/quality_curve.py --docs-only     # re-render docs from the JSON
+    uv run python -m research.quality_curve --epochs 5 --docs
+    uv run python -m research.quality_curve --docs-only     # re-render docs from the JSON
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ import subprocess
 import sys
 import time
 
+from research.reference import train_vs_reference as tvr  # REF_PY, REF_DIR, _run, _last_json
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-import train_vs_reference as tvr  # noqa: E402  (REF_PY, REF_DIR, _run, _last_json)
 
 DOCS_MD = os.path.join(ROOT, "docs", "quality-curve.md")
 DOCS_SVG = os.path.join(ROOT, "docs", "quality-curve.svg")
@@ -79,7 +79,6 @@ def make_raw(work: str, seed: int) -> str:
 
 
 def prep_ours(raw: str, out: str, epochs: int, eval_sampling: str) -> str:
-    sys.path.insert(0, ROOT)
     from training_core.data import prepare
     from training_core.data.config import PrepareConfig
     from training_core.data.metadata import read_metadata
@@ -222,7 +221,7 @@ def run_ours(data_dir: str, work: str, name: str, epochs: int) -> dict:
 def run_reference(ref_prep: str, work: str, epochs: int) -> dict:
     model_dir = os.path.join(work, "model-reference")
     shutil.rmtree(model_dir, ignore_errors=True)
-    cmd = [tvr.REF_PY, os.path.abspath(__file__), "--ref-worker", "--prep", ref_prep,
+    cmd = [tvr.REF_PY, "-m", "research.quality_curve", "--ref-worker", "--prep", ref_prep,
            "--epochs", str(epochs), "--batch", "1024", "--model-dir", model_dir, "--",
            *ML1M_REF_FLAGS]  # fmt: skip
     t0 = time.perf_counter()
@@ -262,8 +261,9 @@ def ref_worker(argv: list[str]) -> int:
     """
     import logging
 
-    sys.path.insert(0, tvr.REF_DIR)
-    import run_reference_train  # noqa: F401  (sets its env defaults before TF is imported)
+    from research.reference import run_reference_train  # sets its env defaults before TF
+
+    # isort: split
     import tensorflow as tf
     from official.recommendation import neumf_model
 
@@ -423,9 +423,9 @@ def write_docs(res: dict) -> None:
     )
     text = f"""# Quality curve: ours vs the reference, per epoch
 
-Written by `bench/quality_curve.py` (`{res["command"]}`; {res["total_wall_s"] / 60:.0f} min on a
+Written by `research/quality_curve.py` (`{res["command"]}`; {res["total_wall_s"] / 60:.0f} min on a
 shared 2-core CPU host, {res["date"]}). One planted synthetic ml-1m-shaped raw set (6040 users,
-3706 items, 1,000,209 ratings, seed {res["seed"]}; `bench/reference/make_movielens_layout.py`), 4
+3706 items, 1,000,209 ratings, seed {res["seed"]}; `research/reference/make_movielens_layout.py`), 4
 training negatives per positive with a fresh draw each epoch, 999 eval negatives, {n} epochs, all
 three runs with the `ml-1m` preset's hyperparameters (64 factors, layers 256,256,128,64, Adam lr
 0.00382059, b1 0.783529, b2 0.909003, eps 1.45439e-07, batch 1024). The reference is TF Model
@@ -464,7 +464,7 @@ numbers are comparable only within one protocol.
 Wall time per run ({n} epochs, startup and eval included): ours {wall["ours-distinct"]:.0f} s
 and {wall["ours-refproto"]:.0f} s, the reference {wall["reference"]:.0f} s. Raw per-epoch
 numbers (loss, examples/s): `quality_curve.json` in the bench's work folder; rerun with
-`uv run python bench/quality_curve.py --epochs {n} --docs`.
+`uv run python -m research.quality_curve --epochs {n} --docs`.
 """
     with open(DOCS_MD, "w") as fh:
         fh.write(text)
@@ -495,13 +495,13 @@ def main() -> int:
         write_docs(json.load(open(json_path)))
         return 0
     if not os.path.exists(tvr.REF_PY):
-        sys.exit(f"{tvr.REF_PY} missing; run: bash bench/reference/setup_reference_env.sh")
+        sys.exit(f"{tvr.REF_PY} missing; run: bash research/reference/setup_reference_env.sh")
 
     t_start = time.perf_counter()
     res = json.load(open(json_path)) if os.path.exists(json_path) else {"runs": {}}
     res.update(
         seed=args.seed,
-        command=f"uv run python bench/quality_curve.py --epochs {args.epochs}"
+        command=f"uv run python -m research.quality_curve --epochs {args.epochs}"
         + (" --docs" if args.docs else ""),
         date=time.strftime("%Y-%m-%d"),
     )

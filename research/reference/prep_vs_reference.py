@@ -1,10 +1,11 @@
 """Data prep beside TF Model Garden's NCF prep (create_ncf_data): same data, same session.
 
-    bash bench/reference/setup_reference_env.sh      # once: the reference's side environment
-    uv run python bench/prep_vs_reference.py --rounds 3 [--epochs 2] [--work /tmp/ncf-prep-vs-ref]
+    bash research/reference/setup_reference_env.sh  # once: the reference's side environment
+    uv run python -m research.reference.prep_vs_reference --rounds 3 [--epochs 2] \
+        [--work /tmp/ncf-prep-vs-ref]
 
 Both read one synthetic ml-1m-shaped ratings folder (the reference accepts only ml-1m/ml-20m
-with their exact counts; bench/reference/make_movielens_layout.py writes it) and write `--epochs`
+with their exact counts; research/reference/make_movielens_layout.py writes it) and write `--epochs`
 epochs of training data (4 negatives, pre-batch 1024) plus the eval set (999 negatives), each in
 its own process, alternating. The figure is training rows written per second of wall time for the
 whole run (reading, cleaning, eval set and all epochs included), as the reference reports it.
@@ -21,7 +22,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REF_PY = os.path.join(HERE, ".reference-venv", "bin", "python")
+REF_PY = os.path.join(os.path.dirname(HERE), ".reference-venv", "bin", "python")
 
 OURS = r"""
 import json, sys, time
@@ -51,14 +52,14 @@ def main() -> None:
     args = ap.parse_args()
     if not os.path.exists(REF_PY):
         sys.exit(
-            "the reference environment is missing: bash bench/reference/setup_reference_env.sh"
+            "the reference environment is missing: bash research/reference/setup_reference_env.sh"
         )
     raw = os.path.join(args.work, "raw")
     if not os.path.exists(os.path.join(raw, "ml-1m", "ratings.csv")):
         subprocess.run(
             [
                 sys.executable,
-                os.path.join(HERE, "reference", "make_movielens_layout.py"),
+                os.path.join(HERE, "make_movielens_layout.py"),
                 "--layout",
                 "ml-1m",
                 "--output",
@@ -89,7 +90,7 @@ def main() -> None:
             subprocess.run(
                 [
                     REF_PY,
-                    os.path.join(HERE, "reference", "run_reference_prep.py"),
+                    os.path.join(HERE, "run_reference_prep.py"),
                     "--dataset",
                     "ml-1m",
                     "--input",

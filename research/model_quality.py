@@ -13,8 +13,8 @@ deviation) over seeds of the best and the last epoch.
 
 Results go to ``<work>/model_quality.json``; ``--docs`` also writes ``docs/model-quality.md``.
 
-    uv run python bench/model_quality.py --epochs 20 --seeds 0 1 2 --docs
-    uv run python bench/model_quality.py --docs-only          # re-render from the JSON
+    uv run python -m research.model_quality --epochs 20 --seeds 0 1 2 --docs
+    uv run python -m research.model_quality --docs-only          # re-render from the JSON
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 CLI = os.path.join(os.path.dirname(sys.executable), "ncf-pipelines")
 DOC = os.path.join(ROOT, "docs", "model-quality.md")
 
@@ -208,9 +207,9 @@ def write_docs(res: dict) -> None:
     lines = [
         "# Which model wins: NeuMF against its baselines",
         "",
-        f"Written by `bench/model_quality.py` (`{res['command']}`; {res['minutes']:.0f} min on a "
-        f"shared 2-core CPU host, {res['date']}). One synthetic {args['shape']}-shaped raw set "
-        "(Zipf-like item popularity, log-normal user activity, a planted latent-factor "
+        f"Written by `research/model_quality.py` (`{res['command']}`; {res['minutes']:.0f} min "
+        f"on a shared 2-core CPU host, {res['date']}). One synthetic {args['shape']}-shaped "
+        "raw set (Zipf-like item popularity, log-normal user activity, a planted latent-factor "
         f"structure, `{args.get('structure', 'planted')}`; `training_core/data/synthetic.py`), "
         "prepared once: 4 training negatives per positive drawn afresh each epoch, 999 "
         "distinct never-seen eval negatives, batch "
@@ -355,7 +354,7 @@ def main() -> int:
             print(f"{arch} seed {seed}: best HR@10 {best:.4f} ({run['wall_s']} s)", flush=True)
             runs.append(run)
     res = {
-        "command": "uv run python bench/model_quality.py " + " ".join(sys.argv[1:]),
+        "command": "uv run python -m research.model_quality " + " ".join(sys.argv[1:]),
         "date": datetime.date.today().isoformat(),
         "minutes": (time.perf_counter() - t0) / 60,
         "args": vars(args),

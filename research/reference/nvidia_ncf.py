@@ -1,14 +1,14 @@
 """NVIDIA's PyTorch NCF (DeepLearningExamples) run unchanged on a GPU machine, beside our step.
 
-    python3 bench/reference/nvidia_ncf.py setup --examples DLE --dllogger DLLOGGER \
+    python3 -m research.reference.nvidia_ncf setup --examples DLE --dllogger DLLOGGER \
         --dest .devrun/nvidia-ncf                    # here: copy their code (never committed)
-    python3 bench/reference/nvidia_ncf.py data --out /tmp/nv-ml20m     # there: ml-20m-shaped data
-    python3 bench/reference/nvidia_ncf.py train --code .devrun/nvidia-ncf --data /tmp/nv-ml20m \
+    python3 -m research.reference.nvidia_ncf data --out /tmp/nv-ml20m  # there: ml-20m-shaped data
+    python3 -m research.reference.nvidia_ncf train --code .devrun/nvidia-ncf --data /tmp/nv-ml20m \
         --epochs 3 [--amp] --out nv.jsonl            # there: their ncf.py, their throughput
 
 Why: NVIDIA publishes 22.6M (TF32) and 34.1M (mixed precision) samples/s for one A100 at batch
 1,048,576 (the figure issue 18 names), but nothing for the H100 or H200 this project is lent.
-Running their code on the same card as ``bench/gpu_ceiling_jax.py`` turns a comparison across
+Running their code on the same card as ``research/gpu_ceiling_jax.py`` turns a comparison across
 chips into one measured side by side.
 
 ``setup`` copies ``PyTorch/Recommendation/NCF/*.py`` from a checkout of
@@ -40,6 +40,7 @@ both only where their environment is missing, printed when used:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -47,8 +48,7 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
-from gpu_train_speed import ML20M_ITEMS, ML20M_USERS, ml20m_positives, zipf_items  # noqa: E402
+from bench.gpu_train_speed import ML20M_ITEMS, ML20M_USERS, ml20m_positives, zipf_items
 
 TEST_NEGATIVES = 100  # their convert.py's --valid_negative default
 NCF_DIR = "PyTorch/Recommendation/NCF"
@@ -153,11 +153,10 @@ def write_data(out: str, seed: int = 0) -> dict:
 
 def check_constants(code: str) -> None:
     """Fail early if their channel or metadata names differ from what ``write_data`` writes."""
-    sys.path.insert(0, code)
-    try:
-        import neumf_constants as c  # theirs
-    finally:
-        sys.path.pop(0)
+    path = os.path.join(code, "neumf_constants.py")  # theirs, loaded from its file
+    spec = importlib.util.spec_from_file_location("neumf_constants", path)
+    c = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(c)
     want = ("user_ch", "item_ch", "label_ch", "test_samples_per_series")
     got = (c.USER_CHANNEL_NAME, c.ITEM_CHANNEL_NAME, c.LABEL_CHANNEL_NAME,
            c.TEST_SAMPLES_PER_SERIES)  # fmt: skip

@@ -11,7 +11,7 @@ presets (each its own ``ncf-pipelines train`` process, ``--seeds`` seeds) and ra
 popularity, so the setting whose numbers sit closest to the real ones can be chosen for tuning
 (``synthetic.STRUCTURES["movielens"]``, ``synth --structure movielens``).
 
-    uv run python bench/synthetic_calibration.py --strengths 1.5 2 3 --skews 1.0 1.4 --seeds 0
+    uv run python -m research.synthetic_calibration --strengths 1.5 2 3 --skews 1.0 1.4 --seeds 0
 """
 
 from __future__ import annotations
@@ -23,11 +23,7 @@ import os
 import statistics
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import model_quality  # noqa: E402  (bench/model_quality.py: data, one train run, popularity)
+from research import model_quality  # data, one train run, popularity
 
 # Best HR@10 on real MovieLens-100k under this protocol (issue 15's figures).
 REAL = {"reference": 0.215, "ml-1m": 0.25}

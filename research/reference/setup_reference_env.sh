@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Create bench/.reference-venv: the TF Model Garden NCF reference, installed from PyPI.
+# Create research/.reference-venv: the TF Model Garden NCF reference, installed from PyPI.
 #
 # The reference is never copied into this repo; it is installed here so the bench scripts
-# in bench/reference/ can run it side by side with ours. tf-models-official 2.15 is the
+# in research/reference/ can run it side by side with ours. tf-models-official 2.15 is the
 # last release whose official.recommendation NCF still imports; it needs TensorFlow 2.15
 # (Python <= 3.11) and pandas < 3. The pins below are the set that resolved and ran.
 # Idempotent: does nothing when the venv already imports the reference modules.
 #
-# Usage (from anywhere):  bash bench/reference/setup_reference_env.sh
+# Usage (from anywhere):  bash research/reference/setup_reference_env.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-VENV=bench/.reference-venv
+VENV=research/.reference-venv
 PY="$VENV/bin/python"
 CHECK='import official.recommendation.ncf_keras_main, official.recommendation.create_ncf_data'
 

@@ -1,6 +1,6 @@
 """Training examples/s of ours beside TF Model Garden's NCF custom loop: same data, same session.
 
-One synthetic ml-1m-shaped raw dataset (``bench/reference/make_movielens_layout.py``) is prepared
+One synthetic ml-1m-shaped raw dataset (``research/reference/make_movielens_layout.py``) is prepared
 twice from the same ``ratings.csv``: by the reference's own prep (``run_reference_prep.py``, its
 TFRecord layout) and by ours (``training_core.data.prepare``); both with 4 negatives per positive,
 999 eval negatives and a training pre-batch of 1024. Then the two trainers run alternately
@@ -11,9 +11,9 @@ tracing/compilation, the first ``--warmup`` steps and evaluation are excluded. O
 at ``--best-batch`` (needs a pre-batch dividing it). The host is shared, so only the ratios of
 interleaved runs mean much; the table gives each round's numbers and the medians.
 
-Needs the reference side venv (``bash bench/reference/setup_reference_env.sh``).
+Needs the reference side venv (``bash research/reference/setup_reference_env.sh``).
 
-    uv run python bench/train_vs_reference.py --rounds 3
+    uv run python -m research.reference.train_vs_reference --rounds 3
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REF_PY = os.path.join(ROOT, "bench", ".reference-venv", "bin", "python")
-REF_DIR = os.path.join(ROOT, "bench", "reference")
+REF_DIR = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(REF_DIR))
+REF_PY = os.path.join(ROOT, "research", ".reference-venv", "bin", "python")
 
 
 def _last_json(text: str) -> dict:
@@ -66,7 +66,6 @@ def setup(work: str, seed: int) -> tuple[str, str]:
              "--input", raw, "--output", ref_prep, "--epochs", "1", "--batch", "1024"]
         )  # fmt: skip
     if not os.path.exists(os.path.join(ours_prep, "metadata.json")):
-        sys.path.insert(0, ROOT)
         from training_core.data import prepare
         from training_core.data.config import PrepareConfig
 
@@ -101,8 +100,9 @@ def run_reference(ref_prep: str, work: str, warmup: int) -> dict:
 def run_ours(ours_prep: str, work: str, batch: int, warmup: int, extra: list[str]) -> dict:
     model_dir = os.path.join(work, "ours-model")
     shutil.rmtree(model_dir, ignore_errors=True)
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", ours_prep, "--model-dir",
-           model_dir, "--batch", str(batch), "--warmup", str(warmup), *extra]  # fmt: skip
+    cmd = [sys.executable, "-m", "research.reference.train_vs_reference", "--worker", ours_prep,
+           "--model-dir", model_dir, "--batch", str(batch), "--warmup", str(warmup),
+           *extra]  # fmt: skip
     return _run(cmd)
 
 
@@ -110,7 +110,6 @@ def worker(args: argparse.Namespace) -> int:
     """One epoch of our training in this process; prints steady-state examples/s as JSON."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-    sys.path.insert(0, ROOT)
     import tensorflow as tf
 
     from training_core import model, train, train_config
@@ -187,7 +186,7 @@ def main() -> int:
     if args.worker:
         return worker(args)
     if not os.path.exists(REF_PY):
-        sys.exit(f"{REF_PY} missing; run: bash bench/reference/setup_reference_env.sh")
+        sys.exit(f"{REF_PY} missing; run: bash research/reference/setup_reference_env.sh")
 
     ref_prep, ours_prep = setup(args.work, args.seed)
     extra = [

@@ -1,12 +1,12 @@
 """Tune the ``ml-20m`` preset on a GPU machine, with the JAX port of this project's training step.
 
-    uv run python bench/gpu_tune_jax.py data ml20m.npz          # here: MovieLens-like ml-20m
-    python3 bench/gpu_tune_jax.py run ml20m.npz --out tune.jsonl  # on the GPU machine
+    uv run python -m research.gpu_tune_jax data ml20m.npz          # here: MovieLens-like ml-20m
+    python3 -m research.gpu_tune_jax run ml20m.npz --out tune.jsonl  # on the GPU machine
 
 Why it exists: a tune of the ``ml-20m`` preset at its real shape (138,493 users, 26,744 items,
 20M ratings, 100M training rows an epoch, 14-20 epochs a trial) is hours per trial on this
 project's 2-core machine, and the GPU machines lent to its sessions have JAX but no TensorFlow
-(``bench/gpu_ceiling_jax.py`` says why). The arithmetic is ``gpu_ceiling_jax``'s port of
+(``research/gpu_ceiling_jax.py`` says why). The arithmetic is ``gpu_ceiling_jax``'s port of
 ``make_train_loop`` (its ``check`` holds it to the TF step: same losses and weights after three
 steps, to float32 rounding); everything else is this project's own code:
 
@@ -34,22 +34,16 @@ import dataclasses
 import json
 import multiprocessing
 import os
-import sys
 import time
 
 import numpy as np
 
-BENCH = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(BENCH))
-sys.path.insert(0, BENCH)
-
-from gpu_train_speed import emit  # noqa: E402
-
-from training_core.data import io as rio  # noqa: E402
-from training_core.data import prepare, sampling, synthetic  # noqa: E402
-from training_core.data.config import PrepareConfig  # noqa: E402
-from training_core.data.plan import auto_num_shards  # noqa: E402
-from training_core.presets import get_preset  # noqa: E402
+from bench.gpu_train_speed import emit
+from training_core.data import io as rio
+from training_core.data import prepare, sampling, synthetic
+from training_core.data.config import PrepareConfig
+from training_core.data.plan import auto_num_shards
+from training_core.presets import get_preset
 
 PRESET = "ml-20m"
 PREP = PrepareConfig(input_path="", output_dir="")  # prepare-data's defaults.

@@ -13,7 +13,7 @@ per-epoch training-set construction, eval construction), training rows of one ep
 counted from the TFRecords (sum of valid_point_mask; padding excluded) and rows/s.
 
 Run with the side venv (see setup_reference_env.sh):
-    bench/.reference-venv/bin/python bench/reference/run_reference_prep.py \
+    research/.reference-venv/bin/python research/reference/run_reference_prep.py \
         --dataset ml-1m --input /tmp/ml --output /tmp/ncf-prep --epochs 2
 """
 

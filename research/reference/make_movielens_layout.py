@@ -17,7 +17,8 @@ each user draws its items without replacement with probability ~ softmax(alpha *
 (b_i a Zipf-like popularity skew) via the Gumbel-top-k trick, in chunks of users.
 
 Run (any venv with numpy):
-    uv run python bench/reference/make_movielens_layout.py --layout ml-1m --output /tmp/ml --seed 0
+    uv run python -m research.reference.make_movielens_layout --layout ml-1m --output /tmp/ml \
+        --seed 0
 """
 
 import argparse

@@ -18,7 +18,7 @@ trains each ``--presets`` preset on each for every ``--seeds`` seed (``ncf-pipel
 
 Prints best HR@10 (and its epoch) per run and a table; JSON lines go to ``<work>/results.jsonl``.
 
-    uv run python bench/preset_robustness.py --presets ml-100k ml-1m --seeds 0
+    uv run python -m research.preset_robustness --presets ml-100k ml-1m --seeds 0
 """
 
 from __future__ import annotations
@@ -31,10 +31,6 @@ import os
 import sys
 
 import numpy as np
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 VARIANTS = ("movielens", "shuffled", "mixture", "dim32")
 MIXTURE_TASTES = 3
@@ -119,7 +115,7 @@ def main() -> int:
     p.add_argument("--work", default="/tmp/ncf-preset-robustness")
     args = p.parse_args()
 
-    import model_quality
+    from research import model_quality
 
     rows = []
     for variant in args.variants:

@@ -1,10 +1,12 @@
 """The same NeuMF training step in JAX: an accelerator's examples/s where TensorFlow is missing.
 
-    uv run python bench/gpu_ceiling_jax.py tf-reference check.npz   # here: TF writes 3 steps
-    python3 bench/gpu_ceiling_jax.py check check.npz                # JAX repeats them, compares
-    python3 bench/gpu_ceiling_jax.py measure --out gpu-jax.jsonl    # examples/s, ml-20m shape
-    python3 bench/gpu_ceiling_jax.py epoch --out epoch.jsonl        # whole epochs, NVIDIA's count
-    python3 bench/gpu_ceiling_jax.py full-catalog --out fc.jsonl    # every user x every item
+    uv run python -m research.gpu_ceiling_jax tf-reference check.npz  # here: TF writes 3 steps
+    python3 -m research.gpu_ceiling_jax check check.npz               # JAX repeats them, compares
+    python3 -m research.gpu_ceiling_jax measure --out gpu-jax.jsonl   # examples/s, ml-20m shape
+    python3 -m research.gpu_ceiling_jax epoch --out epoch.jsonl       # whole epochs, NVIDIA's count
+    python3 -m research.gpu_ceiling_jax full-catalog --out fc.jsonl   # every user x every item
+
+(from the repository root, so that ``bench`` and ``training_core`` import)
 
 Why it exists: the GPU machines lent to this project's sessions carry JAX and PyTorch but no
 TensorFlow, reach no package index, and take 64 MiB per call, while TensorFlow 2.16 with its
@@ -30,7 +32,7 @@ warmed loop, then ``--steps`` timed steps in one call; one JSON line each.
 
 ``epoch``: whole epochs over ``gpu_train_speed.ml20m_positives``, negatives drawn and rows
 shuffled on the device each epoch, counted as NVIDIA's ``ncf.py`` counts its throughput, so that
-``bench/gpu_vs_nvidia.sh`` compares the two the same way on one card.
+``research/reference/gpu_vs_nvidia.sh`` compares the two the same way on one card.
 
 ``full-catalog``: ``FullCatalogEval``'s ranking (``item_side``, the per-side ``score_grid``,
 ``full_catalog_sums``; ``check`` holds it to the TF model's scores and metrics too) of every
@@ -42,19 +44,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 
 import numpy as np
 
-BENCH = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(BENCH))
-sys.path.insert(0, BENCH)
-
-from gpu_train_speed import ML20M_ITEMS, ML20M_USERS, batch_pool, emit, ml20m_positives  # noqa: E402
-
-from training_core.presets import NeuMFConfig, get_preset  # noqa: E402 (pure Python, no TF)
+from bench.gpu_train_speed import ML20M_ITEMS, ML20M_USERS, batch_pool, emit, ml20m_positives
+from training_core.presets import NeuMFConfig, get_preset  # pure Python, no TF
 
 PRESET = "ml-20m"  # MLPerf v0.5's model and Adam settings, as bench/gpu_train_speed.py trains.
 

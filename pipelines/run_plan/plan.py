@@ -70,8 +70,8 @@ class RunPlan:
             raise PlanError(f"pipeline_root: {e}") from e
         bucket = pipeline_root[len("gs://") :].split("/", 1)[0]
         try:
-            self.spec = template.load_spec(template_path)
-            loaded = compiled.load_template(template_path)
+            loaded = compiled.load_template(template_path)  # The one read of the file.
+            self.spec = loaded.spec
             values, self.overrides, self.data_path = plan_parameters(
                 loaded.parameters, parameter_values or {}, data_path, run_tasks, bucket
             )

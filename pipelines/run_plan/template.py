@@ -14,7 +14,6 @@ from pipelines.compiled import (  # noqa: F401 (read here by the emulator and it
     TemplateError,
     condition_parameters,
     evaluate_condition,
-    load_template,
 )
 
 CUSTOM_JOB_LAUNCHER = "google_cloud_pipeline_components.container.v1.custom_job.launcher"
@@ -77,16 +76,6 @@ def is_custom_job_launcher(container: Mapping[str, Any]) -> bool:
         return True
     pairs = dict(zip(args[:-1], args[1:], strict=True))
     return pairs.get("--type") == "CustomJob" and "--payload" in args and "--gcp_resources" in args
-
-
-def load_spec(path: str) -> dict[str, Any]:
-    """The pipeline spec of a compiled template (checked by ``compiled.load_template`` first)."""
-    import yaml
-
-    load_template(path)  # Clear errors for a missing file or a file that is not a pipeline.
-    with open(path, encoding="utf-8") as f:
-        doc = yaml.safe_load(f)
-    return doc.get("pipelineSpec", doc)
 
 
 def dag_tasks(spec: Mapping[str, Any], component: Mapping[str, Any]) -> list[Task]:

@@ -6,9 +6,9 @@ Builds (not timed, reused from --workdir) a synthetic ratings set of the shape, 
 data, a model trained for one epoch and its export (top 10). Then, on the same export and in the
 same process, one after the other:
 
-  beam      ``training_core.batch_recommend.recommend``: Beam RunInference (in-process runner),
-            Parquet written and published, model load included: what ``ncf-pipelines recommend``
-            and the pipeline's step do.
+  beam      ``training_core.serving.batch_recommend.recommend``: Beam RunInference (in-process
+            runner), Parquet written and published, model load included: what
+            ``ncf-pipelines recommend`` and the pipeline's step do.
   direct    the reference: the export's ``recommend`` signature called in a plain loop over
             batches of 1024 users, results kept in memory (no Beam, no files), model load
             included.
@@ -68,8 +68,7 @@ def run_direct(export: str, data: str) -> tuple[float, int]:
     import numpy as np
     import tensorflow as tf
 
-    from training_core.data.metadata import read_metadata
-    from training_core.export import read_vocab
+    from training_core.data.metadata import read_metadata, read_vocab
 
     t0 = time.perf_counter()
     users = read_vocab(os.path.join(data, read_metadata(data).user_vocab))
@@ -86,7 +85,7 @@ def run_direct(export: str, data: str) -> tuple[float, int]:
 
 
 def run_beam(export: str, data: str, out: str) -> tuple[float, int]:
-    from training_core import batch_recommend
+    from training_core.serving import batch_recommend
 
     t0 = time.perf_counter()
     result = batch_recommend.recommend(batch_recommend.RecommendConfig(export, data, out))
@@ -101,7 +100,7 @@ def main() -> None:
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
-    from training_core import console
+    from training_core.common import console
 
     console.setup()
     export, data = build(args.shape, args.workdir)

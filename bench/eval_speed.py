@@ -37,9 +37,10 @@ def main() -> int:
 
     import tensorflow as tf
 
-    from training_core import evaluate, metrics, model, train
     from training_core.data.metadata import read_metadata
-    from training_core.input_pipeline import eval_items_per_user
+    from training_core.evaluation import evaluate, metrics
+    from training_core.training import loop, model
+    from training_core.training.input_pipeline import eval_items_per_user
 
     meta = read_metadata(args.data)
     strategy = tf.distribute.get_strategy()
@@ -48,7 +49,7 @@ def main() -> int:
         net = evaluate.load_model(args.model_dir, strategy)[0]
     else:
         with strategy.scope():
-            net = train.build_model(model.get_preset(args.preset), meta, 0)
+            net = loop.build_model(model.get_preset(args.preset), meta, 0)
 
     def pairwise_step(features):
         scores = net.score(features["user_id"], features["item_id"], tf.float32)
@@ -60,12 +61,12 @@ def main() -> int:
     }
     seconds: dict[str, list[float]] = {name: [] for name in loops}
     results = {}
-    for name, loop in loops.items():  # Trace both first: not timed.
-        results[name] = evaluate.run_eval(net, strategy, meta, args.data, tf.float32, loop)
+    for name, eval_loop in loops.items():  # Trace both first: not timed.
+        results[name] = evaluate.run_eval(net, strategy, meta, args.data, tf.float32, eval_loop)
     for _ in range(args.rounds):
-        for name, loop in loops.items():
+        for name, eval_loop in loops.items():
             t0 = time.perf_counter()
-            evaluate.run_eval(net, strategy, meta, args.data, tf.float32, loop)
+            evaluate.run_eval(net, strategy, meta, args.data, tf.float32, eval_loop)
             seconds[name].append(time.perf_counter() - t0)
     same = results["pairwise"].hits == results["per side"].hits and abs(
         results["pairwise"].ndcg_sum - results["per side"].ndcg_sum

@@ -6,8 +6,8 @@
 
 The model is the ``ml-20m`` preset's NeuMF (64 factors, MLP 256-256-128-64; MLPerf v0.5's
 settings) at ml-20m's shape (138,493 users x 26,744 items); the step is this project's own
-(``training_core.train_step.make_train_loop``: the same loss, gradients, Adam and float16 loss
-scaling as ``ncf-pipelines train``), under the strategy ``train`` would pick for the visible
+(``training_core.training.train_step.make_train_loop``: the same loss, gradients, Adam and float16
+loss scaling as ``ncf-pipelines train``), under the strategy ``train`` would pick for the visible
 devices, with the embedding updates ``train`` picks there (dense on an accelerator). ``train``
 does not XLA-compile the step (``TrainConfig.jit_compile`` is off; only a Python caller turns
 it on), so neither does this by default; ``--jit-compile on`` (or ``both``: each configuration
@@ -104,14 +104,14 @@ def measure(
 ) -> dict:
     import tensorflow as tf
 
-    from training_core import train
-    from training_core.model import NCFModel
-    from training_core.optim import Adam, DynamicLossScale
-    from training_core.presets import get_preset
-    from training_core.train_step import make_train_loop
+    from training_core.training.loop import compute_dtype
+    from training_core.training.model import NCFModel
+    from training_core.training.optim import Adam, DynamicLossScale
+    from training_core.training.presets import get_preset
+    from training_core.training.train_step import make_train_loop
 
     config = get_preset("ml-20m", batch_size=batch)
-    dtype = train.compute_dtype(precision, strategy)
+    dtype = compute_dtype(precision, strategy)
     replicas = strategy.num_replicas_in_sync
     with strategy.scope():
         model = NCFModel(config, ML20M_USERS, ML20M_ITEMS, seed=0)
@@ -122,10 +122,10 @@ def measure(
         loss_scale = DynamicLossScale() if dtype == tf.float16 else None
         step = tf.Variable(0, dtype=tf.int64, trainable=False,
                            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)  # fmt: skip
-    # train._dense_gradients' rule at this table size: dense on an accelerator, else touched rows;
-    # train XLA-compiles only with dense gradients (train._Trainer.jit).
+    # loop._dense_gradients' rule at this table size: dense on an accelerator, else touched rows;
+    # train XLA-compiles only with dense gradients (loop._Trainer.jit).
     dense = bool(tf.config.list_logical_devices("GPU"))
-    loop = make_train_loop(
+    train_loop = make_train_loop(
         strategy, model, variables, optimizer, loss_scale, step,
         global_batch=batch, dtype=dtype, dense=dense, jit=jit_compile and dense,
     )  # fmt: skip
@@ -137,10 +137,10 @@ def measure(
 
     # The distributed dataset prefetches each replica's next batch onto its device.
     iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
-    loop(iterator, tf.constant(warmup, tf.int64))  # Traces, compiles, warms the allocator.
-    float(loop(iterator, tf.constant(1, tf.int64)))
+    train_loop(iterator, tf.constant(warmup, tf.int64))  # Traces, compiles, warms the allocator.
+    float(train_loop(iterator, tf.constant(1, tf.int64)))
     t0 = time.perf_counter()
-    total = loop(iterator, tf.constant(steps, tf.int64))
+    total = train_loop(iterator, tf.constant(steps, tf.int64))
     float(total)  # Waits for the device.
     seconds = time.perf_counter() - t0
     return {
@@ -183,10 +183,10 @@ def main() -> int:
     args = p.parse_args()
     jits = {"off": [False], "on": [True], "both": [False, True]}[args.jit_compile]
 
-    from training_core import console
+    from training_core.common import console
 
     console.setup()
-    from training_core import strategy as st
+    from training_core.training import strategy as st
 
     strategy = st.build_strategy(st.strategy_config(name="auto"))
     rows = []

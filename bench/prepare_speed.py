@@ -30,9 +30,10 @@ CHILD = r"""
 import json, resource, sys, logging
 from training_core.data.config import PrepareConfig
 from training_core.data import prepare
-cfg = PrepareConfig(input_path=sys.argv[1], output_dir=sys.argv[2],
+from training_core.training.train_config import with_training_epochs
+cfg = with_training_epochs(PrepareConfig(input_path=sys.argv[1], output_dir=sys.argv[2],
                     num_epochs=None if sys.argv[4] == "default" else int(sys.argv[4]),
-                    workers=int(sys.argv[3]) or None)
+                    workers=int(sys.argv[3]) or None))
 r = prepare.prepare(cfg)
 m = r.metadata
 self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -40,9 +40,9 @@ def main() -> int:
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    from training_core import train_config
     from training_core.data import prepare, synthetic
     from training_core.data.config import PrepareConfig
+    from training_core.training import train_config
 
     data = os.path.join(args.work, f"data-{args.shape}")
     if not os.path.exists(os.path.join(data, "metadata.json")):
@@ -61,7 +61,7 @@ def main() -> int:
 
     import tensorflow as tf
 
-    from training_core import model, train
+    from training_core.training import loop, model
 
     rows = []
     for updates in args.embedding_updates:
@@ -81,7 +81,7 @@ def main() -> int:
                     jit_compile=bool(jit),
                 )
                 t0 = time.perf_counter()
-                result = train.train(config, tf.distribute.get_strategy())
+                result = loop.train(config, tf.distribute.get_strategy())
                 row = {
                     "shape": args.shape,
                     "preset": args.preset,

@@ -56,12 +56,12 @@ def main() -> int:
 
     import tensorflow as tf
 
-    from training_core import input_pipeline, model, train, train_config, train_step
-    from training_core.optim import Adam
+    from training_core.training import input_pipeline, loop, model, train_config, train_step
+    from training_core.training.optim import Adam
 
     strategy = tf.distribute.get_strategy()
 
-    def trainer(dense: bool) -> train._Trainer:
+    def trainer(dense: bool) -> loop._Trainer:
         model_dir = os.path.join(args.work, f"profile-model-{int(dense)}")
         shutil.rmtree(model_dir, ignore_errors=True)
         preset = model.get_preset("reference", epochs=1, batch_size=args.batch)
@@ -73,7 +73,7 @@ def main() -> int:
             dense_gradients=dense,
             jit_compile=False,
         )
-        return train._Trainer(cfg, strategy)
+        return loop._Trainer(cfg, strategy)
 
     dense_t, sparse_t = trainer(True), trainer(False)
     t = dense_t

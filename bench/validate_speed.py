@@ -32,7 +32,7 @@ MODES = {
 
 CHILD = r"""
 import json, resource, sys, logging
-from training_core import validate as v
+from training_core.data import validate as v
 import tensorflow_data_validation  # Import before timing: not part of the pipeline's cost.
 cfg = v.ValidateConfig(input_path=sys.argv[1], outputs=v.OutputPaths.under(sys.argv[2]),
                        beam_pipeline_args=tuple(json.loads(sys.argv[3])), fail_on_anomalies=False)

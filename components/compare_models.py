@@ -30,47 +30,48 @@ def compare_models(
     The champion is the exported model at ``champion_uri`` when given, else, with
     ``use_registry`` (the pipeline's ``register``), the default version of the registry model
     ``registry_model`` (a resource name) or, without it, of the model named
-    ``model_display_name`` that carries this pipeline's label (``registry.find_champion``), in
-    ``project``/``location``; else there is none and the challenger is blessed. A registry
+    ``model_display_name`` that carries this pipeline's label (``vertex_registry.find_champion``),
+    in ``project``/``location``; else there is none and the challenger is blessed. A registry
     champion is loaded only from under ``model_root`` (a ``gs://`` folder; empty: the bucket
     the challenger was written to, the pipeline root's). Both are ranked through their
-    ``score`` signatures on ``examples``' held-out set (training_core/compare.py); ``metric``
+    ``score`` signatures on ``examples``' held-out set (training_core/gate.py); ``metric``
     (hr_at_10 or ndcg_at_10) decides with an absolute ``tolerance``. A refused challenger is a
     successful step: ``blessed`` is False and the reason is in the log, ``decision`` and
     ``report``. ``champion_model`` is the registry model to add a version to ("" for none).
-    ``local_registry`` (run-local): the registry is that folder (training_core/local_registry.py)
-    instead of Vertex AI's.
+    ``local_registry`` (run-local): the registry is that folder
+    (training_core/serving/local_registry.py) instead of Vertex AI's.
     """
     import logging
 
-    from training_core import console
+    from training_core.common import console
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
-    from training_core import compare, registry
+    from training_core.evaluation import gate
+    from training_core.serving import vertex_registry
 
     logging.basicConfig(level=logging.INFO)
-    compare.check_choice(metric, tolerance)
+    gate.check_choice(metric, tolerance)
     champion_dir, champion_model = None, ""
     if champion_uri:
-        champion_dir = registry.mounted_path(champion_uri)
+        champion_dir = vertex_registry.mounted_path(champion_uri)
     elif use_registry and local_registry:
-        from training_core import local_registry as local
+        from training_core.serving import local_registry as local
 
         found = local.find_champion(local_registry, model_display_name)
         if found is not None:
             champion_dir, champion_model = found.path, found.resource_name
     elif use_registry and project and (registry_model or model_display_name):
-        root = model_root or registry.bucket_of(challenger.uri, "model_root")
-        found = registry.find_champion(
+        root = model_root or vertex_registry.bucket_of(challenger.uri, "model_root")
+        found = vertex_registry.find_champion(
             project, location, model_display_name, root, model_name=registry_model
         )
         if found is not None:
-            champion_dir = registry.mounted_path(found.artifact_uri)
+            champion_dir = vertex_registry.mounted_path(found.artifact_uri)
             champion_model = found.resource_name
-    result = compare.compare(challenger.path, examples.path, champion_dir, metric, tolerance)
+    result = gate.compare(challenger.path, examples.path, champion_dir, metric, tolerance)
     for key, value in result.to_metrics().items():
         decision.log_metric(key, value)
     decision.metadata["reason"] = result.reason
     with open(report.path, "w") as f:
-        f.write(compare.decision_html(result))
+        f.write(gate.decision_html(result))
     return (result.blessed, champion_model)  # KFP takes a plain tuple for NamedTuple outputs.

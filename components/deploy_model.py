@@ -2,7 +2,7 @@
 
 The logic (find this pipeline's endpoint or create it, deploy with our earlier versions' traffic,
 undeploy those earlier versions of the same model and nothing else, then make the version the
-registry's default) lives in ``training_core.deploy``; see
+registry's default) lives in ``training_core.serving.deploy``; see
 docs/after-training.md. KFP embeds only the function's source in the container, so the imports
 stay inside the body.
 """
@@ -35,10 +35,10 @@ def deploy_model(
     version the model's default only after that, so a failed deployment leaves the registry's
     default and the endpoint as they were.
     """
-    from training_core import console
+    from training_core.common import console
 
     console.setup()  # First: the cloud libraries' import warnings stay quiet.
-    from training_core import deploy
+    from training_core.serving import deploy
 
     done = deploy.deploy(
         model=vertex_model.metadata["resourceName"],

@@ -21,15 +21,16 @@ def evaluate_model(
     sample; 0: every user; ``full_catalog_capped`` is 1 when that was not all of them), the
     popularity baseline's as ``popularity_*`` and ``beats_popularity`` (1 when the model's HR@10
     is above the baseline's). The
-    options are ``training_core.eval_config.EvalOptions``'s, with its defaults (a test holds them
-    equal).
+    options are ``training_core.evaluation.eval_config.EvalOptions``'s, with its defaults (a test
+    holds them equal).
     """
     parameters = dict(locals())
-    from training_core import console
+    from training_core.common import console
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
-    from training_core import eval_config, evaluate, faults
-    from training_core import strategy as st
+    from training_core.common import faults
+    from training_core.evaluation import eval_config, evaluate
+    from training_core.training import strategy as st
 
     options = eval_config.from_parameters(parameters)
     dist = st.build_strategy(st.StrategyConfig(name=strategy))

@@ -1,8 +1,8 @@
 """KFP components ``export_model`` (serving SavedModel) and ``register_model`` (Vertex AI upload).
 
-The logic lives in ``training_core.export`` (the SavedModel) and ``training_core.registry`` (the
-upload, without TensorFlow). KFP embeds only each function's source in the container, so the
-imports stay inside the bodies.
+The logic lives in ``training_core.serving.export`` (the SavedModel) and
+``training_core.serving.vertex_registry`` (the upload, without TensorFlow). KFP embeds only each
+function's source in the container, so the imports stay inside the bodies.
 """
 
 from kfp import dsl
@@ -20,10 +20,11 @@ def export_model(
     default_signature: str = "score",
 ):
     """Writes a SavedModel that scores and recommends by raw ids (see docs/serving.md)."""
-    from training_core import console
+    from training_core.common import console
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
-    from training_core import export, faults
+    from training_core.common import faults
+    from training_core.serving import export
 
     with faults.reported():  # A full disk or too little memory: one paragraph.
         result = export.export(
@@ -81,12 +82,12 @@ def register_model(
     the version as labels, beside the run's facts: the data fingerprint and the training
     parameters (``preset``, ``architecture``, ``epochs``, ``seed``; empty or 0 ones, "the
     preset's", are left out). ``local_registry`` (run-local):
-    the registry is that folder (training_core/local_registry.py), not Vertex AI's.
+    the registry is that folder (training_core/serving/local_registry.py), not Vertex AI's.
     """
-    from training_core import console
+    from training_core.common import console
 
     console.setup()  # First: the cloud libraries' import warnings stay quiet.
-    from training_core import registry
+    from training_core.serving import vertex_registry
 
     measured = {}
     if decision is not None:
@@ -95,7 +96,7 @@ def register_model(
             for k, v in decision.metadata.items()
             if k.startswith("challenger_") and isinstance(v, (int, float))
         }
-    labels = registry.version_labels(
+    labels = vertex_registry.version_labels(
         measured,
         data_fingerprint=data_fingerprint,
         preset=preset,
@@ -104,7 +105,7 @@ def register_model(
         seed=seed,
     )
     if local_registry:
-        from training_core import local_registry as local
+        from training_core.serving import local_registry as local
 
         version = local.register(local_registry, display_name, exported_model.path, labels)
         vertex_model.uri = version.path
@@ -112,7 +113,7 @@ def register_model(
             {"resourceName": version.resource_name, "versionId": version.version_id}
         )
         return
-    registered = registry.register(
+    registered = vertex_registry.register(
         export_dir=exported_model.path,
         artifact_uri=exported_model.uri,
         project=project,

@@ -30,7 +30,7 @@ def prepare_data(
     """Leave-one-out split, negative sampling and pre-batched TFRecords (training_core.data).
 
     The options are ``training_core.data.config.PrepareConfig``'s, with its defaults (a test
-    holds them equal); 0 is "not set" (training_core.options): ``eval_batch_size`` 0 picks
+    holds them equal); 0 is "not set" (training_core.common.not_set): ``eval_batch_size`` 0 picks
     whole users, a multiple of ``eval_users_multiple`` (the training replica count);
     ``num_epochs`` 0 prepares one epoch of fresh negatives per epoch the train step runs, which
     ``train_preset`` and ``train_epochs`` say (the train step's ``preset`` and ``epochs``: the
@@ -44,16 +44,20 @@ def prepare_data(
     ``examples`` gets the dataset folder and its counts as artifact metadata.
     """
     parameters = dict(locals())
-    from training_core import console
+    from training_core.common import console
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
     from components._image import with_worker_image
-    from training_core import faults
-    from training_core.data import config, prepare, report
+    from training_core.common import faults
+    from training_core.data import config, prep_result, prepare
+    from training_core.training.train_config import with_training_epochs
 
-    settings = config.from_parameters(raw_data.path, examples.path, parameters)
+    # The epochs training runs (train_preset, train_epochs) decide the epochs prepared.
+    settings = with_training_epochs(
+        config.from_parameters(raw_data.path, examples.path, parameters)
+    )
     beam_args = with_worker_image(beam_pipeline_args or (), worker_image)
     with faults.reported():  # A full disk or too little memory: one paragraph.
         result = prepare.run(settings, runner, beam_args)
-    print(report.summary(result))
-    examples.metadata.update(report.artifact_metadata(result))
+    print(prep_result.summary(result))
+    examples.metadata.update(prep_result.artifact_metadata(result))

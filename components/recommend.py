@@ -1,6 +1,6 @@
 """KFP component ``recommend``: every user's top-k items from the exported model, in bulk.
 
-The logic lives in ``training_core.batch_recommend`` (Beam RunInference over the SavedModel:
+The logic lives in ``training_core.serving.batch_recommend`` (Beam RunInference over the SavedModel:
 in process on the task's machine, or on Dataflow when ``beam_pipeline_args`` say so). KFP embeds
 only the function's source in the container, so the imports stay inside the body.
 """
@@ -25,17 +25,18 @@ def recommend(
 ):
     """Writes each user's top-k raw item ids and scores (Parquet or JSON Lines).
 
-    The options are ``training_core.batch_recommend.RecommendConfig``'s, with its defaults;
+    The options are ``training_core.serving.batch_recommend.RecommendConfig``'s, with its defaults;
     ``top_k`` 0 is the export's. ``recommendations`` gets the folder (its ``manifest.json``
     lists the files) and the counts as artifact metadata. ``worker_image`` (the compiled
     Dataflow worker image) becomes the job's ``--sdk_container_image`` on Dataflow unless the
     options name one.
     """
-    from training_core import console
+    from training_core.common import console
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
     from components._image import with_worker_image
-    from training_core import batch_recommend, faults
+    from training_core.common import faults
+    from training_core.serving import batch_recommend
 
     with faults.reported():  # A full disk or too little memory: one paragraph.
         result = batch_recommend.recommend(

@@ -29,12 +29,12 @@ def train_model(
     num_factors: int = 0,
     mlp_layers: str = "",
 ):
-    """Trains NeuMF (see training_core.train); ``model`` holds checkpoints and model_config.json.
+    """Trains NeuMF (training_core.training.loop); ``model`` holds checkpoints, model_config.json.
 
-    The training options are ``training_core.train_config.TrainOptions``'s, with its defaults (a
-    test holds them equal); 0 is "not set" (training_core.options): the preset's epochs and
-    target and model architecture (``architecture``: neumf, mf, gmf or mlp, the CLI's ``--model``),
-    the data's pre-batch size, the preset's ``learning_rate``, ``l2_regularization``,
+    The training options are ``training_core.training.train_config.TrainOptions``'s, with its
+    defaults (a test holds them equal); 0 is "not set" (training_core.common.not_set): the preset's
+    epochs and target and model architecture (``architecture``: neumf, mf, gmf or mlp, the CLI's
+    ``--model``), the data's pre-batch size, the preset's ``learning_rate``, ``l2_regularization``,
     ``num_factors`` and ``mlp_layers`` ("256,128,64"; what a tuning job found, in the pipeline).
     A negative ``target_hr`` never stops early (nor by the preset's ``patience``); ``patience``
     0 is the preset's, a negative one never. Metrics get
@@ -47,11 +47,12 @@ def train_model(
     CPU. On a multi-worker job only the chief writes ``metrics`` and ``plots``.
     """
     parameters = dict(locals())
-    from training_core import console
+    from training_core.common import console
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
-    from training_core import faults, report, train, train_config
-    from training_core import strategy as st
+    from training_core.common import faults
+    from training_core.training import curve_page, loop, train_config
+    from training_core.training import strategy as st
 
     config = train_config.from_parameters(examples.path, model.path, parameters)
     dist = st.build_strategy(
@@ -63,14 +64,14 @@ def train_model(
         )
     )
     with faults.reported():  # A full disk or too little memory: one paragraph.
-        result = train.train(config, dist)
+        result = loop.train(config, dist)
     if not result.is_chief:
         return  # Only the chief publishes: the /gcs/ mount takes one writer per file.
-    for key, value in train.summary_metrics(result).items():
+    for key, value in loop.summary_metrics(result).items():
         metrics.log_metric(key, value)
     with open(plots.path, "w") as f:
         f.write(
-            report.training_plots_html(result.to_dict()["epochs"], kept_epoch=result.kept_epoch)
+            curve_page.training_plots_html(result.to_dict()["epochs"], kept_epoch=result.kept_epoch)
         )
     # The preset by name as it trained (auto's pick for this data; its values: model_config.json).
     model.metadata.update(

@@ -32,14 +32,14 @@ def validate_data(
     computes) only keys the cache, so changed data behind an unchanged path is checked again.
     ``worker_image`` (the compiled Dataflow worker image) becomes the job's
     ``--sdk_container_image`` on Dataflow unless the options name one.
-    See training_core.validate and docs/validation.md.
+    See training_core.data.validate and docs/validation.md.
     """
-    from training_core import console
+    from training_core.common import console
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
     from components._image import with_worker_image
-    from training_core import faults
-    from training_core import validate as v
+    from training_core.common import faults
+    from training_core.data import validate as v
 
     with faults.reported():  # A full disk or too little memory: one paragraph.
         result = v.validate(

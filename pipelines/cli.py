@@ -13,7 +13,7 @@ import logging
 import sys
 import traceback
 
-from training_core.console import VERBOSE_ENV
+from training_core.common.console import VERBOSE_ENV
 
 # Order is the order shown in --help.
 COMMAND_MODULES = (
@@ -39,7 +39,8 @@ VERBOSE_HELP = (
 )
 
 
-# Exit status of a fault of the machine (disk, memory; training_core.faults); bad input gives 2.
+# Exit status of a fault of the machine (disk, memory; training_core.common.faults); bad input
+# gives 2.
 MACHINE_FAULT_EXIT = 1
 
 
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    from training_core import console
+    from training_core.common import console
 
     # Before any command imports TensorFlow; commands read the outcome as args.verbose.
     args.verbose = console.setup(True if args.verbose else None)
@@ -82,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         datefmt="%H:%M:%S",
         handlers=[console.stderr_handler()],
     )
-    from training_core import faults
-    from training_core.publish import FolderBusyError
+    from training_core.common import faults
+    from training_core.common.atomic_writes import FolderBusyError
 
     try:
         return int(args.func(args) or 0)

@@ -2,8 +2,8 @@
 
 kfp.local prints everything: each task's inputs as JSON, every line its process writes, every
 output's metadata. ``run_local`` shows what a person needs instead (``StepDisplay``): a line as
-each step starts and ends, the steps' progress (``training_core.console`` events, drawn as a bar
-on a terminal and as a line every few seconds elsewhere) and, when a step fails, its error. Each
+each step starts and ends, the steps' progress (``training_core.common.console`` events, drawn as a
+bar on a terminal and as a line every few seconds elsewhere) and, when a step fails, its error. Each
 step's whole output is kept in ``<pipeline_root>/logs/<step>.log``. With ``verbose``, kfp.local
 and the libraries print as they always do.
 
@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
 from pipelines.local_conditions import conditions_enabled
-from training_core import console
+from training_core.common import console
 
 # kfp.local's own messages (after its ANSI colours are taken out).
 _STARTED = re.compile(r"Executing task '([^']+)'")

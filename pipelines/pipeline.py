@@ -36,11 +36,11 @@ from pipelines.profiles import (
     preflight,
     raise_problems,
 )
-from training_core import batch_recommend as batch_options
-from training_core import compare as gate
-from training_core import train_config as train_options
+from training_core.common.not_set import kfp_default
 from training_core.data import config as prepare_options
-from training_core.options import kfp_default
+from training_core.evaluation import gate
+from training_core.serving import batch_recommend as batch_options
+from training_core.training import train_config as train_options
 
 if TYPE_CHECKING:  # The search space is read inside the tuning builder, off the import path.
     from training_core.tune import SearchSpace
@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # The search space is read inside the tuning builder, off the
 PIPELINE_NAME = "ncf-pipeline"
 TUNE_TASK = "ncf-tuning"  # The tuning job's display name.
 # The pipeline's parameters default to the steps' own option defaults (their one home); "not set"
-# is the zero value in KFP parameters (training_core.options).
+# is the zero value in KFP parameters (training_core.common.not_set).
 PREP = prepare_options.DEFAULTS
 TRAIN = train_options.DEFAULTS
 LOCAL_PROFILE = "cpu"
@@ -311,6 +311,307 @@ def _tuning(profile, images, examples, preset, architecture, epochs, seed, trial
     return {name: best.outputs[name] for name in tune.TUNABLE}
 
 
+# A pipeline parameter while the pipeline is built: a KFP channel that the tasks' inputs take.
+Param = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class _Build:
+    """What ``build_pipeline``'s step groups share: the profile and where its steps run.
+
+    Attributes:
+        profile: the hardware profile.
+        local: plain tasks only, for kfp.local.
+        images: the images asked for (None: the profile's, in the default repository).
+        local_registry: local only, the folder in the Vertex AI Model Registry's place ("": none).
+        place: where each step runs (``placement(profile, local, images)``).
+        worker_image: the Dataflow workers' image (local runs have no Dataflow job, so none).
+    """
+
+    profile: Profile
+    local: bool
+    images: Images | None
+    local_registry: str
+    place: Placement
+    worker_image: str
+
+    @property
+    def has_registry(self) -> bool:
+        """Whether a registry is at hand: Vertex AI's, or locally a local registry.
+
+        Only then does the gate look up a registry champion and the register and recommend
+        branches exist (locally run by pipelines/local_conditions.py: kfp.local runs none).
+        """
+        return bool(self.local_registry) or not self.local
+
+    @property
+    def deploys(self) -> bool:
+        """Whether a registered version is deployed to an endpoint (Vertex AI only)."""
+        return self.profile.deploy and not self.local
+
+    def placed(
+        self, task: dsl.PipelineTask, step: str, display_name: str, retry: bool = True
+    ) -> dsl.PipelineTask:
+        """Names a task and sizes it to its step's machine (``Placement.apply``).
+
+        ``retry``: retry a failed attempt (``RETRIES`` times, ``BACKOFF`` apart); right for a step
+        that only reads its inputs and publishes its outputs last.
+        """
+        task.set_display_name(display_name)
+        self.place.apply(task, step)
+        if retry:
+            task.set_retry(RETRIES, BACKOFF)
+        return task
+
+
+def _validate_and_prepare(
+    b: _Build,
+    *,
+    data_uri: Param,
+    data_fingerprint: Param,
+    data_format: Param,
+    fail_on_anomalies: Param,
+    baseline_schema_uri: Param,
+    baseline_statistics_uri: Param,
+    beam_pipeline_args: Param,
+    min_ratings: Param,
+    data_epochs: Param,
+    num_neg: Param,
+    eval_negatives: Param,
+    train_batch_size: Param,
+    eval_batch_size: Param,
+    preset: Param,
+    epochs: Param,
+    seed: Param,
+) -> dsl.PipelineTask:
+    """Imports the raw interactions, gates them (TFDV) and prepares the training records.
+
+    Returns the prepare task (its ``examples`` feed every later step).
+    """
+    raw = dsl.importer(artifact_uri=data_uri, artifact_class=Dataset, reimport=False)
+    raw.set_display_name("Import raw interactions")
+
+    validate = validate_data(
+        raw_data=raw.output,
+        data_format=data_format,
+        fail_on_anomalies=fail_on_anomalies,
+        baseline_schema_uri=baseline_schema_uri,
+        baseline_statistics_uri=baseline_statistics_uri,
+        data_fingerprint=data_fingerprint,
+        beam_pipeline_args=beam_pipeline_args,
+        worker_image=b.worker_image,
+    )
+    # No retry: the gate is deterministic, a blocked run would only block again.
+    b.placed(validate, "validate", "Validate raw data (TFDV gate)", retry=False)
+
+    prep = prepare_data(
+        raw_data=raw.output,
+        data_format=data_format,
+        min_ratings=min_ratings,
+        num_epochs=data_epochs,
+        train_preset=preset,
+        train_epochs=epochs,
+        num_neg=num_neg,
+        eval_negatives=eval_negatives,
+        train_batch_size=train_batch_size,
+        eval_batch_size=eval_batch_size,
+        seed=seed,
+        eval_users_multiple=eval_users_multiple(b.profile),
+        data_fingerprint=data_fingerprint,
+        runner=b.profile.data_runner,
+        beam_pipeline_args=beam_pipeline_args,
+        worker_image=b.worker_image,
+    ).after(validate)
+    return b.placed(prep, "prepare", "Prepare pre-batched TFRecords")
+
+
+def _train(
+    b: _Build,
+    examples: Param,
+    *,
+    preset: Param,
+    architecture: Param,
+    epochs: Param,
+    seed: Param,
+    target_hr: Param,
+    patience: Param,
+    tune_trials: Param,
+    tune_parallel_trials: Param,
+) -> dsl.PipelineTask:
+    """Trains NeuMF on ``examples``, with the best trial's options when the profile tunes.
+
+    Training is a plain task or a custom job, as ``placement`` decided; a tuning job runs only on
+    Vertex AI (``_tuning``). Returns the train task (its ``model``).
+    """
+    tuned = {}
+    if b.profile.tune and not b.local:
+        tuned = _tuning(b.profile, b.images, examples, preset, architecture, epochs, seed,
+                        tune_trials, tune_parallel_trials)  # fmt: skip
+    train = b.place.train_op(
+        examples=examples,
+        preset=preset,
+        architecture=architecture,
+        epochs=epochs,
+        seed=seed,
+        target_hr=target_hr,
+        patience=patience,
+        **tuned,
+        **b.place.train_arguments,
+    )
+    # Retried: it resumes from the last checkpoint in its model folder.
+    return b.placed(train, "train", f"Train NeuMF ({b.profile.name})")
+
+
+class _Gated(NamedTuple):
+    """The evaluation, export and gate tasks (``_evaluate_export_and_gate``)."""
+
+    evaluate: dsl.PipelineTask
+    export: dsl.PipelineTask
+    compare: dsl.PipelineTask
+
+
+def _evaluate_export_and_gate(
+    b: _Build,
+    examples: Param,
+    model: Param,
+    *,
+    top_k: Param,
+    champion_uri: Param,
+    register: Param,
+    model_display_name: Param,
+    gate_metric: Param,
+    gate_tolerance: Param,
+) -> _Gated:
+    """Evaluates the trained model, exports it for serving and compares it with the champion.
+
+    The champion: ``champion_uri`` when given, else (when registering) the registry's default
+    version of ``model_display_name``: Vertex AI's, or locally the local registry's.
+    """
+    from google_cloud_pipeline_components import _placeholders
+
+    evaluate = evaluate_model(examples=examples, model=model)
+    b.placed(evaluate, "evaluate", "Evaluate HR@10 / NDCG@10")
+
+    export = export_model(model=model, examples=examples, top_k=top_k).after(evaluate)
+    b.placed(export, "export", "Export serving SavedModel")
+
+    compare = compare_models(
+        challenger=export.outputs["exported_model"],
+        examples=examples,
+        champion_uri=champion_uri,
+        use_registry=register if b.has_registry else False,
+        project="" if b.local else _placeholders.PROJECT_ID_PLACEHOLDER,
+        location="" if b.local else _placeholders.LOCATION_PLACEHOLDER,
+        model_display_name=model_display_name,
+        metric=gate_metric,
+        tolerance=gate_tolerance,
+        local_registry=b.local_registry,
+    )
+    # Never from the cache: with use_registry it reads the registry's default version now,
+    # which no cache key sees (a cached verdict would be against an earlier champion).
+    compare.set_caching_options(False)
+    b.placed(compare, "compare", "Compare with the champion")
+    return _Gated(evaluate, export, compare)
+
+
+def _register_and_deploy(
+    b: _Build,
+    gated: _Gated,
+    *,
+    register: Param,
+    model_display_name: Param,
+    endpoint_display_name: Param,
+    data_fingerprint: Param,
+    preset: Param,
+    architecture: Param,
+    epochs: Param,
+    seed: Param,
+) -> None:
+    """Registers the exported model, when asked and blessed, and deploys it on deploying profiles.
+
+    Inside two conditions (``register`` set; the gate blessed the challenger), the export becomes
+    a new version of the champion's registry model; a deploying profile then serves it.
+    """
+    from google_cloud_pipeline_components import _placeholders
+
+    with dsl.If(register == True, name="register-requested"):  # noqa: E712 (KFP condition)
+        with dsl.If(gated.compare.outputs["blessed"] == True, name="challenger-blessed"):  # noqa: E712
+            reg = register_model(
+                exported_model=gated.export.outputs["exported_model"],
+                project="" if b.local else _placeholders.PROJECT_ID_PLACEHOLDER,
+                location="" if b.local else _placeholders.LOCATION_PLACEHOLDER,
+                display_name=model_display_name,
+                parent_model=gated.compare.outputs["champion_model"],
+                decision=gated.compare.outputs["decision"],
+                local_registry=b.local_registry,
+                make_default=not b.deploys,
+                # The serving image for the endpoint's machine (a GPU one for a GPU).
+                gpu=b.deploys and bool(b.profile.serve.accelerator_type),
+                data_fingerprint=data_fingerprint,
+                preset=preset,
+                architecture=architecture,
+                epochs=epochs,
+                seed=seed,
+            )
+            reg.set_display_name(
+                f"Register in the {'local' if b.local else 'Vertex AI'} Model Registry"
+            )
+            # Outside effects (an upload; the default version moves): never from the cache, or
+            # a resubmitted run would show a registration it never made.
+            reg.set_caching_options(False)
+            if b.deploys:
+                _deploy(b, reg.outputs["vertex_model"], endpoint_display_name)
+
+
+def _deploy(b: _Build, vertex_model: Param, endpoint_display_name: Param) -> None:
+    """Deploys a registered version to a Vertex AI endpoint on the profile's ``serve`` machines.
+
+    The version becomes the default once it serves (deploy_model), so a failed deployment leaves
+    the registry's default serving.
+    """
+    from google_cloud_pipeline_components import _placeholders
+
+    serve = b.profile.serve
+    dep = deploy_model(
+        vertex_model=vertex_model,
+        project=_placeholders.PROJECT_ID_PLACEHOLDER,
+        location=_placeholders.LOCATION_PLACEHOLDER,
+        endpoint_display_name=endpoint_display_name,
+        machine_type=serve.machine_type,
+        accelerator_type=serve.accelerator_type,
+        accelerator_count=serve.accelerator_count,
+        replica_count=serve.replica_count,
+    )
+    dep.set_display_name("Deploy to a Vertex AI endpoint")
+    dep.set_caching_options(False)  # Outside effects, as register's.
+    dep.set_retry(RETRIES, BACKOFF)  # Resumes: a deployed version stays.
+
+
+def _recommend(
+    b: _Build,
+    examples: Param,
+    gated: _Gated,
+    *,
+    batch_recommend: Param,
+    recommend_format: Param,
+    beam_pipeline_args: Param,
+) -> None:
+    """Recommendations for every user from a model that passed the gate, when asked.
+
+    Inside two conditions: ``batch_recommend`` set; the gate blessed the challenger.
+    """
+    with dsl.If(batch_recommend == True, name="recommend-requested"):  # noqa: E712
+        with dsl.If(gated.compare.outputs["blessed"] == True, name="recommend-blessed"):  # noqa: E712
+            rec = recommend(
+                exported_model=gated.export.outputs["exported_model"],
+                examples=examples,
+                output_format=recommend_format,
+                beam_pipeline_args=beam_pipeline_args,
+                worker_image=b.worker_image,
+            )
+            b.placed(rec, "recommend", "Recommend for every user (batch)")
+
+
 def build_pipeline(
     profile: Profile,
     local: bool = False,
@@ -320,17 +621,22 @@ def build_pipeline(
     """The pipeline function for a profile (``local``: plain tasks only, for kfp.local).
 
     Where each step runs is ``placement(profile, local, images)``'s; here are the steps and how
-    their inputs and outputs connect. ``local_registry`` (local only): the folder that stands in
-    for the Vertex AI Model Registry (training_core/local_registry.py); without it a local run
-    compares only with ``champion_uri`` and its register branch cannot register.
+    their inputs and outputs connect: one helper per group of steps, called from the pipeline
+    function (KFP records the tasks created while it runs) in the order the tasks are created.
+    ``local_registry`` (local only): the folder that stands in for the Vertex AI Model Registry
+    (training_core/serving/local_registry.py); without it a local run compares only with
+    ``champion_uri`` and its register branch cannot register.
     """
     if local_registry and not local:
         raise ValueError("local_registry is for local runs; Vertex AI runs use its Model Registry")
-    place = placement(profile, local, images)
-    # The Dataflow workers' image (local runs have no Dataflow job, so none).
-    worker_image = "" if local else (images or Images.for_profile(profile)).dataflow
-    multiple = eval_users_multiple(profile)
-    from google_cloud_pipeline_components import _placeholders
+    b = _Build(
+        profile=profile,
+        local=local,
+        images=images,
+        local_registry=local_registry,
+        place=placement(profile, local, images),
+        worker_image="" if local else (images or Images.for_profile(profile)).dataflow,
+    )
 
     @dsl.pipeline(
         name=PIPELINE_NAME,
@@ -371,158 +677,76 @@ def build_pipeline(
         gate_metric: str = gate.DEFAULT_METRIC,
         gate_tolerance: float = gate.DEFAULT_TOLERANCE,
     ) -> Outputs:
-        raw = dsl.importer(artifact_uri=data_uri, artifact_class=Dataset, reimport=False)
-        raw.set_display_name("Import raw interactions")
-
-        validate = validate_data(
-            raw_data=raw.output,
+        # No docstring: KFP would read it into the template (the parameters' descriptions).
+        prep = _validate_and_prepare(
+            b,
+            data_uri=data_uri,
+            data_fingerprint=data_fingerprint,
             data_format=data_format,
             fail_on_anomalies=fail_on_anomalies,
             baseline_schema_uri=baseline_schema_uri,
             baseline_statistics_uri=baseline_statistics_uri,
-            data_fingerprint=data_fingerprint,
             beam_pipeline_args=beam_pipeline_args,
-            worker_image=worker_image,
-        )
-        validate.set_display_name("Validate raw data (TFDV gate)")
-        # No retry: the gate is deterministic, a blocked run would only block again.
-        place.apply(validate, "validate")
-
-        prep = prepare_data(
-            raw_data=raw.output,
-            data_format=data_format,
             min_ratings=min_ratings,
-            num_epochs=data_epochs,
-            train_preset=preset,
-            train_epochs=epochs,
+            data_epochs=data_epochs,
             num_neg=num_neg,
             eval_negatives=eval_negatives,
             train_batch_size=train_batch_size,
             eval_batch_size=eval_batch_size,
+            preset=preset,
+            epochs=epochs,
             seed=seed,
-            eval_users_multiple=multiple,
-            data_fingerprint=data_fingerprint,
-            runner=profile.data_runner,
-            beam_pipeline_args=beam_pipeline_args,
-            worker_image=worker_image,
-        ).after(validate)
-        prep.set_display_name("Prepare pre-batched TFRecords")
-        place.apply(prep, "prepare").set_retry(RETRIES, BACKOFF)
-
-        tuned = {}
-        if profile.tune and not local:
-            tuned = _tuning(profile, images, prep.outputs["examples"], preset, architecture,
-                            epochs, seed, tune_trials, tune_parallel_trials)  # fmt: skip
-        train = place.train_op(
-            examples=prep.outputs["examples"],
+        )
+        examples = prep.outputs["examples"]
+        train = _train(
+            b,
+            examples,
             preset=preset,
             architecture=architecture,
             epochs=epochs,
             seed=seed,
             target_hr=target_hr,
             patience=patience,
-            **tuned,
-            **place.train_arguments,
+            tune_trials=tune_trials,
+            tune_parallel_trials=tune_parallel_trials,
         )
-        train.set_display_name(f"Train NeuMF ({profile.name})")
-        train.set_retry(RETRIES, BACKOFF)  # Resumes from the last checkpoint in its model folder.
-        place.apply(train, "train")
-
-        evaluate = evaluate_model(examples=prep.outputs["examples"], model=train.outputs["model"])
-        evaluate.set_display_name("Evaluate HR@10 / NDCG@10")
-        place.apply(evaluate, "evaluate").set_retry(RETRIES, BACKOFF)
-
-        export = export_model(
-            model=train.outputs["model"], examples=prep.outputs["examples"], top_k=top_k
-        )
-        export.set_display_name("Export serving SavedModel").after(evaluate)
-        place.apply(export, "export").set_retry(RETRIES, BACKOFF)
-
-        # The champion: champion_uri when given, else (when registering) the registry's default
-        # version of model_display_name: Vertex AI's, or locally the local registry's.
-        compare = compare_models(
-            challenger=export.outputs["exported_model"],
-            examples=prep.outputs["examples"],
+        gated = _evaluate_export_and_gate(
+            b,
+            examples,
+            train.outputs["model"],
+            top_k=top_k,
             champion_uri=champion_uri,
-            use_registry=register if (local_registry or not local) else False,
-            project="" if local else _placeholders.PROJECT_ID_PLACEHOLDER,
-            location="" if local else _placeholders.LOCATION_PLACEHOLDER,
+            register=register,
             model_display_name=model_display_name,
-            metric=gate_metric,
-            tolerance=gate_tolerance,
-            local_registry=local_registry,
+            gate_metric=gate_metric,
+            gate_tolerance=gate_tolerance,
         )
-        compare.set_display_name("Compare with the champion")
-        # Never from the cache: with use_registry it reads the registry's default version now,
-        # which no cache key sees (a cached verdict would be against an earlier champion).
-        compare.set_caching_options(False)
-        place.apply(compare, "compare").set_retry(RETRIES, BACKOFF)
-
-        # Locally (run-local) the branches run too, with the local registry in Vertex AI's place
-        # (pipelines/local_conditions.py: kfp.local itself runs no conditions).
-        deploys = profile.deploy and not local
-        if local_registry or not local:
-            with dsl.If(register == True, name="register-requested"):  # noqa: E712 (KFP condition)
-                with dsl.If(compare.outputs["blessed"] == True, name="challenger-blessed"):  # noqa: E712
-                    reg = register_model(
-                        exported_model=export.outputs["exported_model"],
-                        project="" if local else _placeholders.PROJECT_ID_PLACEHOLDER,
-                        location="" if local else _placeholders.LOCATION_PLACEHOLDER,
-                        display_name=model_display_name,
-                        parent_model=compare.outputs["champion_model"],
-                        decision=compare.outputs["decision"],
-                        local_registry=local_registry,
-                        make_default=not deploys,
-                        # The serving image for the endpoint's machine (a GPU one for a GPU).
-                        gpu=deploys and bool(profile.serve.accelerator_type),
-                        data_fingerprint=data_fingerprint,
-                        preset=preset,
-                        architecture=architecture,
-                        epochs=epochs,
-                        seed=seed,
-                    )
-                    reg.set_display_name(
-                        f"Register in the {'local' if local else 'Vertex AI'} Model Registry"
-                    )
-                    # Outside effects (an upload; the default version moves): never from the
-                    # cache, or a resubmitted run would show a registration it never made.
-                    reg.set_caching_options(False)
-                    if deploys:
-                        # The version becomes the default once it serves (deploy_model), so a
-                        # failed deployment leaves the registry's default serving.
-                        serve = profile.serve
-                        dep = deploy_model(
-                            vertex_model=reg.outputs["vertex_model"],
-                            project=_placeholders.PROJECT_ID_PLACEHOLDER,
-                            location=_placeholders.LOCATION_PLACEHOLDER,
-                            endpoint_display_name=endpoint_display_name,
-                            machine_type=serve.machine_type,
-                            accelerator_type=serve.accelerator_type,
-                            accelerator_count=serve.accelerator_count,
-                            replica_count=serve.replica_count,
-                        )
-                        dep.set_display_name("Deploy to a Vertex AI endpoint")
-                        dep.set_caching_options(False)  # Outside effects, as register's.
-                        dep.set_retry(RETRIES, BACKOFF)  # Resumes: a deployed version stays.
-
-            # Recommendations for every user from a model that passed the gate.
-            with dsl.If(batch_recommend == True, name="recommend-requested"):  # noqa: E712
-                with dsl.If(compare.outputs["blessed"] == True, name="recommend-blessed"):  # noqa: E712
-                    rec = recommend(
-                        exported_model=export.outputs["exported_model"],
-                        examples=prep.outputs["examples"],
-                        output_format=recommend_format,
-                        beam_pipeline_args=beam_pipeline_args,
-                        worker_image=worker_image,
-                    )
-                    rec.set_display_name("Recommend for every user (batch)")
-                    place.apply(rec, "recommend").set_retry(RETRIES, BACKOFF)
-
+        if b.has_registry:
+            _register_and_deploy(
+                b,
+                gated,
+                register=register,
+                model_display_name=model_display_name,
+                endpoint_display_name=endpoint_display_name,
+                data_fingerprint=data_fingerprint,
+                preset=preset,
+                architecture=architecture,
+                epochs=epochs,
+                seed=seed,
+            )
+            _recommend(
+                b,
+                examples,
+                gated,
+                batch_recommend=batch_recommend,
+                recommend_format=recommend_format,
+                beam_pipeline_args=beam_pipeline_args,
+            )
         return Outputs(
-            exported_model=export.outputs["exported_model"],
-            metrics=evaluate.outputs["metrics"],
-            examples=prep.outputs["examples"],
-            decision=compare.outputs["decision"],
+            exported_model=gated.export.outputs["exported_model"],
+            metrics=gated.evaluate.outputs["metrics"],
+            examples=examples,
+            decision=gated.compare.outputs["decision"],
         )
 
     return ncf_pipeline

@@ -25,7 +25,7 @@ from typing import Any
 
 from training_core.data.config import RUNNER_BEAM, RUNNER_LOCAL
 from training_core.data.config import RUNNERS as DATA_RUNNERS
-from training_core.strategy import STRATEGIES
+from training_core.training.strategy import STRATEGIES
 
 
 @dataclasses.dataclass(frozen=True)

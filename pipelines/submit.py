@@ -8,7 +8,7 @@ docs (``pipelines.placeholder_values``). Errors from the service become a
 ``SubmitError`` whose message carries the service's own words and what to check.
 
 The REST transport is used for every call, so what the tests exercise against the local
-stand-in (``tests/vertex_standin.py``) is the code path used against Vertex AI.
+stand-in (``pipelines/verify/rest_service.py``) is the code path used against Vertex AI.
 """
 
 from __future__ import annotations
@@ -304,16 +304,16 @@ _PREPARE_FIELDS = {
     "num_neg": "num_neg",
     "eval_negatives": "eval_negatives",
     "train_batch_size": "train_batch_size",
-    "eval_batch_size": "eval_batch_size",  # 0 (not set, training_core.options): automatic.
+    "eval_batch_size": "eval_batch_size",  # 0 (not set, training_core.common.not_set): automatic.
 }
 _PRESET = "preset"
-_EPOCHS = "epochs"  # 0 (not set, training_core.options): the preset's epochs.
+_EPOCHS = "epochs"  # 0 (not set, training_core.common.not_set): the preset's epochs.
 
 
 @functools.cache
 def preset_names() -> tuple[str, ...]:
-    """The names of the training presets (``training_core.presets``: no TensorFlow import)."""
-    from training_core.presets import PRESET_NAMES
+    """The names of the training presets (``training_core.training.presets``: no TensorFlow)."""
+    from training_core.training.presets import PRESET_NAMES
 
     return PRESET_NAMES
 
@@ -323,14 +323,14 @@ def parameter_problems(values: Mapping[str, Any]) -> list[str]:
 
     ``preset`` must name a training preset; the data-prep parameters are held to
     ``PrepareConfig.check``'s ranges; ``epochs`` must be >= 0. 0 is "not set" (the step's
-    default; training_core.options). Other names are not looked at. Strings (from a command
+    default; training_core.common.not_set). Other names are not looked at. Strings (from a command
     line) are converted first.
 
     Raises:
         ValueError: a value that is not an integer where one is needed.
     """
+    from training_core.common.not_set import from_kfp
     from training_core.data.config import DEFAULTS, PrepareConfig
-    from training_core.options import from_kfp
 
     problems = []
     for name, value in values.items():
@@ -423,8 +423,8 @@ def reused_negatives(template: Template, values: Mapping[str, Any]) -> str | Non
     epochs are ``epochs``, else the preset's (for ``auto``, the fewest of the presets it can
     pick: the warning holds for any data size).
     """
-    from training_core.presets import PRESETS, possible_presets
-    from training_core.train_config import reused_negatives_consequence
+    from training_core.training.presets import PRESETS, possible_presets
+    from training_core.training.train_config import reused_negatives_consequence
 
     def value(name: str) -> Any:
         if name in values:

@@ -49,7 +49,7 @@ import time
 import numpy as np
 
 from bench.gpu_train_speed import ML20M_ITEMS, ML20M_USERS, batch_pool, emit, ml20m_positives
-from training_core.presets import NeuMFConfig, get_preset  # pure Python, no TF
+from training_core.training.presets import NeuMFConfig, get_preset  # pure Python, no TF
 
 PRESET = "ml-20m"  # MLPerf v0.5's model and Adam settings, as bench/gpu_train_speed.py trains.
 
@@ -343,10 +343,10 @@ def tf_reference(path: str, overrides: dict | None = None) -> int:
     """
     import tensorflow as tf
 
-    from training_core import metrics
-    from training_core.model import NCFModel
-    from training_core.optim import Adam
-    from training_core.train_step import make_train_loop
+    from training_core.evaluation import metrics
+    from training_core.training.model import NCFModel
+    from training_core.training.optim import Adam
+    from training_core.training.train_step import make_train_loop
 
     overrides = overrides or {}
     config = get_preset(PRESET, **{**overrides, "batch_size": CHECK_SHAPE["batch"]})

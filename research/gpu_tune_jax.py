@@ -43,7 +43,7 @@ from training_core.data import io as rio
 from training_core.data import prepare, sampling, synthetic
 from training_core.data.config import PrepareConfig
 from training_core.data.plan import auto_num_shards
-from training_core.presets import get_preset
+from training_core.training.presets import get_preset
 
 PRESET = "ml-20m"
 PREP = PrepareConfig(input_path="", output_dir="")  # prepare-data's defaults.

@@ -7,8 +7,8 @@ training pre-batch of ``--batch-size`` with ``--epochs`` epochs of fresh negativ
 ``--models`` architecture trains with the ``--preset`` hyperparameters (the product's default
 preset unless given) for every ``--seeds`` seed, each run its own ``ncf-pipelines train``
 process (``--model ARCH --seed S --no-early-stop``), and the popularity baseline is ranked by
-the same evaluation code (``training_core.baselines``). HR@10 and NDCG@10 per epoch come from
-the training history; the table reports, per model, the mean and spread (sample standard
+the same evaluation code (``training_core.evaluation.baselines``). HR@10 and NDCG@10 per epoch come
+from the training history; the table reports, per model, the mean and spread (sample standard
 deviation) over seeds of the best and the last epoch.
 
 Results go to ``<work>/model_quality.json``; ``--docs`` also writes ``docs/model-quality.md``.
@@ -49,7 +49,7 @@ def set_name(args: dict) -> str:
 def preset_words(args: dict) -> str:
     """The preset as the page names it: ``auto`` with the preset it picked for the set."""
     from training_core.data.metadata import read_metadata
-    from training_core.presets import AUTO, resolve_preset
+    from training_core.training.presets import AUTO, resolve_preset
 
     preset = args["preset"]
     if preset != AUTO:
@@ -149,10 +149,10 @@ def popularity(data: str) -> dict:
     """The popularity baseline's HR@10/NDCG@10 by the evaluation code that ranks the models."""
     import tensorflow as tf
 
-    from training_core import evaluate
     from training_core.data.metadata import read_metadata
-    from training_core.eval_config import CURVE_FULL_CATALOG_USERS
-    from training_core.full_catalog import FullCatalogEval
+    from training_core.evaluation import evaluate
+    from training_core.evaluation.eval_config import CURVE_FULL_CATALOG_USERS
+    from training_core.evaluation.full_catalog import FullCatalogEval
 
     meta = read_metadata(data)
     strategy = tf.distribute.get_strategy()
@@ -300,8 +300,8 @@ def write_docs(res: dict) -> None:
 
 
 def main() -> int:
-    from training_core.presets import ARCHITECTURES
-    from training_core.train_config import DEFAULTS
+    from training_core.training.presets import ARCHITECTURES
+    from training_core.training.train_config import DEFAULTS
 
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -1,5 +1,7 @@
 """Shared fixtures: small real files, prepared datasets, one trained tiny model and its export,
-helpers to read them back (docs/testing.md, "Shared fixtures", lists them).
+helpers to read them back (docs/testing.md, "Shared fixtures", lists them); whole-pipeline
+verifications computed once per run for every xdist worker (``once``, ``verified``; docs/testing.md,
+"Running it", on the time they save).
 
 Also the suite's guards against hanging and leftovers (docs/testing.md): tests marked ``slow`` get
 a longer timeout than the global one in pyproject.toml, a backstop kills child processes and then
@@ -11,9 +13,13 @@ however the test ends.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import importlib.util
 import json
 import os
+import pathlib
+import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,17 +32,21 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
-from vertex_standin import BUCKET, PROJECT, SA, TOKEN, VertexStandIn
 
+from training_core.common.atomic_writes import LOCK_FILE
 from training_core.data import prepare, records, synthetic
 from training_core.data.config import PrepareConfig
 from training_core.data.metadata import DatasetMetadata
-from training_core.publish import LOCK_FILE
 
 TINY = dataclasses.replace(synthetic.SHAPES["tiny"], seed=3)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # The repository.
 WORKER = os.path.join(ROOT, "tests", "train_worker.py")  # The CLI in a child, CPU devices set.
-# Beside vertex_standin's PROJECT, BUCKET and SA: the region and network requests name.
+# The project, bucket, identity and token the tests use with the Vertex AI stand-in (``standin``),
+# and the region and network requests name.
+PROJECT = "ncf-test-project"
+BUCKET = "ncf-bucket"
+SA = f"runner@{PROJECT}.iam.gserviceaccount.com"
+TOKEN = "secret-token-XYZ"
 REGION = "europe-west4"
 NETWORK = "projects/123456789012/global/networks/ncf-vpc"
 TINY_TOP_K = 5  # Items per user in ``tiny_export``'s ``recommend`` answer.
@@ -280,10 +290,10 @@ def tiny_data(tmp_path_factory, tiny_csv):
 
 
 class TrainedModel(NamedTuple):
-    """A model folder and the history ``train.train`` returned for it."""
+    """A model folder and the history ``loop.train`` returned for it."""
 
     model_dir: str
-    result: Any  # train.TrainResult (TensorFlow is imported only by the fixtures that use it).
+    result: Any  # loop.TrainResult (TensorFlow is imported only by the fixtures that use it).
 
 
 class ExportedModel(NamedTuple):
@@ -302,11 +312,11 @@ def tiny_model(tiny_data, tmp_path_factory) -> Iterator[TrainedModel]:
     """
     import tensorflow as tf
 
-    from training_core import train, train_config
+    from training_core.training import loop, train_config
 
     model_dir = str(tmp_path_factory.mktemp("tiny-model") / "model")
     config = train_config.config_for(tiny_data, model_dir, "tiny", epochs=2, steps_per_loop=50)
-    trained = TrainedModel(model_dir, train.train(config, tf.distribute.get_strategy()))
+    trained = TrainedModel(model_dir, loop.train(config, tf.distribute.get_strategy()))
     before = tree_bytes(model_dir)
     yield trained
     assert tree_bytes(model_dir) == before, f"a test wrote into the shared {model_dir}"
@@ -315,7 +325,7 @@ def tiny_model(tiny_data, tmp_path_factory) -> Iterator[TrainedModel]:
 @pytest.fixture(scope="session")
 def tiny_export(tiny_model, tiny_data, tmp_path_factory) -> Iterator[ExportedModel]:
     """``tiny_model`` exported as a SavedModel with ``top_k=TINY_TOP_K``; read-only as well."""
-    from training_core import export
+    from training_core.serving import export
 
     out = str(tmp_path_factory.mktemp("tiny-export") / "saved")
     config = export.ExportConfig(tiny_model.model_dir, tiny_data, out, top_k=TINY_TOP_K)
@@ -323,6 +333,111 @@ def tiny_export(tiny_model, tiny_data, tmp_path_factory) -> Iterator[ExportedMod
     before = tree_bytes(out)
     yield exported
     assert tree_bytes(out) == before, f"a test wrote into the shared {out}"
+
+
+# --- work done once per run, shared by the xdist workers -----------------------------------------
+
+# The suite's costliest work is whole-pipeline runs, each task a process that imports TensorFlow.
+# A run several test files read is computed once per `pytest` run, by whichever worker asks
+# first, under a file lock in a folder every worker sees; the others wait for it and read the
+# result (docs/testing.md, "Running it").
+
+
+def shared_folder(tmp_path_factory) -> pathlib.Path:
+    """A folder every xdist worker of this run sees: the run's base temporary folder (each
+    worker's own is a folder below it); without workers, this process's base folder."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def once(tmp_path_factory, name: str, compute) -> Any:
+    """``compute(folder)``'s result, computed once per run for every worker that asks.
+
+    The first caller computes it in ``folder`` (``shared/NAME/``) holding ``shared/NAME.lock``
+    (``fcntl.flock``: released by the kernel if that worker dies) and leaves it pickled beside;
+    later callers, in any worker, wait for the lock and unpickle it. Where ``compute`` raised,
+    later callers fail with its error instead of computing it again. Callers read the result
+    and its folder, never write into them.
+    """
+    root = shared_folder(tmp_path_factory)
+    result, failed = root / f"{name}.pickle", root / f"{name}.failed"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # Released when the file is closed.
+        if result.exists():
+            return pickle.loads(result.read_bytes())
+        if failed.exists():
+            pytest.fail(f"{name}, computed for another test, failed:\n{failed.read_text()}")
+        folder = root / name
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        try:
+            value = compute(folder)
+        except (Exception, pytest.fail.Exception) as e:
+            failed.write_text(f"{type(e).__name__}: {e}"[-5000:])
+            raise
+        partial = root / f"{name}.pickle.partial"
+        partial.write_bytes(pickle.dumps(value))
+        os.replace(partial, result)
+        return value
+
+
+@pytest.fixture(scope="session")
+def verify_cache(tmp_path_factory) -> str:
+    """One ``verify`` execution cache (``cache_dir``) for the whole run, every worker's.
+
+    The cache is safe for concurrent verifications (``pipelines/verify/cache.py``): an entry is
+    published by renaming a finished folder, the first writer wins, and a reader sees a key only
+    once its ``outputs.json`` is in place; two runs that miss the same key both run the task.
+    A test that asserts a task ran (not served from the cache) gets its run from ``verified``,
+    which every other user of the same template and parameters asks for first.
+    """
+    folder = shared_folder(tmp_path_factory) / "verify-cache"
+    folder.mkdir(exist_ok=True)
+    return str(folder)
+
+
+PREEMPTED = "The replica workerpool0-0 was preempted."  # ``verified(..., preempt_first_job=True)``.
+# KFP compiles in a process-wide pipeline context: two threads compiling at once fail ("Nested
+# pipelines are not allowed"). Verifications may run in threads; their compiles take turns.
+_COMPILING = threading.Lock()
+
+
+@pytest.fixture(scope="session")
+def verified(tmp_path_factory, verify_cache):
+    """``verified(profile_name, preempt_first_job=False)``: the built-in profile compiled and
+    verified end to end on the embedded sample with verify's defaults over ``verify_cache``,
+    once per run (``once``); its ``VerifyReport``, whose ``work_dir`` holds the outputs.
+
+    ``preempt_first_job``: the first custom job fails as a preempted one would (``PREEMPTED``)
+    and the task is retried under its ``retryPolicy``. Whoever verifies the same template with
+    the same parameters over ``verify_cache`` (the docs' ``verify`` commands) asks for this
+    first, so that this run's tasks ran here, not from the cache, and the later one is served.
+    """
+
+    def run(name: str, preempt_first_job: bool = False):
+        def compute(folder: pathlib.Path):
+            from pipelines import pipeline, profiles, verify
+
+            with _COMPILING:
+                path = pipeline.compile_pipeline(
+                    profiles.BUILTIN[name], str(folder / f"{name}.yaml")
+                )
+            with verify.Verification(
+                path,
+                work_dir=str(folder / "work"),
+                cache_dir=verify_cache,
+                retries=preempt_first_job,
+            ) as verification:
+                if preempt_first_job:
+                    verification.job_service.fail_next_job(PREEMPTED)
+                return verification.run()
+
+        suffix = "-preempted" if preempt_first_job else ""
+        return once(tmp_path_factory, f"verified-{name}{suffix}", compute)
+
+    return run
 
 
 # --- reading back what the code wrote ------------------------------------------------------------
@@ -404,7 +519,7 @@ def checkpoint_values(path: str, model_only: bool = False) -> dict[str, np.ndarr
     return values
 
 
-# --- the Vertex AI stand-in (tests/vertex_standin.py), with credentials as on a real machine ---
+# --- the Vertex AI stand-in (the emulator's REST side), with credentials as on a real machine ---
 
 
 @pytest.fixture
@@ -412,7 +527,9 @@ def standin(monkeypatch):
     from google.cloud import resourcemanager
     from google.cloud.aiplatform import initializer
 
-    with VertexStandIn(access_token=TOKEN) as s:
+    from pipelines.verify.emulator import RestStandIn
+
+    with RestStandIn(access_token=TOKEN) as s:
         s.add_bucket(BUCKET, PROJECT)
         s.put_object(BUCKET, "ml-1m/ratings.dat", b"1::1193::5::978300760\n")
         s.put_object(BUCKET, "ml-1m/movies.dat", b"1::Toy Story (1995)::Animation\n")

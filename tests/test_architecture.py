@@ -21,6 +21,18 @@ PACKAGES = ("training_core", "components", "pipelines")
 VERIFY = "pipelines.verify"
 VERIFY_COMMAND = "pipelines.commands.verify"
 
+# The core's stages (training_core/<stage>/), and the stages each may import besides itself. Data
+# prep knows nothing of what trains on it; evaluation never needs the export; ``common`` is what
+# every stage shares and imports none of them. Training and evaluation import each other (the loop
+# scores every epoch; evaluation rebuilds the model), module to module without a circle.
+STAGE_MAY_IMPORT = {
+    "common": set(),
+    "data": {"common"},
+    "training": {"common", "data", "evaluation"},
+    "evaluation": {"common", "data", "training"},
+    "serving": {"common", "data", "training", "evaluation"},
+}
+
 # Forbidden arrows that still exist, (importer, imported package), each with what removes it.
 # Every other forbidden arrow fails the test at once; one of these that is gone fails it too, so
 # that this list only shrinks.
@@ -142,13 +154,30 @@ def _within(name: str, package: str) -> bool:
     return name == package or name.startswith(package + ".")
 
 
+def _stage(name: str) -> str | None:
+    """The core's stage a module belongs to (``training_core.<stage>...``), if any."""
+    parts = name.split(".")
+    if parts[0] == "training_core" and len(parts) > 1 and parts[1] in STAGE_MAY_IMPORT:
+        return parts[1]
+    return None
+
+
 def _forbidden(graph: dict[str, dict[str, set[str]]]) -> list[str]:
     """Every arrow that must never exist, as ``importer -> imported (rule)``."""
     found = []
     for module, imports in sorted(graph.items()):
         for target in sorted(imports["external"]):
             rule = None
-            if _within(module, "training_core"):
+            stage, target_stage = _stage(module), _stage(target)
+            if (
+                stage in STAGE_MAY_IMPORT
+                and target_stage not in (None, stage)
+                and target_stage not in STAGE_MAY_IMPORT[stage]
+            ):
+                rule = f"{stage} does not import {target_stage}"
+            elif _within(module, "training_core") and target == "training_core.tune":
+                rule = "tuning sits on top of the stages"
+            elif _within(module, "training_core"):
                 for outside in (
                     "kfp",
                     "google_cloud_pipeline_components",
@@ -216,10 +245,16 @@ def test_the_checks_catch_a_planted_circle_and_arrows():
         "pipelines.submit": {"internal": set(), "external": {"pipelines.verify.run"}},
         "training_core.x": {"internal": set(), "external": {"kfp.dsl"}},
         "pipelines.commands.verify": {"internal": set(), "external": {"pipelines.verify"}},
+        "training_core.data.x": {"internal": set(), "external": {"training_core.training.loop"}},
+        "training_core.evaluation.x": {"internal": set(), "external": {"training_core.serving"}},
+        "training_core.common.x": {"internal": set(), "external": {"training_core.tune"}},
     }
     assert _cycles(planted) == [["pipelines.a", "pipelines.b", "pipelines.a"]]
     assert _forbidden(planted) == [
         "pipelines.submit -> pipelines.verify.run "
         "(submit does not import the emulator that checks it)",
+        "training_core.common.x -> training_core.tune (tuning sits on top of the stages)",
+        "training_core.data.x -> training_core.training.loop (data does not import training)",
+        "training_core.evaluation.x -> training_core.serving (evaluation does not import serving)",
         "training_core.x -> kfp.dsl (the core imports no kfp)",
     ]

@@ -1,4 +1,4 @@
-"""Batch recommendations (training_core/batch_recommend.py): Beam RunInference over a real export.
+"""Batch recommendations (training_core/serving/batch_recommend.py): RunInference, a real export.
 
 Over the session's export of the tiny model (conftest's ``tiny_export``), ``recommend`` writes
 every user's top-k items. Checked against what does not come from the code under test: the users
@@ -17,8 +17,9 @@ import tensorflow as tf
 from conftest import TINY_TOP_K, seen_from_raw
 
 from pipelines import cli
-from training_core import batch_recommend, export, publish
+from training_core.common import atomic_writes
 from training_core.data.metadata import read_metadata
+from training_core.serving import batch_recommend, export
 
 
 @pytest.fixture
@@ -129,13 +130,13 @@ def test_a_failing_job_leaves_the_previous_output_complete(
     shutil.rmtree(broken / "variables")  # The SavedModel no longer loads on the workers.
     (broken / "serving_metadata.json").write_text(json.dumps(facts))
     # The private folders the job builds in: the failure must come after one was made.
-    built, partial_name = [], publish.partial_name
+    built, partial_name = [], atomic_writes.partial_name
 
     def recorded(path: str) -> str:
         built.append(partial_name(path))
         return built[-1]
 
-    monkeypatch.setattr(publish, "partial_name", recorded)
+    monkeypatch.setattr(atomic_writes, "partial_name", recorded)
     with pytest.raises(Exception):  # noqa: B017 (whatever Beam raises from the worker)
         batch_recommend.recommend(batch_recommend.RecommendConfig(str(broken), tiny_data, str(out)))
     assert built and not any(os.path.exists(p) for p in built), built  # Started, cleaned up.

@@ -19,14 +19,13 @@ import time
 
 import pytest
 import yaml
-from conftest import REGION
+from conftest import BUCKET, PROJECT, REGION
 from kfp import dsl
-from vertex_standin import BUCKET, PROJECT
 
 from pipelines import pipeline, profiles, verify
 from pipelines.verify import cache
 from training_core import tune
-from training_core.registry import SERVING_METADATA_FILE
+from training_core.serving.vertex_registry import SERVING_METADATA_FILE
 
 NEVER_CACHED = ("tuning-trial-spec", "compare-models", "register-model", "deploy-model")
 CACHED = (
@@ -325,15 +324,19 @@ def _trial_folders(report) -> tuple[str, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def tuning_runs(tmp_path_factory):
+def tuning_runs(tmp_path_factory, verify_cache):
     """A profile with tune: true and deploy: true verified twice over one cache_dir, the second
     time with another tune_trials (as a resubmitted run): ``(spec, first, second)``.
 
-    Both tests below only read these reports, so the two verifications run once for both.
+    Both tests below only read these reports, so the two verifications run once for both. The
+    cache is the run's shared one (conftest's ``verify_cache``): the first verification's
+    validate and prepare come from it when another verification of the embedded sample ran
+    them first (they have the same spec and inputs in every profile's template); nothing after
+    them can (this profile's tuning job and the tasks after it are its own).
     """
     tmp_path = tmp_path_factory.mktemp("tuning")
     template, spec = _compile(tmp_path, TUNE_DEPLOY)
-    cache_dir = str(tmp_path / "cache")
+    cache_dir = verify_cache
     reports = []
     for run, trials in (("run-1", 2), ("run-2", 1)):
         with verify.Verification(

@@ -172,7 +172,7 @@ def test_tensorflow_starts_quietly_and_verbose_leaves_it_alone():
     "errors" on a machine without a GPU, oneDNN notes), absl's and google-api-core's warning
     about Python 3.11 print nothing; NCF_VERBOSE=1 changes nothing."""
     quiet = _python(
-        "from training_core import console; console.setup()\n"
+        "from training_core.common import console; console.setup()\n"
         "import google.api_core, tensorflow as tf\n"
         "tf.saved_model.save(tf.Module(), __import__('tempfile').mkdtemp())\n"
         "print(int(tf.constant(41) + 1))"
@@ -180,7 +180,7 @@ def test_tensorflow_starts_quietly_and_verbose_leaves_it_alone():
     assert quiet.returncode == 0, quiet.stderr
     assert (quiet.stdout, quiet.stderr) == ("42\n", "")
     verbose = _python(
-        "import os; from training_core import console\n"
+        "import os; from training_core.common import console\n"
         "print(console.setup(), os.environ.get('TF_CPP_MIN_LOG_LEVEL'))",
         NCF_VERBOSE="1",
     )
@@ -194,7 +194,7 @@ def test_a_failing_command_still_shows_its_error(tmp_path, capsys):
 
 
 def test_progress_events_round_trip_and_plain_lines(monkeypatch, capsys):
-    from training_core import console
+    from training_core.common import console
 
     monkeypatch.setenv(console.PROGRESS_ENV, console.PROGRESS_EVENTS)
     with console.progress("epoch 1/2", 10, "steps") as bar:

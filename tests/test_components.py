@@ -5,9 +5,9 @@ from kfp import dsl, local
 from kfp.dsl import Dataset
 
 from components.prepare_data import prepare_data
-from training_core import presets
 from training_core.data import metadata
 from training_core.data.sample_data import sample_path
+from training_core.training import presets
 
 
 def test_prepare_data_python_func_with_real_artifacts(tmp_path, tiny_csv):

@@ -1,10 +1,13 @@
 """One options -> config path per step: defaults cannot drift, every flag and parameter arrives.
 
-The step configs (``training_core.data.config.PrepareConfig``, ``training_core.train_config.
-TrainOptions``) own the defaults. These tests hold to them what the other entry points offer, read
-as they run: each KFP component's parameters from its compiled component spec, the pipeline's
-parameters from the compiled pipeline (following each one to the task input it feeds), and each
-CLI flag by running the subcommand with the flag set and catching the config it builds.
+The step configs (``training_core.data.config.PrepareConfig``,
+``training_core.training.train_config.TrainOptions``) own the defaults. These tests hold to them
+what the other entry points offer, read as they run: each KFP component's parameters from its
+compiled component spec, the pipeline's parameters from the compiled pipeline (following each one to
+the task input it feeds), and each CLI flag by running the subcommand with the flag set and catching
+the config it builds. The flags themselves are made from the configs' fields (their metadata:
+``pipelines/commands/config_options.py``), and data prep is told the epochs training runs by the
+CLI and the component (``train_config.with_training_epochs``).
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ from components.evaluate_model import evaluate_model
 from components.prepare_data import prepare_data
 from components.train_model import train_model
 from pipelines import cli
-from training_core import eval_config, options, train_config
+from training_core.common import not_set
 from training_core.data import config as prep_config
 from training_core.data.metadata import read_metadata
-from training_core.presets import get_preset, resolve_preset
+from training_core.evaluation import eval_config
+from training_core.training import train_config
+from training_core.training.presets import get_preset, resolve_preset
 
 # Component parameters that are not step options, and why; any other must be an option.
 NOT_OPTIONS = {
@@ -78,7 +83,7 @@ def test_every_component_parameter_is_an_option_with_its_default(step):
             continue
         seen.add(option)
         spec = inputs[name]
-        expected = options.kfp_default(defaults[option], _KFP_TYPES[spec.type])
+        expected = not_set.kfp_default(defaults[option], _KFP_TYPES[spec.type])
         assert spec.default == expected, f"{step}.{name}: {spec.default!r} != {expected!r}"
         assert type(spec.default) is type(expected), f"{step}.{name}"
     assert not set(NOT_OPTIONS[step]) - set(inputs) - set(outputs), "stale NOT_OPTIONS entries"
@@ -123,7 +128,7 @@ def test_pipeline_parameters_default_to_what_the_steps_they_feed_default_to(comp
             kfp_type = {"NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "STRING": str}[
                 declared[pipeline_param]["parameterType"]
             ]
-            expected = options.kfp_default(defaults[option], kfp_type)
+            expected = not_set.kfp_default(defaults[option], kfp_type)
             got = declared[pipeline_param].get("defaultValue")
             assert got == expected, f"{pipeline_param} -> {task_name}.{name}"
             checked[pipeline_param] = option
@@ -259,7 +264,7 @@ def _parser_flags(command: str) -> dict[str, str]:
 
 
 def test_each_prepare_data_flag_reaches_the_config(monkeypatch, tmp_path):
-    from training_core.data import prepare, report
+    from training_core.data import prep_result, prepare
 
     seen = []
 
@@ -268,7 +273,7 @@ def test_each_prepare_data_flag_reaches_the_config(monkeypatch, tmp_path):
         raise SystemExit(0)
 
     monkeypatch.setattr(prepare, "run", capture)
-    monkeypatch.setattr(report, "summary", lambda result: "")
+    monkeypatch.setattr(prep_result, "summary", lambda result: "")
     flags = {
         "--format": (["ml-1m"], lambda c: c.format == "ml-1m"),
         "--user-col": (["u"], lambda c: c.columns.user == "u"),
@@ -314,7 +319,7 @@ def test_each_prepare_data_flag_reaches_the_config(monkeypatch, tmp_path):
 
 def test_each_train_flag_reaches_the_config(monkeypatch, data_dir, tmp_path):
     from pipelines.commands import train as train_command
-    from training_core import train
+    from training_core.training import loop
 
     seen = []
 
@@ -323,7 +328,7 @@ def test_each_train_flag_reaches_the_config(monkeypatch, data_dir, tmp_path):
         raise SystemExit(0)
 
     monkeypatch.setattr(train_command, "strategy_from_args", lambda args: None)
-    monkeypatch.setattr(train, "train", capture)
+    monkeypatch.setattr(loop, "train", capture)
     tiny = get_preset("tiny")
     flags = {
         "--preset": (["tiny"], lambda c: c.model.num_factors == tiny.num_factors),
@@ -377,7 +382,7 @@ def test_each_train_flag_reaches_the_config(monkeypatch, data_dir, tmp_path):
 
 def test_each_evaluate_flag_reaches_the_options(monkeypatch, tmp_path):
     from pipelines.commands import evaluate as evaluate_command
-    from training_core import evaluate
+    from training_core.evaluation import evaluate
 
     seen = []
 
@@ -431,3 +436,91 @@ def test_options_that_are_not_options_are_refused():
         train_config.config_for("/nonexistent", "m", epoch=3)
     with pytest.raises(TypeError, match="not evaluation options: full_catalog"):
         eval_config.eval_options(full_catalog=3)
+
+
+# --- data prep is told the epochs training runs -------------------------------------------------
+
+
+def test_data_prep_is_told_the_epochs_training_runs_where_the_two_meet():
+    """Data prep does not know the presets: it names the run (training's names and defaults)
+    and is handed the epochs that run trains (``train_config.with_training_epochs``)."""
+    from training_core.training import presets
+
+    assert prep_config.DEFAULTS["train_preset"] == train_config.DEFAULTS["preset"]
+    assert prep_config.DEFAULTS["train_epochs"] == train_config.DEFAULTS["epochs"]
+
+    def told(**options):
+        return train_config.with_training_epochs(prep_config.prepare_config("in", "out", **options))
+
+    for size in (1_000, 1_000_000, 19_000_000):  # auto: the preset for the size, as training.
+        assert told().resolved_epochs(size) == get_preset(resolve_preset("auto", size)).epochs
+    assert told(train_preset="tiny").resolved_epochs(10**9) == presets.PRESETS["tiny"].epochs
+    assert told(train_preset="tiny", train_epochs=7).resolved_epochs(5) == 7
+    assert told(train_preset="tiny", num_epochs=2).resolved_epochs(5) == 2
+    # Handed in, the function is not what the config is: same options, same config.
+    assert told() == prep_config.prepare_config("in", "out")
+    with pytest.raises(ValueError, match="num_epochs is not set and no epochs_for"):
+        prep_config.prepare_config("in", "out").resolved_epochs(1_000)
+    with pytest.raises(
+        ValueError, match=r"^--train-preset must be a training preset: one of auto, .*got 'ml-2m'$"
+    ):
+        told(train_preset="ml-2m")
+
+
+def test_the_command_and_the_component_hand_data_prep_the_epochs(monkeypatch, tmp_path):
+    from kfp.dsl import Dataset
+
+    from training_core.data import prepare
+
+    seen = []
+
+    def capture(config, runner, beam_args):
+        seen.append(config)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(prepare, "run", capture)
+    with pytest.raises(SystemExit):
+        cli.main(["prepare-data", "--output", str(tmp_path / "o"), "--train-preset", "tiny"])
+    with pytest.raises(SystemExit):
+        prepare_data.python_func(
+            raw_data=Dataset(uri="in"), examples=Dataset(uri=str(tmp_path / "e")), train_epochs=7
+        )
+    command, component = seen
+    assert command.resolved_epochs(10**9) == get_preset("tiny").epochs
+    assert component.resolved_epochs(10**9) == 7
+
+
+# --- each option is written once, on its config's field ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command, config_class, elsewhere",
+    [
+        # --input, --format and the columns: add_input_arguments, shared with validate.
+        ("prepare-data", prep_config.PrepareConfig, {"format", "columns"}),
+        ("train", train_config.TrainOptions, set()),
+        ("evaluate", eval_config.EvalOptions, set()),
+    ],
+)
+def test_each_option_of_a_command_is_its_config_field(command, config_class, elsewhere):
+    """Flag, help (with the default), choices and dest come from the field; a field without help
+    is no flag (the pipeline's only)."""
+    from pipelines.commands.config_options import flag
+
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices[command]
+    actions = {s: a for a in sub._actions for s in a.option_strings if a.help != argparse.SUPPRESS}
+    not_options = {"input_path", "output_dir", "epochs_for"}
+    component_only = {"eval_users_multiple"}
+    for field in dataclasses.fields(config_class):
+        if field.name in not_options | elsewhere:
+            continue
+        if field.name in component_only:
+            assert "help" not in field.metadata and flag(field) not in actions, field.name
+            continue
+        action = actions[flag(field)]
+        assert action.dest == field.name, field.name
+        assert action.help == field.metadata["help"].format(default=field.default)
+        assert action.default in (None, False), field.name  # Not given: the config's default.
+        if "choices" in field.metadata:
+            assert tuple(action.choices) == tuple(field.metadata["choices"]), field.name

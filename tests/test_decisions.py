@@ -17,11 +17,12 @@ import tensorflow as tf
 from conftest import checkpoint_values
 
 from pipelines import cli
-from training_core import compare, presets, train, train_config
 from training_core.data import plan, prepare
 from training_core.data.config import PrepareConfig
 from training_core.data.metadata import read_metadata
-from training_core.model_dir import best_dir, checkpoint_dir, history_path
+from training_core.evaluation import gate
+from training_core.training import loop, presets, train_config
+from training_core.training.model_dir import best_dir, checkpoint_dir, history_path
 
 # --- patience: the best epoch's weights, and which epoch is the best ----------------------------
 
@@ -42,22 +43,22 @@ def test_a_kill_right_after_an_epoch_s_checkpoint_finds_its_best_weights_saved(
         tiny_data, model_dir, "tiny", epochs=2, target_hr=0.0, steps_per_loop=50
     )
     config = dataclasses.replace(config, model=dataclasses.replace(config.model, patience=1))
-    real_save = train._Trainer._save
+    real_save = loop._Trainer._save
 
     def save_then_die(self, *args):
         real_save(self, *args)
         if self.history:  # An epoch's checkpoint (not a mid-epoch one): die right after it.
             raise _Crash
 
-    monkeypatch.setattr(train._Trainer, "_save", save_then_die)
+    monkeypatch.setattr(loop._Trainer, "_save", save_then_die)
     with pytest.raises(_Crash):
-        train.train(config, tf.distribute.get_strategy())
+        loop.train(config, tf.distribute.get_strategy())
 
     latest = tf.train.latest_checkpoint(checkpoint_dir(model_dir))
     step = int(latest.rsplit("-", 1)[1])
     with open(history_path(model_dir, step)) as f:
-        claimed = [train.EpochResult(**e) for e in json.load(f)["epochs"]]
-    best = train.best_epoch(claimed)
+        claimed = [loop.EpochResult(**e) for e in json.load(f)["epochs"]]
+    best = loop.best_epoch(claimed)
     assert [e.epoch for e in claimed] == [1] and best.epoch == 1
     saved = tf.train.latest_checkpoint(best_dir(model_dir))
     assert saved is not None and saved.endswith(f"-{best.epoch}"), (
@@ -72,8 +73,8 @@ def test_a_kill_right_after_an_epoch_s_checkpoint_finds_its_best_weights_saved(
         np.testing.assert_array_equal(ours[name], kept[name], err_msg=name)
 
 
-def _epoch(epoch: int, hr: float) -> train.EpochResult:
-    return train.EpochResult(
+def _epoch(epoch: int, hr: float) -> loop.EpochResult:
+    return loop.EpochResult(
         epoch=epoch, step=10 * epoch, loss=0.5, hr_at_10=hr, ndcg_at_10=hr / 2,
         examples_per_sec=1.0, eval_users=100,
     )  # fmt: skip
@@ -81,16 +82,16 @@ def _epoch(epoch: int, hr: float) -> train.EpochResult:
 
 def test_of_equal_hr_at_10_the_first_epoch_is_the_best_and_a_later_tie_counts_as_no_better():
     history = [_epoch(1, 0.25), _epoch(2, 0.5), _epoch(3, 0.5), _epoch(4, 0.5)]
-    assert train.best_epoch(history) is history[1]
-    assert train.best_epoch(history[:3]) is history[1]
-    assert train.epochs_without_better(history) == 2
+    assert loop.best_epoch(history) is history[1]
+    assert loop.best_epoch(history[:3]) is history[1]
+    assert loop.epochs_without_better(history) == 2
     # Patience 2: two tying epochs after the best are two epochs without a better HR@10.
     model = presets.get_preset("tiny", patience=2)
-    assert train.stop_reason(model, history[:3]) is None
-    reason = train.stop_reason(model, history)
+    assert loop.stop_reason(model, history[:3]) is None
+    reason = loop.stop_reason(model, history)
     assert reason is not None and "no better HR@10 than epoch 2's 0.5000 for 2 epochs" in reason
     # What a run reports as best (and keeps, with patience) is that first epoch.
-    result = train.TrainResult(
+    result = loop.TrainResult(
         epochs=history, global_step=40, steps_per_epoch=10, stopped_early=True, num_replicas=1,
         strategy="_DefaultDistributionStrategy", kept_epoch=2,
     )  # fmt: skip
@@ -142,8 +143,8 @@ def test_train_names_a_damaged_training_shard_and_the_offset(tiny_data, tmp_path
 # --- the gate's boundary: not worse is >= -tolerance ----------------------------------------------
 
 
-def _scores(export_dir: str, hr: float) -> compare.Scores:
-    return compare.Scores(export_dir, hr, hr / 2, users=100, known_users=1.0, known_items=1.0)
+def _scores(export_dir: str, hr: float) -> gate.Scores:
+    return gate.Scores(export_dir, hr, hr / 2, users=100, known_users=1.0, known_items=1.0)
 
 
 @pytest.mark.parametrize(
@@ -163,8 +164,8 @@ def test_the_gate_blesses_up_to_the_tolerance_inclusive(
     """compare's own rule on exactly chosen scores (each model's scoring through its signature is
     tested in test_compare.py): the gap ``challenger - champion`` may equal ``-tolerance``."""
     hr = {"challenger": challenger, "champion": champion}
-    monkeypatch.setattr(compare, "score_export", lambda export, data: _scores(export, hr[export]))
-    decision = compare.compare("challenger", "data", "champion", "hr_at_10", tolerance)
+    monkeypatch.setattr(gate, "score_export", lambda export, data: _scores(export, hr[export]))
+    decision = gate.compare("challenger", "data", "champion", "hr_at_10", tolerance)
     assert decision.blessed is blessed, decision.reason
     verdict = "is not worse than" if blessed else "is worse than"
     assert f"challenger hr_at_10 {challenger:.4f} {verdict} the champion's" in decision.reason
@@ -185,6 +186,7 @@ def test_auto_prepares_the_epochs_of_the_preset_its_training_positives_choose():
     assert by_positives != by_rows  # The counts straddle a limit where the epochs differ.
     config = PrepareConfig(input_path="in.csv", output_dir="out", num_epochs=None)
     assert config.train_preset == presets.AUTO and config.train_epochs is None
+    config = train_config.with_training_epochs(config)  # As the CLI and the component tell it.
     decided = plan.make_plan(config, "csv", "0" * 64, rows, users, num_items=5_000)
     assert decided.num_epochs == decided.options["num_epochs"] == by_positives
 
@@ -204,10 +206,10 @@ def test_auto_prepares_the_epochs_training_resolves_from_the_metadata(
     assert presets.PRESETS["tiny"].epochs != presets.PRESETS["reference"].epochs
 
     out = str(tmp_path / "auto")
-    config = PrepareConfig(
+    config = train_config.with_training_epochs(PrepareConfig(
         input_path=tiny_csv, output_dir=out, min_ratings=0, num_epochs=None, eval_negatives=20,
         train_batch_size=256, workers=1,
-    )  # fmt: skip
+    ))  # fmt: skip
     meta = prepare.prepare(config).metadata
     assert meta.num_train_positives == positives
     trains = train_config.config_for(out, str(tmp_path / "m"), presets.AUTO).model.epochs

@@ -26,11 +26,11 @@ from conftest import ROOT, WORKER, checkpoint_values
 # A port found free may be taken before a worker binds it: the runs here retry on ADDRESS_IN_USE.
 from pipelines.verify.job_service import ADDRESS_IN_USE
 from pipelines.verify.job_service import free_port as _free_port
-from training_core import input_pipeline, model, optim, train, train_config
 from training_core.data import prepare, synthetic
 from training_core.data.config import PrepareConfig
 from training_core.data.metadata import read_metadata
-from training_core.model_dir import checkpoint_dir, config_path, history_path
+from training_core.training import input_pipeline, loop, model, optim, train_config
+from training_core.training.model_dir import checkpoint_dir, config_path, history_path
 
 
 def _prepare(tmp_path_factory, name, shape, **options):
@@ -91,7 +91,7 @@ def test_dynamic_loss_scale_halves_on_overflow_grows_after_the_interval_and_stop
 
 
 def _trainer_and_iterator(data_dir, model_dir, **options):
-    trainer = train._Trainer(_config(data_dir, model_dir, **options), tf.distribute.get_strategy())
+    trainer = loop._Trainer(_config(data_dir, model_dir, **options), tf.distribute.get_strategy())
     dataset_fn = input_pipeline.train_dataset_fn(trainer.meta, data_dir, trainer.layout, 0, 0)
     return trainer, iter(input_pipeline.distribute(trainer.strategy, dataset_fn))
 
@@ -106,7 +106,7 @@ def _float32_gradients(trainer, data_dir, step):
     meta, layout = trainer.meta, trainer.layout
     dataset = input_pipeline.train_dataset_fn(meta, data_dir, layout, 0, step)
     batch = next(iter(dataset(tf.distribute.InputContext(1, 0, 1))))
-    fresh = train.build_model(trainer.config.model, meta, trainer.config.seed)
+    fresh = loop.build_model(trainer.config.model, meta, trainer.config.seed)
     variables = [fresh.user_embedding, fresh.item_embedding, *fresh.dense_variables()]
     with tf.GradientTape() as tape:
         logits = fresh.score(batch["user_id"], batch["item_id"], tf.float32)
@@ -120,7 +120,7 @@ def _float32_gradients(trainer, data_dir, step):
 def test_float16_overflow_step_is_skipped_the_scale_halves_and_training_goes_on(
     tiny_data, tmp_path
 ):
-    """The real train step (train._Trainer's loop) in float16 on the CPU, one step at a time."""
+    """The real train step (loop._Trainer's loop) in float16 on the CPU, one step at a time."""
     trainer, it = _trainer_and_iterator(tiny_data, str(tmp_path / "m"), precision="float16")
     assert trainer.dtype == tf.float16 and trainer.loss_scale is not None
     loss_scale, opt = trainer.loss_scale, trainer.optimizer
@@ -167,10 +167,10 @@ def test_float16_training_from_an_overflowing_scale_skips_exactly_the_halving_st
     """A whole ``train()`` run in float16: skipped steps == halvings, and it still learns."""
     initial = 2.0**40
     monkeypatch.setattr(
-        train, "DynamicLossScale", functools.partial(optim.DynamicLossScale, initial)
+        loop, "DynamicLossScale", functools.partial(optim.DynamicLossScale, initial)
     )
     model_dir = str(tmp_path / "m")
-    result = train.train(
+    result = loop.train(
         _config(tiny_data, model_dir, precision="float16"), tf.distribute.get_strategy()
     )
     spe = read_metadata(tiny_data).train_steps_per_epoch
@@ -246,7 +246,7 @@ def test_sparse_and_dense_embedding_updates_differ_exactly_as_lazy_adam_does(
     for dense in (True, False):
         model_dir = str(tmp_path / f"dense_{dense}")
         config = _config(two_step_data, model_dir, steps_per_loop=1, dense_gradients=dense)
-        results[dense] = train.train(config, tf.distribute.get_strategy())
+        results[dense] = loop.train(config, tf.distribute.get_strategy())
         assert results[dense].global_step == 2
         ckpts[dense] = checkpoint_values(checkpoint_dir(model_dir))
     dense, lazy = ckpts[True], ckpts[False]
@@ -292,10 +292,10 @@ def test_sparse_and_dense_embedding_updates_differ_exactly_as_lazy_adam_does(
 
 def test_auto_picks_sparse_rows_on_cpu_for_large_tables(tiny_data, tmp_path, monkeypatch):
     strategy = tf.distribute.get_strategy()
-    assert train._Trainer(_config(tiny_data, str(tmp_path / "a")), strategy).dense  # Tiny: dense.
-    monkeypatch.setattr(train, "DENSE_TABLE_LIMIT", 300 * 16)  # Now (200 + 300) * 16 is large.
-    assert not train._Trainer(_config(tiny_data, str(tmp_path / "b")), strategy).dense
-    forced = train._Trainer(_config(tiny_data, str(tmp_path / "c"), dense_gradients=True), strategy)
+    assert loop._Trainer(_config(tiny_data, str(tmp_path / "a")), strategy).dense  # Tiny: dense.
+    monkeypatch.setattr(loop, "DENSE_TABLE_LIMIT", 300 * 16)  # Now (200 + 300) * 16 is large.
+    assert not loop._Trainer(_config(tiny_data, str(tmp_path / "b")), strategy).dense
+    forced = loop._Trainer(_config(tiny_data, str(tmp_path / "c"), dense_gradients=True), strategy)
     assert forced.dense
 
 
@@ -380,7 +380,7 @@ def test_jit_compile_trains_to_the_same_model_as_without(tiny_data, tmp_path):
     for jit in (True, False):
         model_dir = str(tmp_path / f"jit_{jit}")
         config = _config(tiny_data, model_dir, steps_per_loop=50, jit_compile=jit)
-        trainer = train._Trainer(config, strategy)
+        trainer = loop._Trainer(config, strategy)
         assert trainer.jit is jit
         result = trainer.run()
         runs[jit] = (result, checkpoint_values(checkpoint_dir(model_dir)), _xla_functions(trainer))
@@ -464,7 +464,7 @@ def uninterrupted(tiny_data, tmp_path_factory):
     # target), which the comparison needs.
     model_dir = str(tmp_path_factory.mktemp("uninterrupted") / "model")
     config = _config(tiny_data, model_dir, epochs=EPOCHS, steps_per_loop=STEPS_PER_LOOP)
-    return train.train(config, tf.distribute.get_strategy()).to_dict()
+    return loop.train(config, tf.distribute.get_strategy()).to_dict()
 
 
 @pytest.mark.slow

@@ -6,9 +6,9 @@ never a stranger's model or endpoint of the same display name; the filters the r
 are asserted as the stand-in received them.
 
 The component's own function runs with the real ``google-cloud-aiplatform`` client over REST to
-``tests/vertex_standin.py`` on 127.0.0.1, which parses every request as the service's message
-types and applies the v1 reference's traffic rules (a split adds up to 100; a deployed model that
-still receives traffic is not undeployed). The endpoint's ``:predict`` and ``:rawPredict`` are
+``pipelines/verify/rest_service.py`` on 127.0.0.1, which parses every request as the service's
+message types and applies the v1 reference's traffic rules (a split adds up to 100; a deployed model
+that still receives traffic is not undeployed). The endpoint's ``:predict`` and ``:rawPredict`` are
 answered by a real exported SavedModel run the way the prebuilt TensorFlow serving container runs
 it (tests/serve_check.py in an isolated interpreter: the TF Serving REST row format).
 """
@@ -21,14 +21,13 @@ import numpy as np
 import pytest
 import requests
 import tensorflow as tf
-from conftest import REGION, TINY_TOP_K, serve_check
+from conftest import BUCKET, PROJECT, REGION, TINY_TOP_K, serve_check
 from kfp import dsl
-from vertex_standin import BUCKET, PROJECT
 
 from components.deploy_model import deploy_model
 from components.export_model import register_model
-from training_core import registry
-from training_core.registry import SERVING_METADATA_FILE
+from training_core.serving import vertex_registry
+from training_core.serving.vertex_registry import SERVING_METADATA_FILE
 
 ROOT = f"gs://{BUCKET}/"  # Where this pipeline writes its models (compare_models' model_root).
 OUR_FILTER = 'display_name="ncf-neumf" AND labels.ncf_pipelines_model="ncf-neumf"'
@@ -122,7 +121,7 @@ def test_a_new_version_serves_before_the_old_one_goes_and_then_becomes_the_defau
     v2 = _register(tmp_path, "run-2", parent=model, make_default=False)
     assert v2.metadata["versionId"] == "2"
     assert _default_version(vertex, model) == "1"
-    assert registry.find_champion(PROJECT, REGION, "ncf-neumf", ROOT).version_id == "1"
+    assert vertex_registry.find_champion(PROJECT, REGION, "ncf-neumf", ROOT).version_id == "1"
     before = len(vertex.requests)
     second = _deploy("run-2", v2)
     calls = [r.path.rsplit(":", 1)[-1] for r in vertex.requests[before:] if ":" in r.path]
@@ -140,7 +139,7 @@ def test_a_new_version_serves_before_the_old_one_goes_and_then_becomes_the_defau
     assert second.metadata["undeployed"] == [only["id"]]
     assert second.metadata["createdEndpoint"] is False  # The same endpoint, found by name.
     assert _default_version(vertex, model) == "2"
-    assert registry.find_champion(PROJECT, REGION, "ncf-neumf", ROOT).version_id == "2"
+    assert vertex_registry.find_champion(PROJECT, REGION, "ncf-neumf", ROOT).version_id == "2"
 
 
 def test_a_failed_deployment_or_upload_leaves_the_previous_version_serving(vertex, tmp_path):
@@ -167,7 +166,7 @@ def test_a_failed_deployment_or_upload_leaves_the_previous_version_serving(verte
     after = [r.path.rsplit(":", 1)[-1] for r in vertex.requests[before:] if ":" in r.path]
     assert after == ["deployModel"], after  # Nothing undeployed, the default not moved.
     assert _default_version(vertex, model) == "1"
-    assert registry.find_champion(PROJECT, REGION, "ncf-neumf", ROOT).version_id == "1"
+    assert vertex_registry.find_champion(PROJECT, REGION, "ncf-neumf", ROOT).version_id == "1"
 
     # The step's retry finishes the job.
     _deploy("run-3", v2)
@@ -298,16 +297,16 @@ def _gate(tmp_path, monkeypatch, **kw) -> tuple[str, str | None]:
     """compare_models' own function with the registry on: the registry model it returns and the
     champion folder it would load (the scoring itself is test_compare.py's; here it records)."""
     from components.compare_models import compare_models
-    from training_core import compare
+    from training_core.evaluation import gate
 
     loaded = []
 
     def record(challenger_dir, data_dir, champion_dir=None, metric="", tolerance=0.0):
         loaded.append(champion_dir)
-        scores = compare.Scores(challenger_dir, 0.5, 0.3, 10, 1.0, 1.0)
-        return compare.Decision(True, "recorded", metric, tolerance, scores, None)
+        scores = gate.Scores(challenger_dir, 0.5, 0.3, 10, 1.0, 1.0)
+        return gate.Decision(True, "recorded", metric, tolerance, scores, None)
 
-    monkeypatch.setattr(compare, "compare", record)
+    monkeypatch.setattr(gate, "compare", record)
     args = dict(
         challenger=dsl.Model(uri=f"gs://{BUCKET}/pipeline-root/run-9/export-model/exported_model"),
         examples=dsl.Dataset(uri=str(tmp_path / "examples")),
@@ -379,7 +378,7 @@ def test_a_display_name_cannot_widen_the_registry_filter(vertex, tmp_path, monke
     assert [d["modelVersionId"] for d in vertex.endpoints[our_endpoint]["deployedModels"]] == ["1"]
     for name in ("bad\\name", "x" * 129, "tab\tname", ""):
         with pytest.raises(ValueError, match="cannot be used"):
-            registry.family_filter(name, "ncf-neumf", option)
+            vertex_registry.family_filter(name, "ncf-neumf", option)
 
 
 @pytest.mark.parametrize(

@@ -16,12 +16,18 @@ command, all listed in ``substitute``:
   the median pruner prunes from the fourth on, ``training_core/tune.py``);
 - a command that would reach Google Cloud runs as its own dry run: ``submit`` with ``--dry-run``,
   ``make push`` with ``DRY_RUN=1``;
-- every ``verify`` gets ``--cache-dir`` with one folder shared by all docs (``verify-cache`` in
-  this test's temporary folder), as a user who verifies several templates of one pipeline would
-  pass it: a task is served from it only where an earlier verification ran the same spec on the
-  same inputs and the same data (``pipelines/verify/cache.py``), so the README's ``gpu-a100``
-  run gives docs/verify.md's ``gpu-a100-2workers`` run its validate and prepare; training and
-  everything after it still run in each verification, and a verification on other data
+- every ``verify`` gets ``--cache-dir`` with the one execution cache of this ``pytest`` run
+  (conftest's ``verify_cache``, shared with tests/test_verify.py, test_verify_gcsfuse.py and
+  test_cache_and_effects.py), as a user who verifies several templates of one pipeline would
+  pass it, and docs/verify.md's ``verify.verify(...)`` call gets ``cache_dir=`` that folder: a
+  task is served from it only where an earlier verification ran the same spec on the same
+  inputs and the same data (``pipelines/verify/cache.py``). So the README's ``gpu-a100`` run
+  gets validate and prepare from whichever verification of the embedded sample ran them first,
+  and docs/verify.md's two verifications of ``gpu-a100-2workers`` on the embedded sample with
+  verify's defaults are served every cached task by tests/test_verify.py's verification of the
+  same template with the same parameters (conftest's ``verified``, asked for first; that test
+  asserts its tasks ran, the replicas included): here they check that the documented commands
+  run and exit 0 as written, not the training again. A verification on other data
   (``--data ml-1m/``) or another image (docs/submit.md's) runs every task.
 
 What a doc takes as already there is put there first, from the README's tour (``PROVIDED``).
@@ -147,7 +153,7 @@ def not_run_reason(kind: str, text: str) -> str | None:
     return next((why for line, why in NOT_RUN_PYTHON.items() if line in text), None)
 
 
-def substitute(command: str, tmp: pathlib.Path) -> str:
+def substitute(command: str, tmp: pathlib.Path, cache_dir: str) -> str:
     """The command as this test runs it (every change the module docstring lists)."""
     command = command.replace("/tmp/", f"{tmp}/tmp/")
     command = re.sub(r"--shape \S+", "--shape ml-100k", command)
@@ -159,8 +165,13 @@ def substitute(command: str, tmp: pathlib.Path) -> str:
     if words[:2] == ["make", "push"] and not any(w.startswith("DRY_RUN=") for w in words):
         command += " DRY_RUN=1"
     if "verify" in words[:4] and "--cache-dir" not in words:
-        command += f" --cache-dir {tmp}/verify-cache"
+        command += f" --cache-dir {cache_dir}"
     return command
+
+
+def substitute_python(block: str, cache_dir: str) -> str:
+    """A Python block as this test runs it: ``verify.verify(...)`` calls get ``cache_dir``."""
+    return re.sub(r"(\bverify\.verify\([^()]*)\)", rf"\1, cache_dir={cache_dir!r})", block)
 
 
 def environment(tmp: pathlib.Path, activated: bool) -> dict[str, str]:
@@ -193,7 +204,7 @@ def environment(tmp: pathlib.Path, activated: bool) -> dict[str, str]:
     }
 
 
-def run_doc(doc: str, tmp: pathlib.Path) -> list[tuple[str, float]]:
+def run_doc(doc: str, tmp: pathlib.Path, cache_dir: str) -> list[tuple[str, float]]:
     """Runs every command and Python block of ``doc`` that can run here; their times.
 
     Raises:
@@ -210,9 +221,10 @@ def run_doc(doc: str, tmp: pathlib.Path) -> list[tuple[str, float]]:
         if not_run_reason(kind, text):
             continue
         if kind == "python":
+            text = substitute_python(text, cache_dir)
             argv, shown = [sys.executable, "-c", text], text.strip().splitlines()[0]
         else:
-            shown = substitute(text, tmp)
+            shown = substitute(text, tmp, cache_dir)
             argv = ["bash", "-c", shown]
         make = shown.startswith("make ")
         start = time.monotonic()
@@ -234,11 +246,11 @@ def run_doc(doc: str, tmp: pathlib.Path) -> list[tuple[str, float]]:
 
 
 @pytest.fixture(scope="module")
-def tour(tmp_path_factory) -> pathlib.Path:
+def tour(tmp_path_factory, verify_cache) -> pathlib.Path:
     """The README's commands, run once: the other docs start from what they made."""
     tmp = tmp_path_factory.mktemp("documented")
     (tmp / "tmp").mkdir()
-    run_doc("README.md", tmp)
+    run_doc("README.md", tmp, verify_cache)
     return tmp
 
 
@@ -277,5 +289,7 @@ def test_readme_tour_runs_as_written(tour):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("doc", ["docs/submit.md", "docs/serving.md", "docs/verify.md"])
-def test_doc_commands_run_as_written(doc, tour):
-    run_doc(doc, tour)
+def test_doc_commands_run_as_written(doc, tour, verify_cache, verified):
+    if doc == "docs/verify.md":  # Its embedded-sample runs are served from this one's cache.
+        verified("gpu-a100-2workers")
+    run_doc(doc, tour, verify_cache)

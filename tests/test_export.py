@@ -19,10 +19,10 @@ from kfp import dsl
 
 from components.export_model import export_model, register_model
 from pipelines import cli
-from training_core import export
 from training_core.data.metadata import read_metadata
-from training_core.evaluate import load_model
-from training_core.registry import serving_container_for, upload_args
+from training_core.evaluation.evaluate import load_model
+from training_core.serving import export
+from training_core.serving.vertex_registry import serving_container_for, upload_args
 
 
 @pytest.fixture(scope="module")

@@ -13,16 +13,11 @@ import tensorflow as tf
 from conftest import ROOT, WORKER, communicate, read_split
 from ncf_numpy import full_catalog_reference, leave_one_out_from_raw, neumf_scores
 
-from training_core import (
-    baselines,
-    console,
-    eval_config,
-    full_catalog,
-    metrics,
-)
+from training_core.common import console
 from training_core.data import positives
 from training_core.data.metadata import read_metadata
-from training_core.evaluate import evaluate, load_model, run_eval
+from training_core.evaluation import baselines, eval_config, full_catalog, metrics
+from training_core.evaluation.evaluate import evaluate, load_model, run_eval
 
 
 class TableScorer(tf.Module):
@@ -303,7 +298,7 @@ def test_mirrored_replicas_split_the_users_and_agree_with_one_device(
 
 
 def test_the_training_curve_records_full_catalog_metrics(model_dir):
-    from training_core.model_dir import history_files
+    from training_core.training.model_dir import history_files
 
     path = max(history_files(model_dir).items())[1]
     with open(path) as f:

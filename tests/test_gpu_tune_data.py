@@ -1,6 +1,6 @@
 """``research/gpu_tune_jax.py`` trains on what ``prepare-data`` writes, row for row.
 
-The GPU tune of the ``ml-20m`` preset (docs/training.md 'ml-20m on a GPU') prepares its data in
+The GPU tune of the ``ml-20m`` preset (docs/tuning-log.md 'ml-20m on a GPU') prepares its data in
 memory with data prep's own functions, because the GPU machines have no TensorFlow to read
 records with. Its claim, that each step sees the rows the trainer would read from the prepared
 records in the same order, is held here against real records at the ml-100k shape.

@@ -1,4 +1,4 @@
-"""The local model registry (training_core/local_registry.py): versions, the default, kills, races.
+"""The local registry (training_core/serving/local_registry.py): versions, default, kills, races.
 
 run-local's gate registers into it; the whole pipeline's two branches through it are in
 tests/test_run_local.py.
@@ -13,7 +13,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from training_core import local_registry
+from training_core.serving import local_registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -76,7 +76,7 @@ def test_bad_names_and_folders_are_named(exports, tmp_path):
 
 _REGISTER = """
 import sys
-from training_core import local_registry
+from training_core.serving import local_registry
 v = local_registry.register(sys.argv[1], "ncf", sys.argv[2])
 print(v.version_id)
 """
@@ -107,7 +107,7 @@ def test_concurrent_registrations_get_distinct_versions(exports, tmp_path):
 
 _SLOW_COPY = """
 import os, shutil, sys, time
-from training_core import local_registry
+from training_core.serving import local_registry
 
 def slow_copy(src, dst, **kw):
     os.makedirs(dst)

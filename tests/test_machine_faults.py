@@ -31,7 +31,7 @@ import time
 import pytest
 from conftest import ROOT, communicate
 
-from training_core import faults
+from training_core.common import faults
 from training_core.data import plan, prepare
 from training_core.data.config import PrepareConfig
 from training_core.data.metadata import METADATA_FILE

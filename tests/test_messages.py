@@ -11,10 +11,10 @@ import pytest
 import tensorflow as tf
 
 from pipelines import cli
-from training_core import input_pipeline
 from training_core.data import records
 from training_core.data.metadata import read_metadata
-from training_core.model_dir import checkpoint_dir, list_checkpoints, resolve_checkpoint
+from training_core.training import input_pipeline
+from training_core.training.model_dir import checkpoint_dir, list_checkpoints, resolve_checkpoint
 
 
 @pytest.fixture

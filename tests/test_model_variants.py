@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training_core import export, model, train, train_config
-from training_core.data.metadata import read_metadata
-from training_core.evaluate import evaluate, load_model
-from training_core.model_dir import read_model_config
+from training_core.data.metadata import read_metadata, read_vocab
+from training_core.evaluation.evaluate import evaluate, load_model
+from training_core.serving import export
+from training_core.training import loop, model, train_config
+from training_core.training.model_dir import read_model_config
 
 ARCHITECTURES = ("neumf", "mf", "gmf", "mlp")
 
@@ -56,7 +57,7 @@ def _numpy_logits(net: model.NCFModel, users: np.ndarray, items: np.ndarray) -> 
 def test_each_architecture_scores_by_its_formula(tiny_data, architecture, width, n_dense):
     meta = read_metadata(tiny_data)
     config = model.get_preset("tiny", architecture=architecture)
-    net = train.build_model(config, meta, seed=1)
+    net = loop.build_model(config, meta, seed=1)
     assert net.user_embedding.shape == (meta.num_users, width)
     assert net.item_embedding.shape == (meta.num_items, width)
     assert len(net.dense_variables()) == n_dense
@@ -75,10 +76,10 @@ def test_each_architecture_scores_by_its_formula(tiny_data, architecture, width,
 def test_mf_bias_columns_start_at_zero_and_the_neumf_weights_are_unchanged(tiny_data):
     """MF's bias column starts at 0; NeuMF's initial weights are what they were before --model."""
     meta = read_metadata(tiny_data)
-    mf = train.build_model(model.get_preset("tiny", architecture="mf"), meta, seed=0)
+    mf = loop.build_model(model.get_preset("tiny", architecture="mf"), meta, seed=0)
     assert not np.any(mf.user_embedding.numpy()[:, -1]) and not np.any(mf.item_embedding[:, -1])
     assert np.std(mf.user_embedding.numpy()[:, :-1]) > 0
-    neumf = train.build_model(model.get_preset("tiny"), meta, seed=0)
+    neumf = loop.build_model(model.get_preset("tiny"), meta, seed=0)
     # The NeuMF tables come from stateless draws with seeds (0, 0) and (0, 1): fixed forever,
     # so checkpoints and quality curves from before --model stay reproducible.
     dim = neumf.config.embedding_dim
@@ -99,7 +100,7 @@ def trained(tiny_data, tiny_model, tmp_path_factory):
         config = train_config.config_for(
             tiny_data, model_dir, "tiny", architecture=arch, epochs=2, steps_per_loop=50
         )
-        result = train.train(config, tf.distribute.get_strategy())
+        result = loop.train(config, tf.distribute.get_strategy())
         out[arch] = (model_dir, result)
     return out
 
@@ -120,7 +121,7 @@ def test_a_model_folder_resumes_only_as_its_own_architecture(trained, tiny_data)
     model_dir, _ = trained["mf"]
     other = train_config.config_for(tiny_data, model_dir, "tiny", architecture="gmf", epochs=3)
     with pytest.raises(ValueError, match="architecture mf here, gmf now"):
-        train.train(other, tf.distribute.get_strategy())
+        loop.train(other, tf.distribute.get_strategy())
 
 
 @pytest.mark.parametrize("arch", ["mf", "mlp"])
@@ -135,8 +136,8 @@ def test_other_architectures_export_the_same_signatures(
     assert set(loaded.signatures) == set(neumf.signatures)
     # The score signature takes raw ids and gives the model's own probabilities.
     meta = read_metadata(tiny_data)
-    users_raw = export.read_vocab(os.path.join(tiny_data, meta.user_vocab))
-    items_raw = export.read_vocab(os.path.join(tiny_data, meta.item_vocab))
+    users_raw = read_vocab(os.path.join(tiny_data, meta.user_vocab))
+    items_raw = read_vocab(os.path.join(tiny_data, meta.item_vocab))
     net, _, _ = load_model(model_dir, tf.distribute.get_strategy())
     assert net.config.architecture == arch
     u_idx, i_idx = np.arange(5), np.arange(5, 10)
@@ -159,7 +160,7 @@ def test_popularity_baseline_ranks_by_training_count(tiny_data):
     """run_eval over the popularity scorer equals a NumPy ranking by epoch-0 positive counts."""
     from conftest import read_split
 
-    from training_core import baselines, evaluate
+    from training_core.evaluation import baselines, evaluate
 
     meta = read_metadata(tiny_data)
     train_rows = read_split(tiny_data, meta, training=True)
@@ -191,7 +192,7 @@ def test_l2_adds_the_penalty_of_the_rows_each_example_uses(dense):
     """Loss and embedding gradients with ``l2_regularization`` against NumPy: the cross entropy
     plus ``l2 * (|u|^2 + |v|^2)`` per valid example over the global batch; the gradient of a
     table row gains ``2 * l2 * row * (its valid uses) / global_batch``, also as touched rows."""
-    from training_core import train_step
+    from training_core.training import train_step
 
     l2, global_batch = 0.05, 8.0
     users = np.array([[0], [1], [1], [2], [3], [0]], np.int64)
@@ -239,7 +240,7 @@ def test_l2_trains_smaller_embeddings_through_the_cli_options(tiny_data, tmp_pat
             l2_regularization=penalty,
         )
         assert config.model.l2_regularization == penalty
-        train.train(config, tf.distribute.get_strategy())
+        loop.train(config, tf.distribute.get_strategy())
         net, _, _ = load_model(str(tmp_path / f"l2-{penalty}"), tf.distribute.get_strategy())
         assert net.config.l2_regularization == penalty  # Recorded in model_config.json.
         norms[penalty] = float(np.linalg.norm(net.user_embedding.numpy()))
@@ -258,13 +259,13 @@ def test_score_grid_is_score_over_every_pair(tiny_data, architecture, layers):
     layers; the popularity baseline's grid and candidates are its counts."""
     import dataclasses
 
-    from training_core.baselines import popularity
+    from training_core.evaluation.baselines import popularity
 
     meta = read_metadata(tiny_data)
     config = model.get_preset("tiny", architecture=architecture)
     if layers:
         config = dataclasses.replace(config, layers=layers)
-    net = train.build_model(config, meta, seed=2)
+    net = loop.build_model(config, meta, seed=2)
     users = tf.constant([0, 3, 7], tf.int64)
     n = net.num_items
     grid = net.score_grid(users, net.item_side()).numpy()

@@ -191,7 +191,7 @@ class _Runs:
         import tensorflow as tf
 
         from training_core.data.metadata import read_metadata
-        from training_core.strategy import StrategyConfig, build_strategy
+        from training_core.training.strategy import StrategyConfig, build_strategy
 
         self.mirrored = build_strategy(StrategyConfig(name="mirrored", num_gpus=0))
         assert self.mirrored.num_replicas_in_sync == REPLICAS
@@ -202,12 +202,12 @@ class _Runs:
 
     def trainer(self, strategy, name: str, **options):
         """A trainer of the tiny preset (one epoch, no early stop) and its epoch-1 iterator."""
-        from training_core import input_pipeline, model, train, train_config
+        from training_core.training import input_pipeline, loop, model, train_config
 
         preset = model.get_preset("tiny", epochs=1, batch_size=self.meta.train_prebatch_size)
         preset = dataclasses.replace(preset, hr_threshold=None)
         model_dir = os.path.join(self.out_dir, name)
-        t = train._Trainer(
+        t = loop._Trainer(
             train_config.TrainConfig(self.data_dir, model_dir, preset, **options), strategy
         )
         fn = input_pipeline.train_dataset_fn(self.meta, self.data_dir, t.layout, 0, 0)
@@ -265,8 +265,8 @@ def _train(runs: _Runs) -> None:
     """One epoch through ``_Trainer.run`` with the options a user would pass; HR before, after."""
     import tensorflow as tf
 
-    from training_core import train, train_config
-    from training_core.evaluate import run_eval
+    from training_core.evaluation.evaluate import run_eval
+    from training_core.training import loop, train_config
 
     config = train_config.config_for(
         runs.data_dir,
@@ -278,7 +278,7 @@ def _train(runs: _Runs) -> None:
         steps_per_loop=50,
         target_hr=-1,
     )
-    t = train._Trainer(config, runs.mirrored)
+    t = loop._Trainer(config, runs.mirrored)
     assert t.dtype == tf.float16 and not t.dense
     before = run_eval(t.model, runs.mirrored, runs.meta, runs.data_dir, t.dtype)
     result = t.run()

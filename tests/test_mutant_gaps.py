@@ -14,19 +14,19 @@ from conftest import random_shard, submit_config
 
 from pipelines import profiles, submit
 from pipelines.profiles import ProfileError
-from training_core import presets, train
 from training_core.data import sampling
+from training_core.training import loop, presets
 
 
 def test_reaching_the_target_hr_exactly_stops():
     model = presets.get_preset("tiny", hr_threshold=0.5)
     history = [
-        train.EpochResult(
+        loop.EpochResult(
             epoch=1, step=10, loss=0.5, hr_at_10=0.5, ndcg_at_10=0.25, examples_per_sec=1.0,
             eval_users=100,
         )
     ]  # fmt: skip
-    reason = train.stop_reason(model, history)
+    reason = loop.stop_reason(model, history)
     assert reason is not None and "HR@10 0.5000 reached the target 0.5000" in reason
 
 

@@ -14,8 +14,8 @@ import pytest
 
 from pipelines import cli
 from pipelines import submit as vs
-from training_core import model, train_config
 from training_core.data.metadata import read_metadata
+from training_core.training import model, train_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -14,7 +14,7 @@ from components import custom_job_launcher
 from components._image import image_for
 from components.train_model import train_model
 from pipelines import cli, pipeline, profiles
-from training_core import strategy as st
+from training_core.training import strategy as st
 
 DISPLAY = {
     "importer": "Import raw interactions",
@@ -173,7 +173,8 @@ def test_every_profile_compiles_with_its_machines(compiled, name):
 
 
 # On the machines its custom job asks for, the compiled training step builds this strategy over
-# this many GPUs (training_core.strategy.resolve, fed as components/train_model.py feeds it).
+# this many GPUs (training_core.training.strategy.resolve, fed as components/train_model.py
+# feeds it).
 RESOLVED = {
     "cpu": ("default", 0),
     "gpu-t4": ("one_device", 1),

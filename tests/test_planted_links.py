@@ -3,9 +3,9 @@
 A symbolic (or hard) link planted at a folder's lock file, or at the name a file is built under
 before its rename, must not be written through: the victim it points at stays as it was. An
 output folder that another user owns, or that others may write in (not sticky), is refused with
-a message naming it, its owner and mode, and what to do (``publish.check_output_folder``, called
-by ``publish.hold`` and by ``export`` and ``recommend``). The run-local "Try it" line quotes
-its path for the shell (issue 35, 8).
+a message naming it, its owner and mode, and what to do (``atomic_writes.check_output_folder``,
+called by ``atomic_writes.hold`` and by ``export`` and ``recommend``). The run-local "Try it" line
+quotes its path for the shell (issue 35, 8).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from pipelines.commands import run_local
-from training_core import publish
+from training_core.common import atomic_writes
 from training_core.data import dataset_folder
 
 VICTIM_TEXT = "the victim's own content\n"
@@ -42,36 +42,36 @@ def out(tmp_path):
 
 
 def test_link_planted_at_the_lock_is_not_followed(out, victim):
-    os.symlink(victim, out / publish.LOCK_FILE)
-    with pytest.raises(publish.UnsafeOutputError, match="symbolic link") as refused:
+    os.symlink(victim, out / atomic_writes.LOCK_FILE)
+    with pytest.raises(atomic_writes.UnsafeOutputError, match="symbolic link") as refused:
         with dataset_folder.holding(str(out)):  # What prepare-data holds its --output with.
             pass
-    assert str(out / publish.LOCK_FILE) in str(refused.value)
+    assert str(out / atomic_writes.LOCK_FILE) in str(refused.value)
     assert victim.read_text() == VICTIM_TEXT
-    assert os.path.islink(out / publish.LOCK_FILE)  # Left for the user to look at.
+    assert os.path.islink(out / atomic_writes.LOCK_FILE)  # Left for the user to look at.
 
 
 def test_hard_link_planted_at_the_lock_is_not_written(out, victim):
-    os.link(victim, out / publish.LOCK_FILE)
-    with pytest.raises(publish.UnsafeOutputError, match="hard link"):
-        with publish.hold(str(out), "train", wait=False):
+    os.link(victim, out / atomic_writes.LOCK_FILE)
+    with pytest.raises(atomic_writes.UnsafeOutputError, match="hard link"):
+        with atomic_writes.hold(str(out), "train", wait=False):
             pass
     assert victim.read_text() == VICTIM_TEXT
 
 
 def test_a_lock_of_our_own_is_still_held_and_reused(out):
     for _ in range(2):
-        with publish.hold(str(out), "train", wait=False):
-            info = os.lstat(out / publish.LOCK_FILE)
+        with atomic_writes.hold(str(out), "train", wait=False):
+            info = os.lstat(out / atomic_writes.LOCK_FILE)
             assert stat.S_ISREG(info.st_mode)
-            assert b'"what": "train"' in (out / publish.LOCK_FILE).read_bytes()
+            assert b'"what": "train"' in (out / atomic_writes.LOCK_FILE).read_bytes()
 
 
 @pytest.mark.parametrize("name", ["metadata.json", "_SUCCESS"])
 def test_link_planted_at_the_old_partial_name_is_not_followed(out, victim, name):
     target = out / name
-    os.symlink(victim, str(target) + publish.PARTIAL_SUFFIX)  # The fixed name writes used.
-    publish.write_text_atomic(str(target), "new content\n")
+    os.symlink(victim, str(target) + atomic_writes.PARTIAL_SUFFIX)  # The fixed name writes used.
+    atomic_writes.write_text_atomic(str(target), "new content\n")
     assert victim.read_text() == VICTIM_TEXT
     assert not os.path.islink(target) and target.read_text() == "new content\n"
 
@@ -80,9 +80,9 @@ def test_a_name_that_is_already_there_is_not_written_through(out, victim, monkey
     """Even a planted link at the very name chosen (a guess that came true) is not followed."""
     planted = str(out / "x.tfrecord.partial-1-00")
     os.symlink(victim, planted)
-    monkeypatch.setattr(publish, "partial_name", lambda path: planted)
+    monkeypatch.setattr(atomic_writes, "partial_name", lambda path: planted)
     with pytest.raises(FileExistsError):
-        with publish.atomic_output(str(out / "x.tfrecord")) as f:
+        with atomic_writes.atomic_output(str(out / "x.tfrecord")) as f:
             f.write(b"records")
     assert victim.read_text() == VICTIM_TEXT
     assert os.path.islink(planted)  # Not ours: not removed either.
@@ -91,8 +91,8 @@ def test_a_name_that_is_already_there_is_not_written_through(out, victim, monkey
 
 def test_partials_are_private_names_and_killed_ones_are_cleaned(out):
     """Each write builds under a new name; the dataset folder's writer removes a dead one's."""
-    names = {publish.partial_name(str(out / "metadata.json")) for _ in range(3)}
-    assert len(names) == 3 and all(publish.is_partial(os.path.basename(n)) for n in names)
+    names = {atomic_writes.partial_name(str(out / "metadata.json")) for _ in range(3)}
+    assert len(names) == 3 and all(atomic_writes.is_partial(os.path.basename(n)) for n in names)
     dead = 2**22 + 7  # Above the default pid_max: no live process has it.
     top = out / f"metadata.json.partial-{dead}-0badc0de"
     top.write_text("half")
@@ -103,13 +103,13 @@ def test_partials_are_private_names_and_killed_ones_are_cleaned(out):
     assert dataset_folder.decide(str(out), (), build, overwrite=False) is None  # Not foreign.
     dataset_folder.begin(str(out), build, num_epochs=1)
     assert not top.exists()
-    assert not [n for n in os.listdir(inner) if publish.is_partial(n)]
-    assert not publish.is_partial("ratings.partial-notes.csv")
+    assert not [n for n in os.listdir(inner) if atomic_writes.is_partial(n)]
+    assert not atomic_writes.is_partial("ratings.partial-notes.csv")
 
 
-def _refused(folder, match: str) -> publish.UnsafeOutputError:
-    with pytest.raises(publish.UnsafeOutputError, match=match) as refused:
-        with publish.hold(str(folder), "prepare-data", wait=False):
+def _refused(folder, match: str) -> atomic_writes.UnsafeOutputError:
+    with pytest.raises(atomic_writes.UnsafeOutputError, match=match) as refused:
+        with atomic_writes.hold(str(folder), "prepare-data", wait=False):
             pass
     assert str(folder) in str(refused.value)
     assert isinstance(refused.value, ValueError)  # The CLI prints it as a plain error.
@@ -120,7 +120,9 @@ def test_a_folder_others_may_write_is_refused(out):
     os.chmod(out, 0o777)
     message = str(_refused(out, "writable by every user"))
     assert "drwxrwxrwx" in message and "chmod go-w" in message
-    assert not os.path.lexists(out / publish.LOCK_FILE)  # Refused before anything was written.
+    assert not os.path.lexists(
+        out / atomic_writes.LOCK_FILE
+    )  # Refused before anything was written.
 
 
 def test_a_new_folder_in_a_parent_others_may_write_is_refused(tmp_path):
@@ -133,10 +135,10 @@ def test_a_new_folder_in_a_parent_others_may_write_is_refused(tmp_path):
 
 def test_a_sticky_folder_and_a_private_one_are_accepted(out):
     os.chmod(out, 0o1777)  # As /tmp: others cannot remove or rename what is ours.
-    with publish.hold(str(out / "data"), "prepare-data", wait=False):
+    with atomic_writes.hold(str(out / "data"), "prepare-data", wait=False):
         pass
     os.chmod(out, 0o755)
-    with publish.hold(str(out), "prepare-data", wait=False):
+    with atomic_writes.hold(str(out), "prepare-data", wait=False):
         pass
 
 
@@ -160,18 +162,18 @@ def test_an_output_folder_that_is_another_users_link_is_refused(tmp_path):
 
 def test_export_recommend_and_prepare_refuse_before_the_work(out):
     """The check comes first: the model and data named here do not even exist."""
-    from training_core import batch_recommend, export
+    from training_core.serving import batch_recommend, export
 
     os.chmod(out, 0o777)
     missing = str(out.parent / "missing")
-    with pytest.raises(publish.UnsafeOutputError, match="export: refusing"):
+    with pytest.raises(atomic_writes.UnsafeOutputError, match="export: refusing"):
         export.export(export.ExportConfig(missing, missing, str(out / "export")))
-    with pytest.raises(publish.UnsafeOutputError, match="recommend: refusing"):
+    with pytest.raises(atomic_writes.UnsafeOutputError, match="recommend: refusing"):
         batch_recommend.recommend(batch_recommend.RecommendConfig(missing, missing, str(out)))
     # prepare-data too, before it reads its input (which does not exist either).
     from training_core.data import config, prepare
 
-    with pytest.raises(publish.UnsafeOutputError, match="prepare-data: refusing"):
+    with pytest.raises(atomic_writes.UnsafeOutputError, match="prepare-data: refusing"):
         prepare.prepare(config.prepare_config(missing, str(out)))
 
 
@@ -211,6 +213,6 @@ def test_the_cloud_storage_fuse_mount_is_not_judged_by_its_mode(tmp_path):
         f"/dev/sda1 / ext4 rw 0 0\nmy-bucket {tmp_path}/gcs fuse.gcsfuse rw 0 0\n"
         f"gcsfuse {tmp_path}/old\\040mount fuse rw 0 0\n"
     )
-    assert publish._on_gcsfuse(str(tmp_path / "gcs" / "bucket" / "model"), str(mounts))
-    assert publish._on_gcsfuse(str(tmp_path / "old mount" / "x"), str(mounts))
-    assert not publish._on_gcsfuse(str(tmp_path / "elsewhere"), str(mounts))
+    assert atomic_writes._on_gcsfuse(str(tmp_path / "gcs" / "bucket" / "model"), str(mounts))
+    assert atomic_writes._on_gcsfuse(str(tmp_path / "old mount" / "x"), str(mounts))
+    assert not atomic_writes._on_gcsfuse(str(tmp_path / "elsewhere"), str(mounts))

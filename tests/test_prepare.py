@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 from conftest import read_split, tree_bytes
 
-from training_core import publish
+from training_core.common import atomic_writes
 from training_core.data import io as rio
 from training_core.data import metadata, prepare, records, synthetic
 from training_core.data.config import PrepareConfig
@@ -149,24 +149,30 @@ def test_byte_identical_for_any_worker_count_and_rerun_is_reused(tmp_path, tiny_
 
 
 def test_by_default_as_many_epochs_are_prepared_as_training_runs(tmp_path, tiny_csv):
-    """num_epochs not set: one epoch of fresh negatives per epoch the training run will train."""
-    from training_core import presets
+    """num_epochs not set: one epoch of fresh negatives per epoch the training run will train,
+    as training tells data prep (train_config.with_training_epochs, as the CLI and the
+    component do)."""
+    from training_core.training import presets
+    from training_core.training.train_config import with_training_epochs
+
+    def told(*args, **kw):
+        return with_training_epochs(_config(*args, **kw))
 
     fixed = prepare.prepare(_config(tiny_csv, tmp_path / "a", num_epochs=3, workers=1))
     # The preset's epochs (tiny trains 3): the same dataset as 3 asked for, so it is reused.
     assert presets.PRESETS["tiny"].epochs == 3
     resolved = prepare.prepare(
-        _config(tiny_csv, tmp_path / "a", num_epochs=None, train_preset="tiny", workers=1)
+        told(tiny_csv, tmp_path / "a", num_epochs=None, train_preset="tiny", workers=1)
     )
     assert resolved.reused and resolved.metadata == fixed.metadata
     assert set(resolved.metadata.train_files) == {"epoch_000", "epoch_001", "epoch_002"}
     # --train-epochs is what training runs whatever the preset's.
     two = prepare.prepare(
-        _config(tiny_csv, tmp_path / "b", num_epochs=None, train_preset="tiny", train_epochs=2)
+        told(tiny_csv, tmp_path / "b", num_epochs=None, train_preset="tiny", train_epochs=2)
     )
     assert two.metadata.num_epochs == two.metadata.options["num_epochs"] == 2
     # auto: the preset for the data's size, as training resolves it from the same count.
-    auto = _config(tiny_csv, tmp_path / "c", num_epochs=None)
+    auto = told(tiny_csv, tmp_path / "c", num_epochs=None)
     positives = fixed.metadata.num_train_positives
     assert auto.train_preset == presets.AUTO
     assert auto.resolved_epochs(positives) == presets.PRESETS["ml-100k"].epochs == 20
@@ -175,7 +181,7 @@ def test_by_default_as_many_epochs_are_prepared_as_training_runs(tmp_path, tiny_
     # A dataset prepared for another training run is another dataset.
     with pytest.raises(FileExistsError, match="already holds a different prepared dataset"):
         prepare.prepare(
-            _config(tiny_csv, tmp_path / "a", num_epochs=None, train_preset="quick", workers=1)
+            told(tiny_csv, tmp_path / "a", num_epochs=None, train_preset="quick", workers=1)
         )
 
 
@@ -378,7 +384,7 @@ def test_kill_mid_run_never_looks_complete_and_rerun_recovers(tmp_path, procs):
     assert "interrupted run" in done.stderr
     assert metadata.read_metadata(out).num_epochs == 4
     assert not list(out.glob("data-*/.beam-staging"))
-    assert not [p for p in out.rglob("*") if publish.is_partial(p.name)]
+    assert not [p for p in out.rglob("*") if atomic_writes.is_partial(p.name)]
 
 
 # Digests of every record and vocab file prepared from one small synthetic set, per option set,

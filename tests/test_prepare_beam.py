@@ -9,7 +9,7 @@ from kfp.dsl import Dataset
 
 from components.prepare_data import prepare_data
 from pipelines import cli
-from training_core import publish
+from training_core.common import atomic_writes
 from training_core.data import dataset_folder, metadata, prepare, prepare_beam, synthetic
 from training_core.data import io as rio
 from training_core.data.config import PrepareConfig
@@ -47,14 +47,18 @@ def test_beam_tree_is_byte_identical_to_the_single_path(
     assert tree_bytes(local.output_dir) == tree_bytes(beam.output_dir)
     assert beam.metadata == local.metadata and not beam.reused
     assert not (tmp_path / "beam" / dataset_folder.BEAM_STAGING).exists()
-    assert not [p for p in (tmp_path / "beam").rglob("*") if publish.is_partial(p.name)]
+    assert not [p for p in (tmp_path / "beam").rglob("*") if atomic_writes.is_partial(p.name)]
 
 
 def test_beam_prepares_the_epochs_training_runs_as_the_single_path_does(tmp_path, tiny_csv):
     """num_epochs not set: the epochs are decided in the job, once the data is counted."""
+    from training_core.training.train_config import with_training_epochs
+
     kw = dict(num_epochs=None, train_preset="tiny")
-    local = prepare.prepare(_config(tiny_csv, tmp_path / "local", workers=1, **kw))
-    beam = _beam(_config(tiny_csv, tmp_path / "beam", **kw), THREADS)
+    local = prepare.prepare(
+        with_training_epochs(_config(tiny_csv, tmp_path / "local", workers=1, **kw))
+    )
+    beam = _beam(with_training_epochs(_config(tiny_csv, tmp_path / "beam", **kw)), THREADS)
     assert tree_bytes(local.output_dir) == tree_bytes(beam.output_dir)
     assert beam.metadata.num_epochs == 3 and len(beam.metadata.train_files) == 3
 

@@ -4,7 +4,7 @@ On Vertex AI every artifact path is on a gcsfuse mount, where a directory rename
 ENOSYS (EMFILE past ``--rename-dir-limit`` on newer releases) and a file rename works. Each
 publish here runs in a subprocess under verify's gcsfuse emulation (``pipelines/verify/
 gcsfuse.py``: the LD_PRELOAD library, and the Python-level fallback used where there is no C
-compiler), with the environment verify gives its task processes. ``publish.replace_folder``
+compiler), with the environment verify gives its task processes. ``atomic_writes.replace_folder``
 must publish there (a first time, over an earlier folder, and again after an attempt killed
 midway), never showing a part as complete, and keep the one-step swap on a local disk.
 """
@@ -20,7 +20,7 @@ import subprocess
 import pytest
 
 from pipelines.verify import gcsfuse, shim
-from training_core import publish
+from training_core.common import atomic_writes
 
 MARKER = "manifest.json"
 OLD = {"a.txt": "old a", "only-old.txt": "gone after", "sub/deep/x.bin": "old x", MARKER: "old"}
@@ -36,7 +36,7 @@ NEW = {
 # are done, as a task killed midway.
 PUBLISH = """
 import os, sys
-from training_core import publish
+from training_core.common import atomic_writes
 new, target, marker, kill_after = sys.argv[1:5]
 if kill_after != "-":
     left, real = [int(kill_after)], os.replace
@@ -46,7 +46,7 @@ if kill_after != "-":
         left[0] -= 1
         return real(*args, **kwargs)
     os.replace = replace
-publish.replace_folder(new, target, marker=marker)
+atomic_writes.replace_folder(new, target, marker=marker)
 """
 
 
@@ -138,7 +138,7 @@ def test_a_publish_killed_at_any_step_looks_incomplete_and_a_retry_completes(pre
     """Killed after each file rename in turn, the folder lacks its marker, and says why.
 
     The next attempt (a task retry: the same target, a new build) publishes the new folder
-    exactly; ``publish.interrupted`` tells a retry that the leftovers are a publish's.
+    exactly; ``atomic_writes.interrupted`` tells a retry that the leftovers are a publish's.
     """
     mount = preload_mount
     target = f"{mount.bucket}/out"
@@ -149,10 +149,10 @@ def test_a_publish_killed_at_any_step_looks_incomplete_and_a_retry_completes(pre
         assert killed.returncode == 9, killed.stderr  # Killed midway, not finished.
         state = _read(target)
         assert MARKER not in state, f"killed after {k} file renames: {sorted(state)}"
-        assert publish.interrupted(target)
+        assert atomic_writes.interrupted(target)
         retry = mount.publish(_write(f"{mount.bucket}/retry-{k}", NEW), target)
         assert retry.returncode == 0, retry.stderr
-        assert _read(target) == NEW and not publish.interrupted(target)
+        assert _read(target) == NEW and not atomic_writes.interrupted(target)
 
 
 def test_past_the_rename_dir_limit_newer_gcsfuse_answers_emfile_and_files_move_in(
@@ -167,28 +167,28 @@ def test_past_the_rename_dir_limit_newer_gcsfuse_answers_emfile_and_files_move_i
         return real(src, dst)
 
     monkeypatch.setattr(os, "rename", rename)
-    monkeypatch.setattr(publish, "_exchange", lambda a, b: False)  # FUSE: no RENAME_EXCHANGE.
+    monkeypatch.setattr(atomic_writes, "_exchange", lambda a, b: False)  # FUSE: no RENAME_EXCHANGE.
     target = str(tmp_path / "out")
-    publish.replace_folder(_write(tmp_path / "old", OLD), target, marker=MARKER)
-    publish.replace_folder(_write(tmp_path / "new", NEW), target, marker=MARKER)
+    atomic_writes.replace_folder(_write(tmp_path / "old", OLD), target, marker=MARKER)
+    atomic_writes.replace_folder(_write(tmp_path / "new", NEW), target, marker=MARKER)
     assert _read(target) == NEW
     assert os.listdir(tmp_path) == ["out"]
 
 
 def test_a_local_disk_keeps_the_one_step_swap(tmp_path):
     target = tmp_path / "out"
-    publish.replace_folder(_write(tmp_path / "old", OLD), str(target), marker=MARKER)
+    atomic_writes.replace_folder(_write(tmp_path / "old", OLD), str(target), marker=MARKER)
     new = _write(tmp_path / "new", NEW)
     inode = os.stat(new).st_ino
-    publish.replace_folder(new, str(target), marker=MARKER)
+    atomic_writes.replace_folder(new, str(target), marker=MARKER)
     assert os.stat(target).st_ino == inode  # The folder itself was swapped in, not copied.
     assert _read(target) == NEW and os.listdir(tmp_path) == ["out"]
 
 
 def test_a_folder_without_its_marker_is_refused_before_anything_moves(tmp_path):
     target = tmp_path / "out"
-    publish.replace_folder(_write(tmp_path / "old", OLD), str(target), marker=MARKER)
+    atomic_writes.replace_folder(_write(tmp_path / "old", OLD), str(target), marker=MARKER)
     half = _write(tmp_path / "half", {"a.txt": "x"})
     with pytest.raises(FileNotFoundError, match="holds no manifest.json"):
-        publish.move_in(half, str(target), MARKER)
+        atomic_writes.move_in(half, str(target), MARKER)
     assert _read(target) == OLD and _read(half) == {"a.txt": "x"}

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training_core import input_pipeline
 from training_core.data import records
+from training_core.training import input_pipeline
 
 
 def _tf_example(cols, lo, hi):

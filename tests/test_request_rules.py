@@ -5,12 +5,12 @@ Each rule is broken alone, from a request that passes (the baselines), and the r
 the option or field: a rule removed from the product code fails its own case here.
 
 - ``pipelines.submit.validate_config``: every field a ``SubmitConfig`` can get wrong offline.
-- ``pipelines.verify.custom_job.service_problems``: what Vertex AI's CreateCustomJob refuses that
+- ``pipelines.run_plan.custom_job.service_problems``: what Vertex AI's CreateCustomJob refuses that
   the proto accepts (``verify``, ``submit``'s preflight and the JobService stand-in call it).
-- ``tests/vertex_standin.py``: a request without ``Authorization: Bearer ...`` (or with a token
-  the service never issued) is 401 UNAUTHENTICATED; pipeline parameters with unknown names, of
-  the wrong type, or a required one missing, against the job's ``pipelineSpec``, are 400
-  INVALID_ARGUMENT. So a client that dropped its credentials or sent a parameter the compiled
+- ``pipelines/verify/rest_service.py``: a request without ``Authorization: Bearer ...`` (or with
+  a token the service never issued) is 401 UNAUTHENTICATED; pipeline parameters with unknown
+  names, of the wrong type, or a required one missing, against the job's ``pipelineSpec``, are
+  400 INVALID_ARGUMENT. So a client that dropped its credentials or sent a parameter the compiled
   pipeline does not take fails its test, as it would fail on Vertex AI.
 """
 
@@ -20,11 +20,10 @@ import json
 
 import pytest
 import requests
-from conftest import NETWORK, REGION, submit_config
-from vertex_standin import BUCKET, PROJECT, SA, TOKEN
+from conftest import BUCKET, NETWORK, PROJECT, REGION, SA, TOKEN, submit_config
 
 from pipelines import submit
-from pipelines.verify import custom_job
+from pipelines.run_plan import custom_job
 
 _AUTH = {"Authorization": f"Bearer {TOKEN}"}
 

@@ -7,8 +7,9 @@ from kfp.local import logging_utils, status
 
 from pipelines import cli
 from pipelines.local_run import StepDisplay
-from training_core import batch_recommend, console, local_registry
+from training_core.common import console
 from training_core.data import metadata
+from training_core.serving import batch_recommend, local_registry
 
 MAX_LINES = 60  # What a successful run-local may print (issue 17).
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from training_core.strategy import (
+from training_core.training.strategy import (
     StrategyConfig,
     resolve,
     tf_config_from_cluster_spec,
@@ -115,7 +115,7 @@ def test_impossible_requests_say_what_to_change():
 def test_tpu_requested_where_none_exists_fails_clearly():
     # In a fresh process: TPU initialization must not touch the test process's runtime.
     code = (
-        "from training_core.strategy import StrategyConfig, build_strategy\n"
+        "from training_core.training.strategy import StrategyConfig, build_strategy\n"
         "try:\n"
         "    build_strategy(StrategyConfig(name='tpu'))\n"
         "except ValueError as e:\n"

@@ -1,11 +1,11 @@
 """``ncf-pipelines submit`` end to end: the real aiplatform and storage clients, local stand-in.
 
 Every submission here goes through ``google.cloud.aiplatform.PipelineJob`` with the REST transport
-to ``tests/vertex_standin.py`` on 127.0.0.1; the assertions read what the stand-in received. The
-stand-in parses every Vertex AI request with the service's own message types and the documented
-field rules, and answers 400 INVALID_ARGUMENT to one that fails (the ``standin`` fixture then fails
-the test). The project's compiled pipeline is submitted, and ``register_model``'s own function
-uploads a model to the stand-in's Model Registry route.
+to ``pipelines/verify/rest_service.py`` on 127.0.0.1; the assertions read what the stand-in
+received. The stand-in parses every Vertex AI request with the service's own message types and the
+documented field rules, and answers 400 INVALID_ARGUMENT to one that fails (the ``standin`` fixture
+then fails the test). The project's compiled pipeline is submitted, and ``register_model``'s own
+function uploads a model to the stand-in's Model Registry route.
 """
 
 # No `from __future__ import annotations`: KFP reads the component annotations at runtime.
@@ -16,8 +16,8 @@ import logging
 import pytest
 import requests
 import yaml
+from conftest import BUCKET, PROJECT, SA, TOKEN
 from kfp import compiler, dsl
-from vertex_standin import BUCKET, PROJECT, SA, TOKEN
 
 from pipelines import cli, fingerprint
 from pipelines import submit as vs
@@ -988,7 +988,7 @@ def test_register_model_uploads_to_the_model_registry(standin, adc, tmp_path, mo
     from kfp.dsl.types import artifact_types
 
     from components.export_model import register_model
-    from training_core.registry import SERVING_METADATA_FILE
+    from training_core.serving.vertex_registry import SERVING_METADATA_FILE
 
     monkeypatch.setattr(artifact_types, "_GCS_LOCAL_MOUNT_PREFIX", f"{tmp_path}/gcs/")
     model_uri = f"gs://{BUCKET}/pipeline-root/run-1/export-model/exported_model"
@@ -1043,8 +1043,8 @@ def test_a_blessed_challenger_becomes_the_new_default_version(standin, adc, tmp_
     from kfp.dsl.types import artifact_types
 
     from components.export_model import register_model
-    from training_core import registry
-    from training_core.registry import SERVING_METADATA_FILE
+    from training_core.serving import vertex_registry
+    from training_core.serving.vertex_registry import SERVING_METADATA_FILE
 
     monkeypatch.setattr(artifact_types, "_GCS_LOCAL_MOUNT_PREFIX", f"{tmp_path}/gcs/")
     aiplatform.init(api_endpoint=standin.url, api_transport="rest")
@@ -1058,7 +1058,9 @@ def test_a_blessed_challenger_becomes_the_new_default_version(standin, adc, tmp_
         return dsl.Model(uri=uri)
 
     root = f"gs://{BUCKET}/"
-    assert registry.find_champion(PROJECT, location, "ncf-neumf", root) is None  # First: none.
+    assert (
+        vertex_registry.find_champion(PROJECT, location, "ncf-neumf", root) is None
+    )  # First: none.
     first = exported("run-1")
     register_model.python_func(
         exported_model=first,
@@ -1067,7 +1069,7 @@ def test_a_blessed_challenger_becomes_the_new_default_version(standin, adc, tmp_
         location=location,
         display_name="ncf-neumf",
     )
-    champion = registry.find_champion(PROJECT, location, "ncf-neumf", root)
+    champion = vertex_registry.find_champion(PROJECT, location, "ncf-neumf", root)
     (name,) = standin.models
     assert (champion.resource_name, champion.version_id) == (name, "1")
     assert champion.artifact_uri == first.uri
@@ -1110,7 +1112,7 @@ def test_a_blessed_challenger_becomes_the_new_default_version(standin, adc, tmp_
     }
     assert [v["versionId"] for v in standin.model_versions[name]] == ["1", "2"]
     assert vertex_model.metadata["versionId"] == "2"
-    now = registry.find_champion(PROJECT, location, "ncf-neumf", root)
+    now = vertex_registry.find_champion(PROJECT, location, "ncf-neumf", root)
     assert (now.resource_name, now.version_id, now.artifact_uri) == (name, "2", second.uri)
     assert "default" not in standin.model_versions[name][0]["versionAliases"]
 

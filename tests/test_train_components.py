@@ -7,7 +7,7 @@ from kfp import dsl
 
 from components.evaluate_model import evaluate_model
 from components.train_model import train_model
-from training_core.model_dir import config_path
+from training_core.training.model_dir import config_path
 
 
 @pytest.mark.slow

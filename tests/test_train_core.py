@@ -8,10 +8,10 @@ import pytest
 import tensorflow as tf
 from conftest import checkpoint_values
 
-from training_core import input_pipeline, model, train, train_config
 from training_core.data.metadata import read_metadata
-from training_core.model_dir import CHECKPOINT_SUBDIR, MODEL_CONFIG_FILE, checkpoint_dir
-from training_core.presets import resolve_preset
+from training_core.training import input_pipeline, loop, model, train_config
+from training_core.training.model_dir import CHECKPOINT_SUBDIR, MODEL_CONFIG_FILE, checkpoint_dir
+from training_core.training.presets import resolve_preset
 
 
 def _rows(ds, key="item_id"):
@@ -105,12 +105,12 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_data, tmp_path):
     good = train_config.TrainConfig(
         tiny_data, model_dir, model.get_preset("tiny", epochs=1), steps_per_loop=40
     )
-    first = train.train(good, tf.distribute.get_strategy())
+    first = loop.train(good, tf.distribute.get_strategy())
     step = first.global_step
     # A learning rate far too large (still a valid option: > 0) blows the weights up.
     bad = dataclasses.replace(good, model=model.get_preset("tiny", epochs=2, learning_rate=1e38))
-    with pytest.raises(train.NonFiniteLossError, match="last good checkpoint"):
-        train.train(bad, tf.distribute.get_strategy())
+    with pytest.raises(loop.NonFiniteLossError, match="last good checkpoint"):
+        loop.train(bad, tf.distribute.get_strategy())
     assert tf.train.latest_checkpoint(checkpoint_dir(model_dir)).endswith(f"ckpt-{step}")
 
 
@@ -132,7 +132,7 @@ def test_a_model_built_from_a_preset_has_the_preset_s_shapes(
 ):
     """Shapes read off the built model's variables, against numbers written out here."""
     meta = read_metadata(tiny_data)
-    net = train.build_model(model.get_preset(preset), meta, seed=0)
+    net = loop.build_model(model.get_preset(preset), meta, seed=0)
     assert net.user_embedding.shape == (meta.num_users, width)
     assert net.item_embedding.shape == (meta.num_items, width)
     assert [tuple(k.shape) for k in net.mlp_kernels] == mlp_kernels
@@ -145,7 +145,7 @@ def test_a_model_built_from_a_preset_has_the_preset_s_shapes(
 def test_ml20m_trains_with_the_mlperf_adam_settings(tiny_data, tmp_path):
     """The optimizer a run builds carries the reference's MLPerf v0.5 Adam settings."""
     cfg = train_config.config_for(tiny_data, str(tmp_path / "m"), "ml-20m", batch_size=256)
-    opt = train._Trainer(cfg, tf.distribute.get_strategy()).optimizer
+    opt = loop._Trainer(cfg, tf.distribute.get_strategy()).optimizer
     assert (opt.learning_rate, opt.beta1, opt.beta2, opt.epsilon) == pytest.approx(
         (0.00382059, 0.783529, 0.909003, 1.45439e-07), rel=1e-9
     )
@@ -246,8 +246,8 @@ def test_patience_stops_and_the_model_is_the_best_epoch_s(tiny_data, tmp_path):
     learning rate on 2 prepared epochs makes it fall back after a peak); the expected stop and
     the best epoch before it are read off that curve.
     """
-    from training_core import evaluate as ev
-    from training_core import report
+    from training_core.evaluation import evaluate as ev
+    from training_core.training import curve_page
 
     strategy = tf.distribute.get_strategy()
     patience, epochs = 2, 7
@@ -259,7 +259,7 @@ def test_patience_stops_and_the_model_is_the_best_epoch_s(tiny_data, tmp_path):
         )  # fmt: skip
         return dataclasses.replace(c, model=dataclasses.replace(c.model, **model))
 
-    full = train.train(config("full"), strategy)
+    full = loop.train(config("full"), strategy)
     hr = [e.hr_at_10 for e in full.epochs]
     assert len(hr) == epochs and full.kept_epoch is None and full.final is full.last
     stop = next((t for t in range(1, epochs) if t - int(np.argmax(hr[: t + 1])) >= patience), None)
@@ -268,14 +268,14 @@ def test_patience_stops_and_the_model_is_the_best_epoch_s(tiny_data, tmp_path):
     assert hr[best] > hr[stop], hr
 
     model_dir = str(tmp_path / "patient")
-    result = train.train(config("patient", patience=patience), strategy)
+    result = loop.train(config("patient", patience=patience), strategy)
     assert [e.hr_at_10 for e in result.epochs] == pytest.approx(hr[: stop + 1], abs=1e-9)
     assert result.stopped_early and result.kept_epoch == best + 1
     assert result.final.epoch == best + 1 and result.to_dict()["kept_epoch"] == best + 1
-    page = report.training_plots_html(result.to_dict()["epochs"], kept_epoch=result.kept_epoch)
+    page = curve_page.training_plots_html(result.to_dict()["epochs"], kept_epoch=result.kept_epoch)
     assert f"The model is epoch {best + 1}'s weights" in page
-    assert "The model is" not in report.training_plots_html(full.to_dict()["epochs"])
-    summary = train.summary_metrics(result)
+    assert "The model is" not in curve_page.training_plots_html(full.to_dict()["epochs"])
+    summary = loop.summary_metrics(result)
     assert summary["hr_at_10"] == pytest.approx(hr[best]) and summary["epochs"] == stop + 1
     # The latest checkpoint holds the best epoch's weights, at the last step trained.
     evaluated = ev.evaluate(tiny_data, model_dir)
@@ -283,7 +283,7 @@ def test_patience_stops_and_the_model_is_the_best_epoch_s(tiny_data, tmp_path):
     assert evaluated.hr_at_10 != pytest.approx(hr[stop], abs=1e-9)
     assert ev.load_model(model_dir, strategy)[2] == result.global_step
     # A second run on the finished folder trains nothing and leaves the same model.
-    again = train.train(config("patient", patience=patience), strategy)
+    again = loop.train(config("patient", patience=patience), strategy)
     assert again.global_step == result.global_step and again.kept_epoch == best + 1
     assert len(again.epochs) == stop + 1
     assert ev.evaluate(tiny_data, model_dir).hr_at_10 == pytest.approx(hr[best], abs=1e-9)
@@ -312,11 +312,11 @@ def test_a_crash_around_the_best_epoch_s_weights_resumes_to_the_clean_run_s_mode
     read back at the end and before the final checkpoint (the rerun reads them again). Either way
     the rerun ends with the clean run's checkpoint, value for value."""
     strategy = tf.distribute.get_strategy()
-    clean = train.train(_patient_config(tiny_data, str(tmp_path / "clean")), strategy)
+    clean = loop.train(_patient_config(tiny_data, str(tmp_path / "clean")), strategy)
     assert clean.kept_epoch is not None and clean.kept_epoch < len(clean.epochs)
 
     real_save, real_save_best, real_keep = (
-        train._Trainer._save, train._Trainer._save_best, train._Trainer._keep_best
+        loop._Trainer._save, loop._Trainer._save_best, loop._Trainer._keep_best
     )  # fmt: skip
     armed = []
 
@@ -336,15 +336,15 @@ def test_a_crash_around_the_best_epoch_s_weights_resumes_to_the_clean_run_s_mode
             armed.append(True)  # Its _save, after the read, crashes.
         return real_keep(self, best)
 
-    monkeypatch.setattr(train._Trainer, "_save", save)
-    monkeypatch.setattr(train._Trainer, "_save_best", save_best)
-    monkeypatch.setattr(train._Trainer, "_keep_best", keep_best)
+    monkeypatch.setattr(loop._Trainer, "_save", save)
+    monkeypatch.setattr(loop._Trainer, "_save_best", save_best)
+    monkeypatch.setattr(loop._Trainer, "_keep_best", keep_best)
     run_dir = str(tmp_path / "crashed")
     with pytest.raises(_Crash):
-        train.train(_patient_config(tiny_data, run_dir), strategy)
+        loop.train(_patient_config(tiny_data, run_dir), strategy)
     monkeypatch.undo()
 
-    resumed = train.train(_patient_config(tiny_data, run_dir), strategy)
+    resumed = loop.train(_patient_config(tiny_data, run_dir), strategy)
     assert resumed.kept_epoch == clean.kept_epoch
     assert resumed.global_step == clean.global_step
     assert [e.hr_at_10 for e in resumed.epochs] == [e.hr_at_10 for e in clean.epochs]
@@ -367,8 +367,8 @@ def test_no_early_stop_turns_off_the_preset_s_patience(tiny_data):
 @pytest.mark.slow
 def test_a_refused_run_leaves_the_earlier_model_intact(tiny_data, tmp_path):
     """Another preset into a trained folder is refused before anything in it changes."""
-    from training_core import evaluate as ev
-    from training_core import train as tr
+    from training_core.evaluation import evaluate as ev
+    from training_core.training import loop as tr
 
     model_dir = str(tmp_path / "model")
     strategy = tf.distribute.get_strategy()
@@ -451,13 +451,13 @@ def test_auto_precision_is_float16_on_gpus_however_many_one_machine_holds():
     CPU however many devices, and no precision asked for by name is refused."""
     one, eight = _fake_strategy("/gpu:0"), _fake_strategy(*(f"/gpu:{i}" for i in range(8)))
     cpus = _fake_strategy("/cpu:0", "/cpu:1")
-    assert train.compute_dtype("auto", one) == tf.float16
-    assert train.compute_dtype("auto", eight) == tf.float16
-    assert train.compute_dtype("auto", cpus) == tf.float32
-    assert train.compute_dtype("float16", eight) == tf.float16
-    assert train.compute_dtype("float16", cpus) == tf.float16
-    assert train.compute_dtype("bfloat16", eight) == tf.bfloat16
-    assert train.compute_dtype("float32", one) == tf.float32
+    assert loop.compute_dtype("auto", one) == tf.float16
+    assert loop.compute_dtype("auto", eight) == tf.float16
+    assert loop.compute_dtype("auto", cpus) == tf.float32
+    assert loop.compute_dtype("float16", eight) == tf.float16
+    assert loop.compute_dtype("float16", cpus) == tf.float16
+    assert loop.compute_dtype("bfloat16", eight) == tf.bfloat16
+    assert loop.compute_dtype("float32", one) == tf.float32
 
 
 def test_embedding_updates_do_not_depend_on_how_many_replicas_one_machine_holds(
@@ -468,10 +468,10 @@ def test_embedding_updates_do_not_depend_on_how_many_replicas_one_machine_holds(
     meta = read_metadata(tiny_data)
     config = train_config.config_for(tiny_data, "m", "tiny", embedding_updates="sparse")
     one, two = _fake_strategy("/cpu:0"), _fake_strategy("/cpu:0", "/cpu:1")
-    assert train._dense_gradients(config, meta, two) is False
+    assert loop._dense_gradients(config, meta, two) is False
     auto = dataclasses.replace(config, dense_gradients=None)
-    assert train._dense_gradients(auto, meta, two) is True  # Tiny tables: dense.
-    monkeypatch.setattr(train, "DENSE_TABLE_LIMIT", 0)  # Tables "large": rows on CPU.
-    assert train._dense_gradients(auto, meta, one) is False
-    assert train._dense_gradients(auto, meta, two) is False
-    assert train._dense_gradients(auto, meta, _fake_strategy("/gpu:0", "/gpu:1")) is True
+    assert loop._dense_gradients(auto, meta, two) is True  # Tiny tables: dense.
+    monkeypatch.setattr(loop, "DENSE_TABLE_LIMIT", 0)  # Tables "large": rows on CPU.
+    assert loop._dense_gradients(auto, meta, one) is False
+    assert loop._dense_gradients(auto, meta, two) is False
+    assert loop._dense_gradients(auto, meta, _fake_strategy("/gpu:0", "/gpu:1")) is True

@@ -3,7 +3,7 @@ import pytest
 import tensorflow as tf
 from ncf_numpy import ranking_reference
 
-from training_core import metrics
+from training_core.evaluation import metrics
 
 
 def _tf(scores, dup, k):

@@ -21,7 +21,7 @@ from ncf_numpy import ranking_reference
 from pipelines.verify.job_service import ADDRESS_IN_USE
 from pipelines.verify.job_service import free_port as _free_port
 from training_core.data.metadata import read_metadata
-from training_core.model_dir import WORKER_SCRATCH_PREFIX, checkpoint_dir
+from training_core.training.model_dir import WORKER_SCRATCH_PREFIX, checkpoint_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "train_worker.py")
@@ -96,7 +96,7 @@ def _train_args(data, model_dir, metrics, *extra):
 
 
 def _evaluate_in_process(data, model_dir):
-    from training_core.evaluate import evaluate
+    from training_core.evaluation.evaluate import evaluate
 
     return evaluate(data, model_dir)  # Default strategy: one device.
 
@@ -362,7 +362,7 @@ def test_kills_at_random_moments_then_resume_end_with_the_clean_run_s_model(
 
 
 def test_training_more_epochs_than_prepared_warns_naming_both(caplog):
-    from training_core.train import reused_negatives_warning
+    from training_core.training.loop import reused_negatives_warning
 
     assert (
         reused_negatives_warning(3, 3, "d") is None and reused_negatives_warning(2, 5, "d") is None

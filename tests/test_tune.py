@@ -10,8 +10,9 @@ import pytest
 import tensorflow as tf
 
 from pipelines import cli, pipeline
-from training_core import train, train_config, tune
-from training_core.model_dir import read_model_config
+from training_core import tune
+from training_core.training import loop, train_config
+from training_core.training.model_dir import read_model_config
 
 
 def _space(tmp_path, text: str) -> str:
@@ -76,7 +77,7 @@ def test_on_epoch_stops_training_where_it_says(tiny_data, tmp_path):
     config = train_config.config_for(
         tiny_data, str(tmp_path / "m"), "tiny", epochs=2, steps_per_loop=50, target_hr=0.0
     )
-    result = train.train(config, tf.distribute.get_strategy(), on_epoch=stop_after_first)
+    result = loop.train(config, tf.distribute.get_strategy(), on_epoch=stop_after_first)
     assert seen == [1] and len(result.epochs) == 1 and result.stopped_early
 
 
@@ -239,7 +240,7 @@ def test_the_compiled_tuning_job_is_a_valid_request_and_feeds_training(tune_spec
     assert command[-2:] == ["--hypertune-metric", "hr_at_10"]
     executor = tune_spec["deploymentSpec"]["executors"][hpt["componentRef"]["name"].replace(
         "comp-", "exec-")]["container"]  # fmt: skip
-    from pipelines.verify import placeholders
+    from pipelines.run_plan import placeholders
 
     values = {
         "display_name": TUNE_TASK, "worker_pool_specs": specs, "base_output_directory": base,
@@ -288,7 +289,7 @@ def test_the_best_trial_is_read_from_the_trials_folders_and_handed_to_training(t
             tiny_data, str(base / trial_id / "model"), "tiny", epochs=1, steps_per_loop=50,
             **options,
         )  # fmt: skip
-        results[trial_id] = train.train(config, tf.distribute.get_strategy()).best.hr_at_10
+        results[trial_id] = loop.train(config, tf.distribute.get_strategy()).best.hr_at_10
     (base / "3" / "model").mkdir(parents=True)  # Failed before its first epoch.
     winner = max(results, key=results.get)
     assert results["2"] > results["1"]  # An untrained model cannot win.
@@ -342,6 +343,6 @@ def test_a_trial_runs_the_compiled_command_as_vertex_ai_runs_it(tiny_data, tmp_p
     assert (model.num_factors, model.layers, model.batch_size) == (4, (8, 4), 128)
     lines = [json.loads(line) for line in metric_file.read_text().splitlines()]
     assert len(lines) == 2 and {line["trial"] for line in lines} == {"7"}
-    from training_core.registry import mounted_path
+    from training_core.serving.vertex_registry import mounted_path
 
     assert mounted_path("gs://bucket/tuning/7/model/") == "/gcs/bucket/tuning/7/model/"

@@ -13,9 +13,9 @@ from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2
 
 from components.validate_data import validate_data
 from pipelines import cli
-from training_core import validate as v
 from training_core.data import io as rio
 from training_core.data import synthetic
+from training_core.data import validate as v
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "validation")
 CLEAN = os.path.join(DATA, "clean.csv")
@@ -123,7 +123,7 @@ def test_drift_against_baseline_blocks_and_same_data_passes(clean_run, tmp_path)
 
 
 def test_warn_only_passes_with_a_warning(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="training_core.validate"):
+    with caplog.at_level(logging.WARNING, logger="training_core.data.validate"):
         result = v.validate(_config("out_of_range.csv", tmp_path, fail_on_anomalies=False))
     assert not result.passed and ("item_id", "INT_TYPE_SMALL_INT") in _kinds(result)
     assert "warn-only" in caplog.text and "item_id: INT_TYPE_SMALL_INT" in caplog.text

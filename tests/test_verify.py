@@ -5,7 +5,9 @@ own functions; they also check placeholder and executor-input resolution, the Jo
 stand-in and the process shim on their own. Slow tests run the whole chain for a representative
 set of profiles, two verifications at a time; validate and prepare come from the execution cache
 after their first run, as on Vertex AI, so each profile runs its own training, evaluation and
-export.
+export. Those runs are conftest's ``verified`` (once per ``make test``, over the run's shared
+``verify_cache``): tests/test_documented_commands.py's docs/verify.md reads the same
+gpu-a100-2workers verification from that cache, after this one ran it.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import pytest
 import yaml
 
 from pipelines import cli, pipeline, profiles, verify
-from pipelines.verify import job_service, placeholders, shim, template
-from training_core.strategy import ALLOW_MISSING_ACCELERATOR_ENV, STRATEGIES
+from pipelines.run_plan import placeholders, template
+from pipelines.verify import job_service, shim
+from training_core.training.strategy import ALLOW_MISSING_ACCELERATOR_ENV, STRATEGIES
 
 FULL_CHAIN = (
     "cpu",
@@ -442,29 +445,19 @@ def test_objects_written_by_two_replicas_are_named(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def execution_cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("execution-cache"))
-
-
-@pytest.fixture(scope="module")
-def full_runs(templates, execution_cache, tmp_path_factory):
+def full_runs(verified):
     """Every FULL_CHAIN profile verified end to end, sharing an execution cache.
 
-    The first profile fills the cache with validate and prepare; the others then run two at a
-    time (each runs its own training, evaluation and export).
+    The first profile fills the cache with validate and prepare (unless another verification of
+    the embedded sample did); the others then run two at a time (each runs its own training,
+    evaluation and export). Each is conftest's ``verified`` run, computed here or by another
+    worker's test that asked first; none is served training from the cache, as nothing else
+    verifies these templates with these parameters before asking for ``verified``.
     """
-    root = tmp_path_factory.mktemp("verify")
 
     def run(name):
-        with verify.Verification(
-            templates[name],
-            work_dir=str(root / name),
-            cache_dir=execution_cache,
-            retries=name == RETRIED,
-        ) as verification:
-            if name == RETRIED:  # Its first custom job fails as a preempted one would.
-                verification.job_service.fail_next_job("The replica workerpool0-0 was preempted.")
-            return verification.run()
+        # RETRIED's first custom job fails as a preempted one would.
+        return verified(name, preempt_first_job=name == RETRIED)
 
     first, *rest = FULL_CHAIN
     runs = {first: run(first)}

@@ -6,21 +6,28 @@ local folder, passed. The emulation (``pipelines/verify/gcsfuse.py``) is checked
 TensorFlow's C++ file system and from Python's ``os``, in the environment verify gives its
 processes; then a compiled template's export and recommend run on it, and run again (a task
 retry) over the folders an attempt killed midway would leave.
+
+That template is the cpu profile's, verified over the run's shared execution cache after
+conftest's ``verified("cpu")`` (tests/test_verify.py's cpu verification, on the same stand-in,
+emulation on): validate to export are served from its cache, so the first export checked here is
+the one that verification published (read from the cache's copy of its task folder), while
+recommend (off in that run, ``batch_recommend`` is on here) and both retries run here.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
 
 from pipelines import pipeline, profiles, verify
 from pipelines.verify import gcsfuse, shim
-from training_core import publish
-from training_core.batch_recommend import MANIFEST_FILE
-from training_core.registry import SERVING_METADATA_FILE
+from training_core.common import atomic_writes
+from training_core.serving.batch_recommend import MANIFEST_FILE
+from training_core.serving.vertex_registry import SERVING_METADATA_FILE
 
 # What a process on the mount gets for each operation: "ok" or the errno's name.
 PROBE = """
@@ -117,7 +124,7 @@ def test_verify_turns_the_emulation_on_by_default_and_off_on_request(tmp_path):
 def _interrupt(folder: str, marker: str) -> None:
     """Leaves ``folder`` as an attempt killed while moving files in would: no marker."""
     os.remove(os.path.join(folder, marker))
-    with open(os.path.join(folder, publish.PUBLISHING_FILE), "w") as f:
+    with open(os.path.join(folder, atomic_writes.PUBLISHING_FILE), "w") as f:
         f.write("{}\n")
     with open(os.path.join(folder, "left-by-the-killed-attempt.tmp"), "w") as f:
         f.write("x")
@@ -125,44 +132,46 @@ def _interrupt(folder: str, marker: str) -> None:
 
 @pytest.mark.slow
 def test_export_and_recommend_publish_on_the_gcsfuse_stand_in_and_retry_over_a_killed_attempt(
-    tmp_path,
+    tmp_path, verified, verify_cache
 ):
+    verified("cpu")  # First: its tasks run there, and serve this run's from the cache.
     template = str(tmp_path / "cpu.yaml")
     pipeline.compile_pipeline(profiles.BUILTIN["cpu"], template)
     with verify.Verification(
-        template, work_dir=str(tmp_path / "work"), parameter_values={"batch_recommend": True}
+        template,
+        work_dir=str(tmp_path / "work"),
+        cache_dir=verify_cache,
+        parameter_values={"batch_recommend": True},
     ) as verification:
         report = verification.run()
         assert report.ok, verify.format_report(report)
         if gcsfuse.build(verification.shim_dir):  # The same library the run used.
             assert any("LD_PRELOAD library" in note for note in report.notes), report.notes
-        folders = {
-            "export-model": (
-                verification.local_path(
-                    report.task("export-model").artifacts["exported_model"]["uri"]
-                ),
-                SERVING_METADATA_FILE,
-            ),
-            "recommend": (
-                verification.local_path(
-                    report.task("recommend").artifacts["recommendations"]["uri"]
-                ),
-                MANIFEST_FILE,
-            ),
+        outputs = {
+            "export-model": ("exported_model", SERVING_METADATA_FILE),
+            "recommend": ("recommendations", MANIFEST_FILE),
         }
         published = {}
-        for task, (folder, marker) in folders.items():
+        for task, (name, marker) in outputs.items():
             assert report.task(task).status == verify.SUCCEEDED
+            folder = verification.local_path(report.task(task).artifacts[name]["uri"])
             names = sorted(os.listdir(folder))
-            assert marker in names and publish.PUBLISHING_FILE not in names, names
+            assert marker in names and atomic_writes.PUBLISHING_FILE not in names, names
             # Nothing built aside is left beside the artifact (its task folder holds the
             # artifact and executor_output.json only).
             assert len(os.listdir(os.path.dirname(folder))) == 2, os.listdir(
                 os.path.dirname(folder)
             )
-            published[task] = names
-        for task, (folder, marker) in folders.items():
-            _interrupt(folder, marker)
+            published[task] = (folder, names)
+        for task, (name, marker) in outputs.items():
+            # A retry writes this run's own output folder, where its killed first attempt left
+            # it; a task served from the cache had none here: put its published copy there.
+            folder, names = published[task]
+            attempt = verification.local_path(f"{verification.ctx.task_root(task)}/{name}")
+            if attempt != folder:
+                shutil.copytree(folder, attempt)
+            _interrupt(attempt, marker)
             record = verification.run_task(task)
             assert record.status == verify.SUCCEEDED, record.reason
-            assert sorted(os.listdir(folder)) == published[task]
+            assert verification.local_path(record.artifacts[name]["uri"]) == attempt
+            assert sorted(os.listdir(attempt)) == names

@@ -21,7 +21,8 @@ import sys
 import pytest
 
 from pipelines import pipeline, profiles, verify
-from pipelines.verify import job_service, offline, placeholders, preload, shim
+from pipelines.run_plan import placeholders
+from pipelines.verify import job_service, offline, preload, shim
 from pipelines.verify.report import JobRecord
 
 NOBODY = 65534

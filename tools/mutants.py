@@ -57,11 +57,11 @@ _RULES = "tests/test_request_rules.py::"
 _GAPS = "tests/test_mutant_gaps.py::"
 _SUBMIT = _RULES + "test_submit_refuses_each_bad_field_naming_it[%s]"
 _JOB = _RULES + "test_each_custom_job_rule_refuses_naming_the_field[%s]"
-_TRAIN, _COMPARE = "training_core/train.py", "training_core/compare.py"
+_TRAIN, _COMPARE = "training_core/training/loop.py", "training_core/evaluation/gate.py"
 _SAMPLER = "training_core/data/sampling.py"
 _PREFLIGHT, _SUBMIT_PY = "pipelines/profiles.py", "pipelines/submit.py"
 _CUSTOM_JOB = "pipelines/run_plan/custom_job.py"
-_IN_LOOP = " " * 16  # The epoch loop's indent in train.py.
+_IN_LOOP = " " * 16  # The epoch loop's indent in training/loop.py.
 _BEST_SAVED = (
     f"{_IN_LOOP}if patience is not None and best_epoch(history) is result:\n"
     f"{_IN_LOOP}    self._save_best(result.epoch)  # Before the epoch's checkpoint: see above.\n"
@@ -119,56 +119,56 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # --- metrics: ties count against the positive ------------------------------------------------
     Mutant(
-        "sampled-ties-for-positive", "training_core/metrics.py",
+        "sampled-ties-for-positive", "training_core/evaluation/metrics.py",
         "scores[:, :-1] >= positive",
         "scores[:, :-1] > positive",
         "sampled HR/NDCG: a negative tying the positive ranks below it",
         (_METRICS + "test_hand_made_table_ties_duplicates_and_padding",),
     ),
     Mutant(
-        "sampled-duplicates-count", "training_core/metrics.py",
+        "sampled-duplicates-count", "training_core/evaluation/metrics.py",
         "tf.logical_not(masked[:, :-1]), scores[:, :-1] >= positive",
         "tf.ones_like(masked[:, :-1]), scores[:, :-1] >= positive",
         "sampled HR/NDCG: masked duplicate negatives count against the positive",
         (_METRICS + "test_hand_made_table_ties_duplicates_and_padding",),
     ),
     Mutant(
-        "catalog-ties-for-positive", "training_core/metrics.py",
+        "catalog-ties-for-positive", "training_core/evaluation/metrics.py",
         "counted = tf.logical_and(candidate, scores >= positive)",
         "counted = tf.logical_and(candidate, scores > positive)",
         "full catalog: an item tying the positive ranks below it",
         (_CATALOG + "test_sums_on_a_hand_made_table",),
     ),
     Mutant(
-        "catalog-positive-competes", "training_core/metrics.py",
+        "catalog-positive-competes", "training_core/evaluation/metrics.py",
         _CANDIDATE,
         "candidate = tf.logical_not(excluded)",
         "full catalog: the held-out item counts against itself",
         (_CATALOG + "test_sums_on_a_hand_made_table",),
     ),
     Mutant(
-        "catalog-training-items-compete", "training_core/metrics.py",
+        "catalog-training-items-compete", "training_core/evaluation/metrics.py",
         _CANDIDATE,
         "candidate = items[None, :] != positives[:, None]",
         "full catalog: the user's training positives count against the held-out item",
         (_CATALOG + "test_sums_on_a_hand_made_table",),
     ),
     Mutant(
-        "hit-cutoff-off-by-one", "training_core/metrics.py",
+        "hit-cutoff-off-by-one", "training_core/evaluation/metrics.py",
         "hit = tf.logical_and(evaluated, rank < k)",
         "hit = tf.logical_and(evaluated, rank <= k)",
         "rank k (the 11th) is a hit",
         (_METRICS + "test_hand_made_table_ties_duplicates_and_padding",),
     ),
     Mutant(
-        "ndcg-discount", "training_core/metrics.py",
+        "ndcg-discount", "training_core/evaluation/metrics.py",
         "tf.cast(rank, tf.float32) + 2.0",
         "tf.cast(rank, tf.float32) + 1.0",
         "NDCG's discount is log2(rank + 1): rank 0 divides by zero",
         (_METRICS + "test_hand_made_table_ties_duplicates_and_padding",),
     ),
     Mutant(
-        "catalog-cap-all-users", "training_core/full_catalog.py",
+        "catalog-cap-all-users", "training_core/evaluation/full_catalog.py",
         "if max_users <= 0 or max_users >= n:",
         "if max_users <= 0 or max_users > n:",
         "a cap equal to the user count samples instead of taking all",
@@ -231,7 +231,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (_DECISIONS + _AUTO,),
     ),
     Mutant(
-        "auto-limit-exclusive", "training_core/presets.py",
+        "auto-limit-exclusive", "training_core/training/presets.py",
         "if num_train_positives <= limit:",
         "if num_train_positives < limit:",
         "data exactly at a size limit gets the larger preset",

@@ -34,8 +34,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from training_core import publish
-from training_core.train_config import TrainOptions
+from training_core.common import atomic_writes
+from training_core.training.train_config import TrainOptions
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ TUNABLE: dict[str, type] = {
 
 
 def _tunable() -> dict[str, type]:
-    from training_core.train_config import TrainOptions
+    from training_core.training.train_config import TrainOptions
 
     fields = {f.name for f in dataclasses.fields(TrainOptions)}
     assert set(TUNABLE) <= fields, set(TUNABLE) - fields
@@ -150,7 +150,7 @@ def option_values(space: SearchSpace, values: Mapping[str, Any]) -> dict[str, An
 
 def preset_values(space: SearchSpace, preset: str, architecture: str | None) -> dict[str, Any]:
     """The preset's own values of the searched options (the bar a tune must clear)."""
-    from training_core.presets import get_preset
+    from training_core.training.presets import get_preset
 
     return trial_options(get_preset(preset, architecture=architecture), space)
 
@@ -250,7 +250,7 @@ def best_trial_folder(
     Raises:
         RuntimeError: no trial finished an epoch, or the folder holds another job's trials.
     """
-    from training_core.model_dir import history_files, read_model_config
+    from training_core.training.model_dir import history_files, read_model_config
 
     found = sorted(os.listdir(trials_dir)) if os.path.isdir(trials_dir) else []
     trial_ids = [t for t in found if os.path.isdir(os.path.join(trials_dir, t))]
@@ -366,9 +366,9 @@ def tune(config: TuneConfig) -> TuneResult:
     import optuna
     import tensorflow as tf
 
-    from training_core import train, train_config
     from training_core.data.metadata import read_metadata
-    from training_core.presets import resolve_preset
+    from training_core.training import loop, train_config
+    from training_core.training.presets import resolve_preset
 
     config.check()
     space = load_search_space(config.search_space)
@@ -385,9 +385,8 @@ def tune(config: TuneConfig) -> TuneResult:
         direction="maximize",
         sampler=optuna.samplers.TPESampler(seed=config.seed),
         # No stop in the first quarter of the epochs: a low learning rate or a wide model starts
-        # slowly (on MovieLens-like data a 64-factor NeuMF at lr 0.0022 was stopped after epoch
-        # 1 at HR@10 0.097, below the median; the preset's 64-factor model, at HR@10 0.140 after
-        # epoch 1, reached 0.247, second of the first eight).
+        # slowly, and a trial stopped after epoch 1 can be one that would have come out near
+        # the top (docs/tuning-log.md#the-median-pruners-warm-up).
         pruner=optuna.pruners.MedianPruner(
             n_startup_trials=3, n_warmup_steps=pruner_warmup_epochs(config.epochs)
         ),
@@ -411,7 +410,7 @@ def tune(config: TuneConfig) -> TuneResult:
             target_hr=0.0,  # Every epoch: the pruner decides when to stop.
             **options,
         )
-        return train.train(cfg, tf.distribute.get_strategy(), on_epoch=report)
+        return loop.train(cfg, tf.distribute.get_strategy(), on_epoch=report)
 
     # The preset's own values first, outside the sampler (they may lie outside the space, as
     # l2 0 does on a log scale): the bar the search must clear.
@@ -476,7 +475,7 @@ def tune(config: TuneConfig) -> TuneResult:
         "train_flags": train_flags(result.best_options),
         "trials": trials,
     }
-    publish.write_text_atomic(result.results_file, json.dumps(payload, indent=2) + "\n")
+    atomic_writes.write_text_atomic(result.results_file, json.dumps(payload, indent=2) + "\n")
     return result
 
 

@@ -6,9 +6,10 @@ import argparse
 import json
 
 from pipelines.cli import example_epilog, options
+from pipelines.commands.config_options import add_config_options
 from pipelines.commands.train import add_strategy_args, strategy_from_args, write_json
-from training_core import eval_config
-from training_core.model_dir import CHECKPOINT_SUBDIR
+from training_core.evaluation import eval_config
+from training_core.training.model_dir import CHECKPOINT_SUBDIR
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,12 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "checkpoints (its latest); default: the latest in --model-dir",
     )
     p.add_argument("--metrics-out", help="write the metrics as JSON here")
-    p.add_argument(
-        "--full-catalog-users",
-        type=int,
-        help="users to rank against the full catalog, a fixed-seed sample (default "
-        f"{eval_config.DEFAULTS['full_catalog_users']}; 0: every user)",
-    )
+    add_config_options(p, eval_config.EvalOptions)  # One option per field (its metadata).
     add_strategy_args(p)
     p.set_defaults(func=run, strategy="default")
 
@@ -51,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
     eval_options = eval_config.eval_options(**options(args, eval_config.OPTIONS))  # Before TF.
     strategy = strategy_from_args(args)
 
-    from training_core.evaluate import evaluate
-    from training_core.model_dir import resolve_checkpoint
+    from training_core.evaluation.evaluate import evaluate
+    from training_core.training.model_dir import resolve_checkpoint
 
     checkpoint = args.checkpoint
     if checkpoint:  # Checked here, so that the error names the option.

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from pipelines.cli import example_epilog
-from training_core.model_dir import CHECKPOINT_SUBDIR
+from training_core.training.model_dir import CHECKPOINT_SUBDIR
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,15 +47,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-# What a failed export leaves (training_core.export publishes the folder in one step).
+# What a failed export leaves (training_core.serving.export publishes the folder in one step).
 UNCHANGED = "--output was left as it was: the export is published only once complete"
 
 
 def run(args: argparse.Namespace) -> int:
     """Exports and prints where, and a request to try."""
-    from training_core import faults
-    from training_core.export import ExportConfig, export
-    from training_core.model_dir import resolve_checkpoint
+    from training_core.common import faults
+    from training_core.serving.export import ExportConfig, export
+    from training_core.training.model_dir import resolve_checkpoint
 
     checkpoint = args.checkpoint
     if checkpoint:  # Checked here, so that the error names the option.

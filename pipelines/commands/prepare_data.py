@@ -12,20 +12,17 @@ from pipelines.cli import (
     input_columns,
     options,
 )
+from pipelines.commands.config_options import add_config_options
 from training_core.data.config import (
-    DEFAULTS,
     OPTIONS,
     RUNNER_BEAM,
     RUNNER_LOCAL,
     RUNNERS,
+    PrepareConfig,
     prepare_config,
 )
-from training_core.data.sampling import EVAL_DISTINCT, EVAL_SAMPLINGS
-from training_core.presets import PRESET_NAMES
-
-
-def _positive_or_auto(text: str) -> int | None:
-    return None if text == "auto" else int(text)
+from training_core.training.presets import PRESET_NAMES
+from training_core.training.train_config import with_training_epochs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,65 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         p, required=False, help_text="ratings file or folder (default: the embedded sample)"
     )
     p.add_argument("--output", required=True, help="folder to write the dataset into")
-    # Each option's dest is its PrepareConfig field; None (not given) keeps the field's default.
-    p.add_argument(
-        "--min-ratings",
-        type=int,
-        help=f"drop users with fewer ratings (default {DEFAULTS['min_ratings']} as the "
-        "reference; 0 disables)",
-    )
-    p.add_argument(
-        "--num-epochs",
-        type=int,
-        help="epochs of training data, each with a fresh negative draw (default: as many as "
-        "training runs, from --train-preset and --train-epochs; epochs trained past the prepared "
-        "ones reuse their negatives and overfit)",
-    )
-    p.add_argument(
-        "--train-preset",
-        choices=PRESET_NAMES,
-        help="the preset training will use (its --preset), for the default --num-epochs: its "
-        f"epochs (default {DEFAULTS['train_preset']}: the preset for the data's size)",
-    )
-    p.add_argument(
-        "--train-epochs",
-        type=int,
-        help="the epochs training will run (its --epochs), for the default --num-epochs "
-        "(default: the preset's)",
-    )
-    p.add_argument(
-        "--num-neg",
-        type=int,
-        help=f"training negatives per positive (default {DEFAULTS['num_neg']})",
-    )
-    p.add_argument(
-        "--eval-negatives",
-        type=int,
-        help=f"eval negatives per user (default {DEFAULTS['eval_negatives']})",
-    )
-    p.add_argument(
-        "--eval-sampling",
-        choices=EVAL_SAMPLINGS,
-        help=f"{EVAL_DISTINCT}: never-seen negatives without repeats (default), or "
-        "the reference's sampling with replacement, for side-by-side comparison",
-    )
-    p.add_argument(
-        "--train-batch-size",
-        type=int,
-        help="rows per training record = global training batch "
-        f"(default {DEFAULTS['train_batch_size']})",
-    )
-    p.add_argument(
-        "--eval-batch-size",
-        type=_positive_or_auto,
-        help="rows per eval record; rounded to whole users (default auto)",
-    )
-    p.add_argument("--seed", type=int, help=f"random seed (default {DEFAULTS['seed']})")
-    p.add_argument("--num-shards", type=int, help="user shards (default: 1 per 1M rows, >= 2)")
-    p.add_argument("--workers", type=int, help="worker processes (default: one per CPU core)")
-    p.add_argument(
-        "--overwrite", action="store_true", help="replace a different dataset already in --output"
-    )
+    # One option per PrepareConfig field with help (its metadata); the presets are training's.
+    add_config_options(p, PrepareConfig, train_preset={"choices": PRESET_NAMES})
     p.add_argument(
         "--runner",
         default=RUNNER_LOCAL,
@@ -128,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs data preparation and prints a summary."""
-    from training_core.data import prepare, report
+    from training_core.data import prep_result, prepare
     from training_core.data.sample_data import sample_path
 
     config = prepare_config(
@@ -137,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         columns=input_columns(args),
         **options(args, OPTIONS),
     )
+    config = with_training_epochs(config)  # What training runs decides the epochs prepared.
     result = prepare.run(config, args.runner, beam_pipeline_args(args))
-    print(report.summary(result))
+    print(prep_result.summary(result))
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from pipelines.cli import add_beam_pipeline_args, beam_pipeline_args, example_epilog
-from training_core.batch_recommend import DEFAULT_BATCH_SIZE, DEFAULT_FORMAT, FORMATS
+from training_core.serving.batch_recommend import DEFAULT_BATCH_SIZE, DEFAULT_FORMAT, FORMATS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,8 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Writes the recommendations and says where and how fast."""
-    from training_core import faults
-    from training_core.batch_recommend import RecommendConfig, recommend
+    from training_core.common import faults
+    from training_core.serving.batch_recommend import RecommendConfig, recommend
 
     with faults.writing("the recommendations", args.output, option="--output"):
         result = recommend(

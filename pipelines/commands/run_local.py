@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 def summary(result, seconds: float, registry: str = "") -> str:
     """What a finished run measured, where its artifacts are, and what to do next."""
     from training_core.data.metadata import read_metadata
-    from training_core.registry import SERVING_METADATA_FILE
+    from training_core.serving.vertex_registry import SERVING_METADATA_FILE
 
     m = result.metrics
     nan = float("nan")
@@ -158,7 +158,7 @@ def try_it_command(python: str, exported: str, user: int) -> str:
     path and runs nothing else.
     """
     code = (
-        "from training_core import console; console.setup(); import tensorflow as tf; "
+        "from training_core.common import console; console.setup(); import tensorflow as tf; "
         f"m = tf.saved_model.load({json.dumps(exported)}); "
         f'print(m.signatures["recommend"](user_id=tf.constant([{int(user)}], tf.int64), '
         'exclude_seen=tf.constant([True]))["item_ids"].numpy())'
@@ -168,8 +168,8 @@ def try_it_command(python: str, exported: str, user: int) -> str:
 
 def _model_words(arguments: dict) -> str:
     """The preset and epochs the run trains with, as the start line names them."""
-    from training_core.presets import AUTO
-    from training_core.train_config import DEFAULTS
+    from training_core.training.presets import AUTO
+    from training_core.training.train_config import DEFAULTS
 
     preset = arguments.get("preset", DEFAULTS["preset"])
     epochs = arguments.get("epochs", DEFAULTS["epochs"])

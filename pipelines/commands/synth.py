@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     """Generates and writes the data."""
     import dataclasses
 
-    from training_core import faults
+    from training_core.common import faults
     from training_core.data import synthetic
 
     if args.shape not in synthetic.SHAPES:

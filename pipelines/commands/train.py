@@ -7,15 +7,9 @@ import json
 import os
 
 from pipelines.cli import example_epilog, options
-from training_core.presets import ARCHITECTURES, PRESET_NAMES, PRESETS
-from training_core.strategy import ALL_REDUCE_ALGS, STRATEGIES
-from training_core.train_config import (
-    DEFAULTS,
-    EMBEDDING_UPDATES,
-    OPTIONS,
-    PRECISIONS,
-    config_for,
-)
+from pipelines.commands.config_options import add_config_options
+from training_core.training.strategy import ALL_REDUCE_ALGS, STRATEGIES
+from training_core.training.train_config import OPTIONS, TrainOptions, config_for
 from training_core.tune import METRICS, TUNABLE
 
 # Where Vertex AI tells a job's container to write its model (a tuning trial's own folder).
@@ -58,7 +52,7 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
 
 def strategy_from_args(args: argparse.Namespace):
     """Builds the strategy first thing (multi-worker set-up must precede other TF ops)."""
-    from training_core.strategy import build_strategy, strategy_config
+    from training_core.training.strategy import build_strategy, strategy_config
 
     return build_strategy(
         strategy_config(
@@ -75,7 +69,7 @@ def strategy_from_args(args: argparse.Namespace):
 
 def write_json(path: str, payload: dict) -> None:
     """Writes JSON through a temporary name."""
-    from training_core.publish import write_text_atomic
+    from training_core.common.atomic_writes import write_text_atomic
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     write_text_atomic(path, json.dumps(payload, indent=2) + "\n")
@@ -107,81 +101,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="checkpoints and summaries folder (default: $AIP_MODEL_DIR, which Vertex AI sets "
         "for a tuning trial; required otherwise)",
     )
-    # Each option's dest is its TrainOptions field; None (not given) keeps the field's default.
-    p.add_argument(
-        "--preset",
-        help=f"hyperparameter preset: {', '.join(PRESET_NAMES)} (default {DEFAULTS['preset']}: "
-        "the one tuned for the MovieLens size nearest the data's)",
-    )
-    p.add_argument(
-        "--model",
-        dest="architecture",
-        choices=ARCHITECTURES,
-        help="the scorer: neumf (default: the preset's), or a baseline to compare with it: "
-        "mf (dot product with biases), gmf or mlp (either NeuMF tower alone)",
-    )
-    p.add_argument("--epochs", type=int, help="training epochs (default: the preset's)")
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        help="global batch over all replicas, >= 1 (default: the data's pre-batch size)",
-    )
-    p.add_argument(
-        "--learning-rate", type=float, help="Adam learning rate, > 0 (default: the preset's)"
-    )
-    p.add_argument(
-        "--num-factors",
-        type=int,
-        help="GMF embedding width (mf: its factors), >= 1 (default: the preset's)",
-    )
-    p.add_argument(
-        "--mlp-layers",
-        help="MLP widths, comma-separated, the first even: e.g. 256,128,64 (default: the preset's)",
-    )
-    p.add_argument(
-        "--l2",
-        dest="l2_regularization",
-        type=float,
-        help="L2 penalty on the user and item embeddings each example uses, >= 0 (default: "
-        "the preset's; 0: none)",
-    )
-    p.add_argument("--seed", type=int, help=f"initialization seed (default {DEFAULTS['seed']})")
-    p.add_argument(
-        "--steps-per-loop",
-        type=int,
-        help=f"training steps per host call (default {DEFAULTS['steps_per_loop']})",
-    )
-    p.add_argument(
-        "--checkpoint-every",
-        dest="checkpoint_every_steps",
-        type=int,
-        help="also checkpoint every N steps (default 0: each epoch only)",
-    )
-    p.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        help="compute dtype (default auto: bfloat16 on TPU, float16 on GPU)",
-    )
-    p.add_argument(
-        "--embedding-updates",
-        choices=EMBEDDING_UPDATES,
-        help="dense: exact Adam over whole tables (reference); sparse: touched rows "
-        "only; auto (default): dense on GPU/TPU and for small tables, else sparse",
-    )
-    p.add_argument(
-        "--target-hr",
-        type=float,
-        help="stop early once HR@10 reaches this (default: the preset's target; 0: never stop "
-        "early, nor by the preset's patience)",
-    )
-    p.add_argument(
-        "--patience",
-        type=int,
-        help="stop once this many epochs in a row bring no better HR@10, and keep the best "
-        "epoch's weights as the model (default: the preset's: "
-        + ", ".join(f"{n} {c.patience}" for n, c in PRESETS.items() if c.patience)
-        + ", else none; 0: never)",
-    )
+    # One option per TrainOptions field (its metadata); dest: the field, None: its default.
+    add_config_options(p, TrainOptions)
     p.add_argument(
         "--no-early-stop",
         dest="target_hr",
@@ -220,8 +141,8 @@ def _whole_number(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Checks the options and the data, builds the strategy, trains and writes the metrics."""
-    from training_core import report
-    from training_core.train import train
+    from training_core.training import curve_page
+    from training_core.training.loop import train
     from training_core.tune import trial_reporter
 
     # Every option (and the data folder) is checked first, each message naming its option; no
@@ -230,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     model_dir = args.model_dir or os.environ.get(MODEL_DIR_ENV, "")
     if not model_dir:
         raise ValueError(f"--model-dir is required (or ${MODEL_DIR_ENV}, as Vertex AI sets it)")
-    from training_core.registry import mounted_path
+    from training_core.serving.vertex_registry import mounted_path
 
     model_dir = mounted_path(model_dir) if not args.model_dir else model_dir
     config = config_for(args.data, model_dir, **options(args, OPTIONS))
@@ -242,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         write_json(args.metrics_out, payload)
     if args.plots_out:
         with open(args.plots_out, "w") as f:
-            f.write(report.training_plots_html(payload["epochs"], kept_epoch=result.kept_epoch))
+            f.write(curve_page.training_plots_html(payload["epochs"], kept_epoch=result.kept_epoch))
     final = result.final
     if final is not None:
         kept = f", the model is epoch {final.epoch}'s (the best)" if result.kept_epoch else ""

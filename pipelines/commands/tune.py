@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from pipelines.cli import example_epilog
-from training_core.presets import ARCHITECTURES
+from training_core.training.presets import ARCHITECTURES
 from training_core.tune import METRICS, SEARCH_SPACE_FILE, TuneConfig
 
 

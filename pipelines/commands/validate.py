@@ -93,7 +93,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs the gate; returns 2 (with the anomalies on stderr) when it blocks."""
-    from training_core import validate
+    from training_core.data import validate
 
     if args.baseline and (args.baseline_schema or args.baseline_stats):
         raise ValueError(

@@ -14,13 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipelines.run_plan import (
-    custom_job,
-    custom_job_requests,
-    executor_io,
-    placeholders,
-    template,
-)
+from pipelines.run_plan import custom_job_requests
 from pipelines.run_plan.custom_job import RequestError
 from pipelines.run_plan.parameters import FAST_PARAMETERS
 from pipelines.verify.report import (
@@ -60,12 +54,8 @@ __all__ = [
     "Verification",
     "VerifyError",
     "VerifyReport",
-    "custom_job",
     "custom_job_requests",
-    "executor_io",
     "format_report",
-    "placeholders",
-    "template",
     "verify",
 ]
 

@@ -1,20 +1,23 @@
-"""A local stand-in for Vertex AI's JobService (gRPC on a private Unix socket) that runs jobs here.
+"""The emulator's gRPC side: Vertex AI's JobService on a private Unix socket, running jobs here.
 
-It serves ``CreateCustomJob``, ``GetCustomJob`` and ``CancelCustomJob`` of
-``google.cloud.aiplatform.v1.JobService``, and the same three for ``HyperparameterTuningJob`` (a
-tuning job runs its trials one after another, each as a custom job of its trial spec with the
-trial's values appended as ``--NAME=VALUE``, sampled from the study spec with a fixed seed; each
-trial's metric is read from the file ``cloudml-hypertune`` writes, its best measurement kept), with
-the aiplatform proto-plus types' own (de)serializers, so the launcher's real ``JobServiceClient``
-talks to it unchanged apart from its channel. The stand-in listens on a Unix socket in a new folder
-only this user can open (mode 0700), never on a TCP port: it runs whatever command a job names, so
-no other user of this machine (and nothing off it) may reach it. A request is checked as the
-service checks it (``custom_job.service_problems``) and refused with ``INVALID_ARGUMENT`` if it
-fails; an accepted job runs each worker pool's container ``command + args`` as one local process
-per replica, with the ``CLUSTER_SPEC`` Vertex AI gives each (``workerpoolN`` names, loopback
-addresses on free ports) and the ``AIP_*`` variables it sets. The job is ``RUNNING`` until every
-replica has exited, then ``SUCCEEDED``, or ``FAILED`` with the failing replica's last lines of
-output. The container image is not pulled: this Python environment stands in for it.
+Part of the one Vertex AI emulator (``pipelines.verify.emulator`` says what it emulates and what
+not, and where each of the service's rules lives). It serves ``CreateCustomJob``,
+``GetCustomJob`` and ``CancelCustomJob`` of ``google.cloud.aiplatform.v1.JobService``, and the
+same three for ``HyperparameterTuningJob`` (a tuning job runs its trials one after another, each
+as a custom job of its trial spec with the trial's values appended as ``--NAME=VALUE``, sampled
+from the study spec with a fixed seed; each trial's metric is read from the file
+``cloudml-hypertune`` writes, its best measurement kept), with the aiplatform proto-plus types'
+own (de)serializers, so the launcher's real ``JobServiceClient`` talks to it unchanged apart from
+its channel. The stand-in listens on a Unix socket in a new folder only this user can open (mode
+0700), never on a TCP port: it runs whatever command a job names, so no other user of this
+machine (and nothing off it) may reach it. A request is checked as the service checks it
+(``custom_job.service_problems``, and ``tuning_problems`` for a tuning job) and refused with
+``INVALID_ARGUMENT`` if it fails; an accepted job runs each worker pool's container ``command +
+args`` as one local process per replica, with the ``CLUSTER_SPEC`` Vertex AI gives each
+(``workerpoolN`` names, loopback addresses on free ports) and the ``AIP_*`` variables it sets.
+The job is ``RUNNING`` until every replica has exited, then ``SUCCEEDED``, or ``FAILED`` with the
+failing replica's last lines of output. The container image is not pulled: this Python
+environment stands in for it.
 """
 
 from __future__ import annotations

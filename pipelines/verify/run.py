@@ -129,7 +129,7 @@ class Verification(RunPlan):
 
     def _start(self) -> None:
         from pipelines.verify.job_service import JobServiceStandIn
-        from training_core.strategy import ALLOW_MISSING_ACCELERATOR_ENV
+        from training_core.training.strategy import ALLOW_MISSING_ACCELERATOR_ENV
 
         os.makedirs(self.gcs_dir, exist_ok=True)
         shim.write_shim(self.shim_dir)

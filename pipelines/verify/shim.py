@@ -32,7 +32,7 @@ import sys
 
 from pipelines.verify import gcsfuse as gcsfuse_emulation
 from pipelines.verify import offline
-from training_core.publish import write_text_atomic
+from training_core.common.atomic_writes import write_text_atomic
 
 GCS_DIR_ENV = "NCF_VERIFY_GCS_DIR"
 WRITE_LOG_ENV = "NCF_VERIFY_WRITE_LOG"

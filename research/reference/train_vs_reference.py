@@ -112,7 +112,7 @@ def worker(args: argparse.Namespace) -> int:
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     import tensorflow as tf
 
-    from training_core import model, train, train_config
+    from training_core.training import loop, model, train_config
 
     # Our loop logs once per host call (every steps_per_loop steps); timestamp those records. The
     # rate runs from the end of the loop that passes --warmup steps (tracing included before it)
@@ -129,7 +129,7 @@ def worker(args: argparse.Namespace) -> int:
     scale = max(1, args.batch // 1024)
     steps_per_loop = max(10, args.steps_per_loop // scale)
     warmup = args.warmup // scale
-    log = logging.getLogger("training_core.train")
+    log = logging.getLogger("training_core.training.loop")
     log.setLevel(logging.INFO)
     log.addHandler(Marks())
     config = train_config.TrainConfig(
@@ -142,7 +142,7 @@ def worker(args: argparse.Namespace) -> int:
         dense_gradients=train_config.EMBEDDING_UPDATES[args.embedding_updates],
     )
     t0 = time.perf_counter()
-    result = train.train(config, tf.distribute.get_strategy())
+    result = loop.train(config, tf.distribute.get_strategy())
     wall = time.perf_counter() - t0
     first = next(i for i, (s, _) in enumerate(marks) if s >= warmup)
     (s0, t_a), (s1, t_b) = marks[first], marks[-1]

@@ -1,22 +1,26 @@
 """The options of data preparation: their one home.
 
-``PrepareConfig`` owns every option's default and rule; ``prepare_config`` is the one way options
-become a config, whoever passes them: ``ncf-pipelines prepare-data``, the ``prepare_data`` KFP
-component, and the pipeline's own defaults (``pipelines/pipeline.py`` reads ``DEFAULTS``). "Not
-set" is ``None`` everywhere: the field keeps its default. The engines that take a config are
-``prepare`` (one machine) and ``prepare_beam`` (Apache Beam), chosen by ``RUNNERS``.
+``PrepareConfig`` owns every option's default, rule and command-line help (field metadata, read by
+``pipelines/commands/config_options.py``); ``prepare_config`` is the one way options become a
+config, whoever passes them: ``ncf-pipelines prepare-data``, the ``prepare_data`` KFP component,
+and the pipeline's own defaults (``pipelines/pipeline.py`` reads ``DEFAULTS``). "Not set" is
+``None`` everywhere: the field keeps its default. The engines that take a config are ``prepare``
+(one machine) and ``prepare_beam`` (Apache Beam), chosen by ``RUNNERS``.
+
+Data prep knows nothing of training: with ``num_epochs`` not set it prepares as many epochs as
+training will run, which ``epochs_for`` says, handed in where training and data meet (the CLI and
+the component, with ``training_core.training.train_config.with_training_epochs``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from training_core import options, presets
+from training_core.common import not_set
 from training_core.data import io as rio
 from training_core.data import sampling
-from training_core.train_config import DEFAULTS as TRAIN_DEFAULTS
 
 RUNNER_LOCAL = "local"  # One machine: training_core.data.prepare.
 RUNNER_BEAM = "beam"  # Apache Beam: in-process here, Dataflow with --runner=DataflowRunner.
@@ -26,47 +30,110 @@ RUNNERS = (RUNNER_LOCAL, RUNNER_BEAM)
 # this many training replicas (a pipeline passes its profile's replica count instead).
 EVAL_USERS_MULTIPLE = 8
 
+# The epochs a training run of (--preset, --epochs) trains on data of so many training positives:
+# what data prep prepares when num_epochs is not set (presets.training_epochs, handed in).
+EpochsFor = Callable[[str, int | None, int], int]
+
 
 @dataclasses.dataclass(frozen=True)
 class PrepareConfig:
-    """Options of one data preparation run; each field's default is the option's default."""
+    """Options of one data preparation run; each field's default is the option's default.
+
+    A field with ``help`` metadata is also a command-line option of ``ncf-pipelines prepare-data``
+    (``help``, ``{default}`` standing for the default, and ``choices``, ``type``: plain data that
+    ``pipelines/commands/config_options.py`` turns into the option).
+    """
 
     input_path: str
     output_dir: str
     format: str = "auto"  # An input layout name or alias (training_core.data.io.FORMAT_ALIASES).
     columns: rio.Columns = rio.Columns()
-    min_ratings: int = 20  # As the reference; 0 disables the filter.
+    min_ratings: int = dataclasses.field(  # As the reference; 0 disables the filter.
+        default=20,
+        metadata={
+            "help": "drop users with fewer ratings (default {default} as the reference; 0 disables)"
+        },
+    )
     # Epochs of training data, each with a fresh negative draw. None: as many as training runs
     # (``resolved_epochs``), so that no trained epoch reuses another's negatives.
-    num_epochs: int | None = None
-    # What training will run, for num_epochs None: --preset (auto: by the data's size, known only
-    # once it is read) and --epochs (None: the preset's). Training's own defaults.
-    train_preset: str = TRAIN_DEFAULTS["preset"]
-    train_epochs: int | None = TRAIN_DEFAULTS["epochs"]
-    num_neg: int = 4
-    eval_negatives: int = 999
-    eval_sampling: str = sampling.EVAL_DISTINCT
-    train_batch_size: int = 1024
-    eval_batch_size: int | None = None  # Rows; None picks whole users automatically.
-    seed: int = 0
-    num_shards: int | None = None  # None: one per million interactions, at least 2.
-    workers: int | None = None  # Processes; None: one per CPU core, 1: in this process.
-    overwrite: bool = False
-    eval_users_multiple: int = EVAL_USERS_MULTIPLE
+    num_epochs: int | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "epochs of training data, each with a fresh negative draw (default: as many "
+            "as training runs, from --train-preset and --train-epochs; epochs trained past the "
+            "prepared ones reuse their negatives and overfit)"
+        },
+    )
+    # What training will run, for num_epochs None: its --preset (auto: by the data's size, known
+    # only once it is read) and --epochs (None: the preset's), named as training names them, with
+    # its defaults (tests/test_config_flow.py holds them equal). Data prep does not read them:
+    # they key the dataset and are what ``epochs_for`` is asked.
+    train_preset: str = dataclasses.field(
+        default="auto",
+        metadata={
+            "help": "the preset training will use (its --preset), for the default --num-epochs: "
+            "its epochs (default {default}: the preset for the data's size)"
+        },
+    )
+    train_epochs: int | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "the epochs training will run (its --epochs), for the default --num-epochs "
+            "(default: the preset's)"
+        },
+    )
+    num_neg: int = dataclasses.field(
+        default=4, metadata={"help": "training negatives per positive (default {default})"}
+    )
+    eval_negatives: int = dataclasses.field(
+        default=999, metadata={"help": "eval negatives per user (default {default})"}
+    )
+    eval_sampling: str = dataclasses.field(
+        default=sampling.EVAL_DISTINCT,
+        metadata={
+            "help": f"{sampling.EVAL_DISTINCT}: never-seen negatives without repeats (default), "
+            "or the reference's sampling with replacement, for side-by-side comparison",
+            "choices": sampling.EVAL_SAMPLINGS,
+        },
+    )
+    train_batch_size: int = dataclasses.field(
+        default=1024,
+        metadata={"help": "rows per training record = global training batch (default {default})"},
+    )
+    eval_batch_size: int | None = dataclasses.field(  # Rows; None: whole users, automatically.
+        default=None,
+        metadata={
+            "help": "rows per eval record; rounded to whole users (default auto)",
+            "type": "positive_or_auto",
+        },
+    )
+    seed: int = dataclasses.field(default=0, metadata={"help": "random seed (default {default})"})
+    num_shards: int | None = dataclasses.field(  # None: one per million interactions, >= 2.
+        default=None, metadata={"help": "user shards (default: 1 per 1M rows, >= 2)"}
+    )
+    workers: int | None = dataclasses.field(  # Processes; None: one per CPU core, 1: in-process.
+        default=None, metadata={"help": "worker processes (default: one per CPU core)"}
+    )
+    overwrite: bool = dataclasses.field(
+        default=False, metadata={"help": "replace a different dataset already in --output"}
+    )
+    eval_users_multiple: int = EVAL_USERS_MULTIPLE  # The component's only (its replica count).
+    # Not an option: the epochs training runs (``EpochsFor``), for num_epochs None, handed in by
+    # the caller that knows training; not part of what the config is (compare=False).
+    epochs_for: EpochsFor | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def problems(self) -> list[tuple[str, str]]:
-        """``(field, rule)`` for each value out of range, e.g. ``("num_neg", "must be >= 0")``."""
+        """``(field, rule)`` for each value out of range, e.g. ``("num_neg", "must be >= 0")``.
+
+        ``train_preset`` is training's name, checked where training and data meet
+        (``train_config.with_training_epochs``).
+        """
         rules = [
             ("min_ratings", self.min_ratings >= 0, "must be >= 0 (0 disables the filter)"),
             (
                 "num_epochs",
                 self.num_epochs is None or self.num_epochs >= 1,
                 "must be >= 1 (or not set: as many as training runs)",
-            ),
-            (
-                "train_preset",
-                self.train_preset in presets.PRESET_NAMES,
-                f"must be a training preset: one of {', '.join(presets.PRESET_NAMES)}",
             ),
             (
                 "train_epochs",
@@ -95,11 +162,19 @@ class PrepareConfig:
     def resolved_epochs(self, num_train_positives: int) -> int:
         """The epochs to prepare for data of ``num_train_positives``.
 
-        ``num_epochs`` when set, else the epochs training will run (``presets.training_epochs``).
+        ``num_epochs`` when set, else the epochs training will run (``epochs_for``).
+
+        Raises:
+            ValueError: neither is given (a caller that did not say what training runs).
         """
         if self.num_epochs is not None:
             return self.num_epochs
-        return presets.training_epochs(self.train_preset, self.train_epochs, num_train_positives)
+        if self.epochs_for is None:
+            raise ValueError(
+                "num_epochs is not set and no epochs_for says how many epochs training runs "
+                "(training_core.training.train_config.with_training_epochs gives it)"
+            )
+        return self.epochs_for(self.train_preset, self.train_epochs, num_train_positives)
 
     def check(self) -> None:
         """Rejects impossible option values with a message naming the option and the value."""
@@ -108,7 +183,9 @@ class PrepareConfig:
             raise ValueError(f"{option} {rule}, got {getattr(self, field)!r}")
 
 
-OPTIONS = tuple(f.name for f in dataclasses.fields(PrepareConfig))[2:]  # All but the two paths.
+# Every field but the two paths and epochs_for (handed in by the caller, not an option).
+_NOT_OPTIONS = ("input_path", "output_dir", "epochs_for")
+OPTIONS = tuple(f.name for f in dataclasses.fields(PrepareConfig) if f.name not in _NOT_OPTIONS)
 DEFAULTS: dict[str, Any] = {
     f.name: f.default for f in dataclasses.fields(PrepareConfig) if f.name in OPTIONS
 }
@@ -139,7 +216,7 @@ COMPONENT_NAMES = {"format": "data_format"}
 def from_parameters(input_path: str, output_dir: str, parameters: Mapping[str, Any]):
     """``prepare_config`` for a component's parameters (its ``locals()``); others are skipped.
 
-    In KFP parameters "not set" is the zero value (``training_core.options``).
+    In KFP parameters "not set" is the zero value (``training_core.common.not_set``).
     ``tests/test_config_flow.py`` holds every parameter of the component to an option (same
     default) or to the list of those that are not options, so none can be dropped here unseen.
     """
@@ -148,7 +225,7 @@ def from_parameters(input_path: str, output_dir: str, parameters: Mapping[str, A
         for option in OPTIONS
         if COMPONENT_NAMES.get(option, option) in parameters
     }
-    return prepare_config(input_path, output_dir, **options.from_kfp(by_option, DEFAULTS))
+    return prepare_config(input_path, output_dir, **not_set.from_kfp(by_option, DEFAULTS))
 
 
 def check_runner(runner: str, beam_pipeline_args: tuple[str, ...] | list[str] = ()) -> None:

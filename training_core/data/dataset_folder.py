@@ -5,7 +5,7 @@ Layout (``docs/data-format.md``)::
     <output>/metadata.json   the published dataset: every file below is named in it
     <output>/_SUCCESS        written after the first metadata.json
     <output>/data-<build>/   one build: train/epoch_NNN/*.tfrecord, eval/*.tfrecord, vocab/*.txt
-    <output>/.lock           held by the one writer (training_core.publish.hold)
+    <output>/.lock           held by the one writer (training_core.common.atomic_writes.hold)
 
 A run builds into its own ``data-<build>`` folder, which nothing names until it is complete, and
 publishes by replacing ``metadata.json`` in one step: readers see the previous complete dataset or
@@ -23,6 +23,13 @@ import logging
 import os
 import shutil
 
+from training_core.common.atomic_writes import (
+    LOCK_FILE,
+    hold,
+    is_partial,
+    terminate_as_exit,
+    write_text_atomic,
+)
 from training_core.data.metadata import (
     EVAL_DIR,
     FORMAT_VERSION,
@@ -33,13 +40,6 @@ from training_core.data.metadata import (
     DatasetMetadata,
     build_folders,
     read_metadata,
-)
-from training_core.publish import (
-    LOCK_FILE,
-    hold,
-    is_partial,
-    terminate_as_exit,
-    write_text_atomic,
 )
 
 log = logging.getLogger(__name__)

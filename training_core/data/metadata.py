@@ -7,6 +7,8 @@ import json
 import os
 from typing import Any
 
+import numpy as np
+
 FORMAT_VERSION = 1
 METADATA_FILE = "metadata.json"
 SUCCESS_FILE = "_SUCCESS"
@@ -148,3 +150,14 @@ def read_metadata(root: str | os.PathLike) -> DatasetMetadata:
         except json.JSONDecodeError as e:
             raise ValueError(f"{meta_path}: not valid JSON ({e})") from e
     return DatasetMetadata.from_dict(raw)
+
+
+def read_vocab(path: str) -> np.ndarray:
+    """Raw ids of a vocab file (line number = index), on any filesystem TensorFlow reads.
+
+    TensorFlow is imported when this is called, so importing this module stays free of it.
+    """
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(path) as f:
+        return np.asarray([int(line) for line in f.read().split()], dtype=np.int64)

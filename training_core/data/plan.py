@@ -243,9 +243,11 @@ def estimate(
 def build_options(config: PrepareConfig) -> dict:
     """The options that decide a run's bytes (not where it reads or writes, nor how fast).
 
-    What training will run decides them only through the epochs, when ``num_epochs`` is not set.
+    What training will run decides them only through the epochs, when ``num_epochs`` is not set:
+    by its names (``train_preset``, ``train_epochs``), not by ``epochs_for``, the function that
+    turns them into epochs.
     """
-    skip = {"input_path", "output_dir", "workers", "overwrite"}
+    skip = {"input_path", "output_dir", "workers", "overwrite", "epochs_for"}
     if config.num_epochs is not None:
         skip |= {"train_preset", "train_epochs"}
     return {k: v for k, v in dataclasses.asdict(config).items() if k not in skip}

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from training_core import console, faults, publish
+from training_core.common import atomic_writes, console, faults
 from training_core.data import dataset_folder, sampling, shards
 from training_core.data import io as rio
 from training_core.data.config import RUNNER_LOCAL, PrepareConfig, check_runner
@@ -46,7 +46,7 @@ from training_core.data.plan import (
     nothing_left,
     vocab_text,
 )
-from training_core.data.report import PrepareResult, dataset_bytes
+from training_core.data.prep_result import PrepareResult, dataset_bytes
 
 log = logging.getLogger(__name__)
 
@@ -351,14 +351,14 @@ def _task_results(tasks: list[tuple], workers: int):
 def _start_worker(parent_pid: int) -> None:
     """A pool worker's start: it dies with the parent, and of SIGTERM.
 
-    The parent's SIGTERM handler (``publish.terminate_as_exit``: a clean exit) is inherited by
+    The parent's SIGTERM handler (``atomic_writes.terminate_as_exit``: a clean exit) is inherited by
     the fork; in a worker a clean exit waits on the pool's queues, which the pool, stopping its
     workers with SIGTERM after one was killed, would wait on in turn. The parent forks workers
     with SIGTERM blocked, so none gets it before this runs.
     """
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-    publish.die_with_parent(parent_pid)
+    atomic_writes.die_with_parent(parent_pid)
 
 
 def _results(pool: concurrent.futures.ProcessPoolExecutor, tasks: list[tuple], workers: int):
@@ -404,7 +404,7 @@ def prepare(config: PrepareConfig) -> PrepareResult:
     """
     config.check()
     # Before the input is read: a folder others could plant links in is refused at once.
-    publish.check_output_folder(config.output_dir, "prepare-data")
+    atomic_writes.check_output_folder(config.output_dir, "prepare-data")
     with _reusing_freed_memory():
         return _prepare(config)
 
@@ -545,8 +545,8 @@ def _build(
 ) -> DatasetMetadata:
     """Every file of the build folder ``root``; returns the metadata that publishes them."""
     train_files, eval_files, short_users = _write_shards(indexed, plan, config, root, timings)
-    publish.write_text_atomic(os.path.join(root, USER_VOCAB), vocab_text(indexed.user_vocab))
-    publish.write_text_atomic(os.path.join(root, ITEM_VOCAB), vocab_text(indexed.item_vocab))
+    atomic_writes.write_text_atomic(os.path.join(root, USER_VOCAB), vocab_text(indexed.user_vocab))
+    atomic_writes.write_text_atomic(os.path.join(root, ITEM_VOCAB), vocab_text(indexed.item_vocab))
     return build_metadata(
         config,
         plan,

@@ -38,13 +38,13 @@ import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from training_core import publish
+from training_core.common import atomic_writes
 from training_core.data import (
     beam_source,
     dataset_folder,
     plan,
+    prep_result,
     records,
-    report,
     sampling,
     shards,
 )
@@ -372,10 +372,10 @@ def to_shards(rows, summary: Summary):
 
 
 class _BeamFiles:
-    """``publish.Files`` through Beam's FileSystems, so ``atomic_output`` writes ``gs://`` paths.
+    """``atomic_writes.Files`` through Beam's FileSystems: ``atomic_output`` writes to ``gs://``.
 
-    Unlike ``publish.LOCAL_FILES`` there is no fsync (an object store has none), and the target is
-    deleted before the rename (on Cloud Storage a rename is a copy and a delete).
+    Unlike ``atomic_writes.LOCAL_FILES`` there is no fsync (an object store has none), and the
+    target is deleted before the rename (on Cloud Storage a rename is a copy and a delete).
     """
 
     def open(self, path: str, mode: str):
@@ -404,14 +404,14 @@ def _writer(remote: bool) -> shards.RecordWriter:
         return write_local
 
     def write(path: str, recs) -> int:
-        with publish.atomic_output(path, files=_BEAM_FILES) as f:
+        with atomic_writes.atomic_output(path, files=_BEAM_FILES) as f:
             return records.write_frames(f, recs)
 
     return write
 
 
 def _write_text(path: str, text: str) -> None:
-    with publish.atomic_output(path, files=_BEAM_FILES) as f:
+    with atomic_writes.atomic_output(path, files=_BEAM_FILES) as f:
         f.write(text.encode())
 
 
@@ -549,7 +549,7 @@ def _raise_failure(error: BaseException, specs: list[FileSpec]) -> None:
     raise ValueError(payload["message"]) from None
 
 
-def prepare_beam(config: PrepareConfig, beam_config: BeamConfig) -> report.PrepareResult:
+def prepare_beam(config: PrepareConfig, beam_config: BeamConfig) -> prep_result.PrepareResult:
     """Runs data preparation as a Beam job; the files equal ``prepare.prepare``'s byte for byte.
 
     Without ``--runner`` in the pipeline options the job runs on Beam's in-process FnApiRunner
@@ -571,8 +571,8 @@ def prepare_beam(config: PrepareConfig, beam_config: BeamConfig) -> report.Prepa
             log.info(
                 "%s already holds this dataset (%s); reusing it", out, existing.fingerprint[:12]
             )
-            return report.PrepareResult(
-                existing, out, True, time.perf_counter() - t0, report.dataset_bytes(existing)
+            return prep_result.PrepareResult(
+                existing, out, True, time.perf_counter() - t0, prep_result.dataset_bytes(existing)
             )
         chunks = list_chunks(specs, beam_config.range_bytes)
         num_buckets = beam_config.num_buckets or max(4, min(4096, 2 * len(chunks)))
@@ -611,8 +611,8 @@ def prepare_beam(config: PrepareConfig, beam_config: BeamConfig) -> report.Prepa
             meta = _assemble(config, root, files, fmt, source_sha, build)
             shutil.rmtree(staging, ignore_errors=True)
             dataset_folder.publish(out, meta)
-    return report.PrepareResult(
-        meta, out, False, time.perf_counter() - t0, report.dataset_bytes(meta), timings
+    return prep_result.PrepareResult(
+        meta, out, False, time.perf_counter() - t0, prep_result.dataset_bytes(meta), timings
     )
 
 

@@ -21,7 +21,7 @@ from typing import BinaryIO
 import google_crc32c
 import numpy as np
 
-from training_core import publish
+from training_core.common import atomic_writes
 
 USER_ID = "user_id"
 ITEM_ID = "item_id"
@@ -217,7 +217,7 @@ def write_tfrecord_file(path: str | os.PathLike, records: Iterable[bytes]) -> in
     Returns:
         The number of bytes written.
     """
-    with publish.atomic_output(path) as f:
+    with atomic_writes.atomic_output(path) as f:
         return write_frames(f, records)
 
 

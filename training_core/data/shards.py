@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from training_core import faults
+from training_core.common import faults
 from training_core.data import records, sampling
 from training_core.data.metadata import ShardFile, eval_file, train_file
 

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from training_core import publish
+from training_core.common import atomic_writes
 from training_core.data import io as rio
 
 
@@ -43,12 +43,10 @@ SHAPES: dict[str, SyntheticConfig] = {
 
 # How strong the planted structure is, by name (``synth --structure``; fields of SyntheticConfig).
 # "planted" is the generator's default: a strong latent signal, what the tests and most benchmarks
-# use. "movielens" is as hard as real MovieLens-100k by the two numbers known on it (issue 15's
-# protocol: best HR@10 over 20 epochs, batch 1024, 999 distinct eval negatives; TF Model Garden's
-# NCF reaches 0.21-0.22 there, this project's default preset about 0.25). On the ml-100k shape,
-# `research/synthetic_calibration.py` measured (2026-11-25, seed 0; docs/training.md 'Tuning'):
-# strength 3.0 (planted): reference preset 0.315, default 0.350, popularity 0.072;
-# strength 2.0 (movielens): reference preset 0.224, default 0.247, popularity 0.094.
+# use. "movielens" (strength 2.0) is as hard as real MovieLens-100k: on the ml-100k shape the
+# reference preset and the default of the time score on it what they score on the real set,
+# within 0.01 HR@10, so it is the set to tune presets on (research/synthetic_calibration.py
+# measures it; the figures: docs/tuning-log.md#synthetic-data-as-hard-as-real-movielens).
 STRUCTURES: dict[str, dict[str, float]] = {
     "planted": {},
     "movielens": {"strength": 2.0},
@@ -169,8 +167,10 @@ def write(interactions: rio.Interactions, output: str, layout: str, seed: int = 
         path, header = output, "user_id,item_id,rating,timestamp\n"
     else:
         raise ValueError(f"unknown layout {layout!r}; use one of {', '.join(LAYOUTS)}")
-    files = publish.LocalFiles(gzip.open) if path.endswith(".gz") else publish.LOCAL_FILES
-    with publish.atomic_output(path, files=files) as f:
+    files = (
+        atomic_writes.LocalFiles(gzip.open) if path.endswith(".gz") else atomic_writes.LOCAL_FILES
+    )
+    with atomic_writes.atomic_output(path, files=files) as f:
         f.write(header.encode())
         # In slices: NumPy's string arrays for 20M rows at once took more than 24 GiB.
         for start in range(0, len(u), _ROWS_PER_SLICE):

@@ -1,6 +1,6 @@
 """Champion/challenger: bless a new model only if it is not worse than the one serving.
 
-Both models are compared as they serve: two exported SavedModels (``training_core.export``),
+Both models are compared as they serve: two exported SavedModels (``training_core.serving.export``),
 each asked through its own ``score`` signature with **raw** ids, on the same held-out set, the
 new run's eval split (1 held-out positive and its sampled negatives per user, mapped back to raw
 ids with that run's vocabularies). So a champion trained on last month's data, with its own id
@@ -96,10 +96,9 @@ def score_export(export_dir: str, data_dir: str) -> Scores:
     """
     import tensorflow as tf
 
-    from training_core import metrics
     from training_core.data import records
-    from training_core.data.metadata import read_metadata
-    from training_core.export import read_vocab
+    from training_core.data.metadata import read_metadata, read_vocab
+    from training_core.evaluation import metrics
 
     meta = read_metadata(data_dir)
     score = _score_signature(export_dir)

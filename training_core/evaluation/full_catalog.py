@@ -25,9 +25,11 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from training_core import console, input_pipeline, metrics
+from training_core.common import console
 from training_core.data import positives
 from training_core.data.metadata import DatasetMetadata
+from training_core.evaluation import metrics
+from training_core.training import input_pipeline
 
 PAIRS_PER_STEP = 1 << 19  # (user, item) scores per replica per step: bounds device memory.
 STEPS_PER_REPORT = 8  # Steps per compiled loop call; progress is reported between calls.

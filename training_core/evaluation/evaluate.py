@@ -16,11 +16,12 @@ import logging
 
 import tensorflow as tf
 
-from training_core import baselines, full_catalog, input_pipeline, metrics
 from training_core.data.metadata import DatasetMetadata, read_metadata
-from training_core.eval_config import EvalOptions
-from training_core.model import NeuMF
-from training_core.model_dir import read_model_config, resolve_checkpoint
+from training_core.evaluation import baselines, full_catalog, metrics
+from training_core.evaluation.eval_config import EvalOptions
+from training_core.training import input_pipeline
+from training_core.training.model import NeuMF
+from training_core.training.model_dir import read_model_config, resolve_checkpoint
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ import re
 import shutil
 import time
 
-from training_core import publish
+from training_core.common import atomic_writes
 
 VERSIONS_DIR = "versions"
 DEFAULT_FILE = "DEFAULT"
@@ -79,13 +79,13 @@ def register(
         raise FileNotFoundError(f"{export_dir}: not an exported SavedModel (no saved_model.pb)")
     folder = model_folder(root, display_name)
     versions = os.path.join(folder, VERSIONS_DIR)
-    with publish.hold(folder, f"register {display_name}", wait=True):
+    with atomic_writes.hold(folder, f"register {display_name}", wait=True):
         os.makedirs(versions, exist_ok=True)
         numbers = [int(n) for n in os.listdir(versions) if n.isdigit()]
         version = str(max(numbers, default=0) + 1)
         target = os.path.join(versions, version)
-        publish.remove_stale_partials(target)  # A copy a killed registration left.
-        tmp = publish.partial_name(target)
+        atomic_writes.remove_stale_partials(target)  # A copy a killed registration left.
+        tmp = atomic_writes.partial_name(target)
         try:
             shutil.copytree(export_dir, tmp)
             os.rename(tmp, target)
@@ -93,6 +93,8 @@ def register(
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         info = {"labels": labels or {}, "source": export_dir, "created": time.time()}
-        publish.write_text_atomic(target + ".json", json.dumps(info, indent=1, sort_keys=True))
-        publish.write_text_atomic(os.path.join(folder, DEFAULT_FILE), version + "\n")
+        atomic_writes.write_text_atomic(
+            target + ".json", json.dumps(info, indent=1, sort_keys=True)
+        )
+        atomic_writes.write_text_atomic(os.path.join(folder, DEFAULT_FILE), version + "\n")
     return LocalVersion(SCHEME + folder, version, target)

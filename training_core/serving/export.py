@@ -45,13 +45,15 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from training_core import publish
-from training_core.data.metadata import read_metadata
+from training_core.common import atomic_writes
+from training_core.data.metadata import read_metadata, read_vocab
 from training_core.data.positives import training_positives  # What "seen" means for recommend.
-from training_core.evaluate import load_model
-from training_core.model import NeuMF
-from training_core.model_dir import latest_checkpoint, read_model_config
-from training_core.registry import SERVING_METADATA_FILE  # Named TF-free: registering reads it.
+from training_core.evaluation.evaluate import load_model
+from training_core.serving.vertex_registry import (
+    SERVING_METADATA_FILE,  # Named TF-free: registering reads it.
+)
+from training_core.training.model import NeuMF
+from training_core.training.model_dir import latest_checkpoint, read_model_config
 
 log = logging.getLogger(__name__)
 
@@ -111,12 +113,6 @@ class ExportResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
         return dataclasses.asdict(self)
-
-
-def read_vocab(path: str) -> np.ndarray:
-    """Raw ids of a vocab file (line number = index)."""
-    with tf.io.gfile.GFile(path) as f:
-        return np.asarray([int(line) for line in f.read().split()], dtype=np.int64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,7 +291,11 @@ def _check_target(export_dir: str, overwrite: bool) -> bool:
         return False
     if not tf.io.gfile.isdir(export_dir):
         raise FileExistsError(f"{export_dir} exists and is not a folder")
-    if tf.io.gfile.listdir(export_dir) and not overwrite and not publish.interrupted(export_dir):
+    if (
+        tf.io.gfile.listdir(export_dir)
+        and not overwrite
+        and not atomic_writes.interrupted(export_dir)
+    ):
         raise FileExistsError(
             f"{export_dir} is not empty; choose another folder or pass overwrite (--overwrite)"
         )
@@ -317,7 +317,7 @@ def export(config: ExportConfig) -> ExportResult:
     ``serving_metadata.json`` (what registering and ``recommend`` read) says it is complete: on
     local disks an existing export is swapped for the new one in one step; on the Cloud Storage
     FUSE mount, which renames no folders, its files are moved in one by one with
-    ``serving_metadata.json`` last (``publish.replace_folder``), and a folder an interrupted
+    ``serving_metadata.json`` last (``atomic_writes.replace_folder``), and a folder an interrupted
     attempt left that way is published over, as a retry of the task needs. On ``gs://`` the
     folder is copied, then ``serving_metadata.json`` written. SIGTERM removes the private folder.
 
@@ -325,12 +325,12 @@ def export(config: ExportConfig) -> ExportResult:
         FileNotFoundError: no checkpoint, model_config.json or prepared dataset.
         FileExistsError: ``export_dir`` is not empty and ``overwrite`` is off.
         ValueError: the model and the dataset do not match.
-        publish.UnsafeOutputError: another local user could plant links in ``export_dir`` or
-            its parent (``publish.check_output_folder``).
+        atomic_writes.UnsafeOutputError: another local user could plant links in ``export_dir`` or
+            its parent (``atomic_writes.check_output_folder``).
     """
     export_dir = config.export_dir.rstrip("/")
     if "://" not in export_dir:
-        publish.check_output_folder(export_dir, "export")
+        atomic_writes.check_output_folder(export_dir, "export")
     _check_target(export_dir, config.overwrite)  # Fail before the work, not after.
     meta = read_metadata(config.data_dir)
     _, num_users, num_items = read_model_config(config.model_dir)
@@ -387,13 +387,13 @@ def export(config: ExportConfig) -> ExportResult:
     )
     local = "://" not in export_dir
     if local:  # A killed export's private folders (their processes are gone).
-        for path in publish.remove_stale_partials(export_dir):
+        for path in atomic_writes.remove_stale_partials(export_dir):
             log.warning("removed %s, left by an export that was killed", path)
-    tmp = publish.partial_name(export_dir)
+    tmp = atomic_writes.partial_name(export_dir)
     if local:  # Made here, never reused: a name that is already there fails.
         os.makedirs(os.path.dirname(os.path.abspath(tmp)), exist_ok=True)
         os.mkdir(tmp)
-    with publish.terminate_as_exit():
+    with atomic_writes.terminate_as_exit():
         try:
             tf.saved_model.save(module, tmp, signatures=signatures)
             marker = json.dumps(serving_metadata(result, config), indent=2) + "\n"
@@ -401,7 +401,7 @@ def export(config: ExportConfig) -> ExportResult:
                 with tf.io.gfile.GFile(os.path.join(tmp, SERVING_METADATA_FILE), "w") as f:
                     f.write(marker)
                 _check_target(export_dir, config.overwrite)
-                publish.replace_folder(tmp, export_dir, marker=SERVING_METADATA_FILE)
+                atomic_writes.replace_folder(tmp, export_dir, marker=SERVING_METADATA_FILE)
             else:  # An object store: the marker goes after the copy of every other object.
                 _make_room(export_dir, config.overwrite)
                 tf.io.gfile.rename(tmp, export_dir)

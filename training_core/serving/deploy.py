@@ -4,7 +4,7 @@ No TensorFlow here; ``google.cloud.aiplatform`` is imported only inside :func:`d
 is what keeps a failure harmless (docs/after-training.md):
 
 1. find the endpoint: by resource name, or the one of that display name carrying this
-   pipeline's label (``registry.FAMILY_LABEL``), or create it with the label;
+   pipeline's label (``vertex_registry.FAMILY_LABEL``), or create it with the label;
 2. deploy the version (the prebuilt TensorFlow serving container its registry entry names) with
    the traffic our earlier versions had (100% unless other models share the endpoint: those keep
    their share): Vertex AI moves the traffic only once the new model serves, so a deploy that
@@ -24,7 +24,7 @@ import dataclasses
 import logging
 import re
 
-from training_core import registry
+from training_core.serving import vertex_registry
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def _find_or_create_endpoint(aiplatform, endpoint: str, family: str, project: st
     if ENDPOINT_NAME.fullmatch(endpoint):
         return aiplatform.Endpoint(endpoint, project=project, location=location), False
     found = aiplatform.Endpoint.list(
-        filter=registry.family_filter(endpoint, family, "endpoint_display_name"),
+        filter=vertex_registry.family_filter(endpoint, family, "endpoint_display_name"),
         order_by="update_time desc",
         project=project,
         location=location,
@@ -85,7 +85,7 @@ def _find_or_create_endpoint(aiplatform, endpoint: str, family: str, project: st
             "%d endpoints are named %r with label %s; deploying to the most recently updated, %s",
             len(found),
             endpoint,
-            registry.family_label(family),
+            vertex_registry.family_label(family),
             found[0].resource_name,
         )
     if found:
@@ -93,7 +93,7 @@ def _find_or_create_endpoint(aiplatform, endpoint: str, family: str, project: st
     log.info("creating endpoint %r in %s/%s", endpoint, project, location)
     created = aiplatform.Endpoint.create(
         display_name=endpoint,
-        labels=registry.family_label(family),
+        labels=vertex_registry.family_label(family),
         project=project,
         location=location,
         sync=True,

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from training_core import options
+from training_core.common import not_set
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,9 +24,18 @@ class EvalOptions:
         full_catalog_users: users ranked against the full catalog, a fixed-seed sample when
             there are more (the result says how many and whether it was capped); 0: every user.
             It bounds the cost, users x items scores (see docs/training.md, "Evaluation").
+
+    Each field is also an option of ``ncf-pipelines evaluate``, its help (``{default}``: the
+    default) in its metadata (``pipelines/commands/config_options.py``).
     """
 
-    full_catalog_users: int = 10_000
+    full_catalog_users: int = dataclasses.field(
+        default=10_000,
+        metadata={
+            "help": "users to rank against the full catalog, a fixed-seed sample (default "
+            "{default}; 0: every user)"
+        },
+    )
 
     def __post_init__(self) -> None:
         check_options(**dataclasses.asdict(self))
@@ -87,4 +96,4 @@ def from_parameters(parameters: Mapping[str, Any]) -> EvalOptions:
     ``tests/test_config_flow.py`` holds every parameter of ``evaluate_model`` to an option (same
     default) or to the list of those that are not options.
     """
-    return eval_options(**options.from_kfp(parameters, DEFAULTS))
+    return eval_options(**not_set.from_kfp(parameters, DEFAULTS))

@@ -1,11 +1,12 @@
-"""A local stand-in for the Vertex AI v1 REST API and the Cloud Storage JSON API, for tests.
+"""The emulator's HTTP side: Vertex AI's v1 REST API and Cloud Storage's JSON API on 127.0.0.1.
 
-It listens on 127.0.0.1 (a free port) and answers the requests the real
+Part of the one Vertex AI emulator (``pipelines.verify.emulator`` says what it emulates and what
+not). ``RestStandIn`` listens on 127.0.0.1 only (a free port) and answers the requests the real
 ``google-cloud-aiplatform`` and ``google-cloud-storage`` clients send when they are pointed at it
 (``api_endpoint="http://127.0.0.1:PORT"`` with the REST transport; ``STORAGE_EMULATOR_HOST`` or
-``client_options={"api_endpoint": ...}`` for storage). It implements only what submitting a
-pipeline needs, keeps resources in memory, and records every request so tests can assert on what
-the client library really sent.
+``client_options={"api_endpoint": ...}`` for storage). It keeps resources in memory and records
+every request, so a test can assert on what the client library really sent. The tests (submit,
+deploy, registry) use it through conftest.py's ``standin`` fixture; ``verify`` does not start it.
 
 Endpoints:
     POST/GET  /v1/projects/P/locations/L/pipelineJobs[/ID]
@@ -32,16 +33,20 @@ Endpoints:
     GET       /v3/projects/ID (Cloud Resource Manager: the SDK checks who owns the root bucket)
     POST      /token (an OAuth token endpoint, for credentials that refresh)
 
-Every Vertex AI and Resource Manager request (``/v1/``, ``/ui/``, ``/v3/``) must carry
-``Authorization: Bearer TOKEN``, TOKEN being ``access_token`` (what ``/token`` hands out) or a
-JWT (the GAPIC clients sign their own with a service account key; the signature is not checked),
-else 401 UNAUTHENTICATED, as the service answers. Cloud Storage requests are exempt: with
-``STORAGE_EMULATOR_HOST`` set, google-cloud-storage is anonymous by design.
+Auth (this module is its one home): every Vertex AI and Resource Manager request (``/v1/``,
+``/ui/``, ``/v3/``) must carry ``Authorization: Bearer TOKEN``, TOKEN being ``access_token`` (what
+``/token`` hands out) or a JWT (the GAPIC clients sign their own with a service account key; the
+signature is not checked), else 401 UNAUTHENTICATED, as the service answers. Cloud Storage
+requests are exempt: with ``STORAGE_EMULATOR_HOST`` set, google-cloud-storage is anonymous by
+design.
 
-A pipeline job (or a schedule's) with a ``pipelineSpec`` has its
-``runtimeConfig.parameterValues`` checked against ``root.inputDefinitions.parameters``: an unknown
-name, a value of the wrong type (``parameterType``) or a missing required parameter is 400
-INVALID_ARGUMENT naming the parameter.
+Every body is parsed strictly as the v1 message the HTTP rule names (unknown fields and wrong
+types are 400), then checked against the rules the v1 reference documents: names and ids in the
+forms of ``pipelines.vertex_names`` (parent, network, service account, context id) or of the
+limits stated here, labels, required fields, traffic splits. A pipeline job (or a schedule's) with a
+``pipelineSpec`` has its ``runtimeConfig.parameterValues`` checked against
+``root.inputDefinitions.parameters``: an unknown name, a value of the wrong type
+(``parameterType``) or a missing required parameter is 400 INVALID_ARGUMENT naming the parameter.
 """
 
 from __future__ import annotations
@@ -62,11 +67,7 @@ from typing import Any
 
 import google_crc32c
 
-# The project, bucket and identity the tests use with the stand-in (conftest.py's fixtures).
-PROJECT = "ncf-test-project"
-BUCKET = "ncf-bucket"
-SA = f"runner@{PROJECT}.iam.gserviceaccount.com"
-TOKEN = "secret-token-XYZ"
+from pipelines import vertex_names as names
 
 _STATUS_NAMES = {
     400: "INVALID_ARGUMENT",
@@ -85,10 +86,7 @@ _LOC = r"/v1/(?P<loc>projects/[^/]+/locations/[^/]+)"
 # google/cloud/aiplatform_v1/types/*.py), and the label rules it links (https://goo.gl/xmQnxf).
 _MAX_DISPLAY_NAME = 128  # PipelineJob, Schedule, Model: "up to 128 characters long".
 _PIPELINE_JOB_ID = re.compile(r"[a-z0-9-]{1,127}")  # "less than 128 characters ... /[a-z][0-9]-/"
-_CONTEXT_ID = re.compile(r"[a-z0-9-]{4,128}")  # "4-128 characters ... /[a-z][0-9]-/"
 _MODEL_ID = re.compile(r"[a-z_][a-z0-9_-]{0,62}")  # "up to 63 ... [a-z0-9_-]", no 0-9/- first
-_NETWORK = re.compile(r"projects/[0-9]+/global/networks/[^/]+")  # "{project} is a project number"
-_LOCATION = re.compile(r"projects/[^/]+/locations/[^/]+")
 _JWT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 # Paths that need credentials: Vertex AI (/v1/, operations at /ui/) and Resource Manager (/v3/).
 _AUTHENTICATED = re.compile(r"/(?:v1|ui|v3)/")
@@ -134,7 +132,7 @@ class _Failure:
     path_contains: str
 
 
-class VertexStandIn:
+class RestStandIn:
     """The server; use as a context manager, or call ``start()`` and ``stop()``."""
 
     def __init__(self, access_token: str = "standin-access-token"):
@@ -168,7 +166,7 @@ class VertexStandIn:
 
     # --- control -----------------------------------------------------------------------------
 
-    def start(self) -> VertexStandIn:
+    def start(self) -> RestStandIn:
         """Starts serving on a free port of 127.0.0.1."""
         standin = self
 
@@ -190,7 +188,7 @@ class VertexStandIn:
             self._server.server_close()
             self._server = None
 
-    def __enter__(self) -> VertexStandIn:
+    def __enter__(self) -> RestStandIn:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -370,9 +368,10 @@ class VertexStandIn:
         # HTTP rule: POST /v1/{parent}/contexts, body "context", ?contextId=.
         _parse(req.raw, _v1().Context, "context")
         ctx_id = req.query.get("contextId", [""])[0]
-        if ctx_id and not _CONTEXT_ID.fullmatch(ctx_id):
+        if ctx_id and not names.EXPERIMENT.fullmatch(ctx_id):
             raise Invalid(
-                f"context_id {ctx_id!r} must be 4-128 characters of [a-z0-9-].", "context_id"
+                f"context_id {ctx_id!r} must be 4-128 characters of [a-z0-9-], the first not '-'.",
+                "context_id",
             )
         ctx_id = ctx_id or f"context-{next(self._ids)}"
         name = f"{loc}/metadataStores/default/contexts/{ctx_id}"
@@ -811,7 +810,7 @@ class VertexStandIn:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server_state: VertexStandIn
+    server_state: RestStandIn
 
     def _serve(self) -> None:
         url = urllib.parse.urlsplit(self.path)
@@ -879,8 +878,11 @@ def _message_to_dict(message: Any) -> dict:
 
 
 def _parse(raw: bytes, message_type: Any, at: str) -> Any:
-    """The body parsed strictly as ``message_type`` (proto JSON: unknown fields and wrong types
-    refused), else ``Invalid`` ("Invalid JSON payload received ...", as the service says)."""
+    """The body parsed strictly as ``message_type``.
+
+    Proto JSON: unknown fields and wrong types are refused with ``Invalid`` ("Invalid JSON
+    payload received ...", as the service says).
+    """
     from google.protobuf import json_format
 
     if not raw.strip():
@@ -957,10 +959,15 @@ def _check_pipeline_job(job: Any, field: str) -> None:
             f"{field}runtime_config.gcs_output_directory",
         )
     # network: "projects/{project}/global/networks/{network} ... {project} is a project number".
-    if job.network and not _NETWORK.fullmatch(job.network):
+    if job.network and not names.NETWORK.fullmatch(job.network):
         raise Invalid(
             f"{field}network {job.network!r} must be projects/PROJECT_NUMBER/global/networks/NAME.",
             f"{field}network",
+        )
+    if job.service_account and not names.SERVICE_ACCOUNT.fullmatch(job.service_account):
+        raise Invalid(
+            f"{field}service_account {job.service_account!r} is not a service account's email.",
+            f"{field}service_account",
         )
 
 
@@ -976,8 +983,11 @@ _PARAMETER_KINDS = {
 
 
 def _check_parameter_values(job: Any, field: str) -> None:
-    """``runtime_config.parameter_values`` against the spec's root input definitions: every name
-    one the pipeline takes, every value of its ``parameterType``, every required one given."""
+    """``runtime_config.parameter_values`` against the spec's root input definitions.
+
+    Every name one the pipeline takes, every value of its ``parameterType``, every required one
+    given.
+    """
     from google.protobuf import json_format
 
     spec = json_format.MessageToDict(job._pb.pipeline_spec)
@@ -1009,7 +1019,7 @@ def _check_parameter_values(job: Any, field: str) -> None:
 
 def _check_create_pipeline_job(request: Any, field: str) -> None:
     """``CreatePipelineJobRequest``: parent and pipeline_job required, pipeline_job_id's form."""
-    _required(bool(_LOCATION.fullmatch(request.parent)), f"{field}parent")
+    _required(bool(names.PARENT.fullmatch(request.parent)), f"{field}parent")
     _required(request._pb.HasField("pipeline_job"), f"{field}pipeline_job")
     job_id = request.pipeline_job_id
     if job_id and not _PIPELINE_JOB_ID.fullmatch(job_id):
@@ -1021,9 +1031,11 @@ def _check_create_pipeline_job(request: Any, field: str) -> None:
 
 
 def _check_schedule(schedule: Any) -> None:
-    """``Schedule``: display_name and max_concurrent_run_count required; the embedded
-    ``CreatePipelineJobRequest`` with its parent ("CreatePipelineJobRequest.parent field is
-    required") and its job."""
+    """``Schedule``: display_name and max_concurrent_run_count required.
+
+    Then the embedded ``CreatePipelineJobRequest`` with its parent ("CreatePipelineJobRequest.parent
+    field is required") and its job.
+    """
     _check_display_name(schedule.display_name, "schedule.display_name", required=True)
     _required(schedule.max_concurrent_run_count > 0, "schedule.max_concurrent_run_count")
     _required(
@@ -1036,8 +1048,11 @@ def _check_schedule(schedule: Any) -> None:
 
 
 def _check_upload_model(request: Any) -> None:
-    """``UploadModelRequest``: model required, its display_name required (<= 128), model_id's
-    form, labels, and a container spec's image_uri ("Required")."""
+    """``UploadModelRequest``: model required, and the model's fields.
+
+    Its display_name required (<= 128), model_id's form, labels, and a container spec's image_uri
+    ("Required").
+    """
     _required(request._pb.HasField("model"), "model")
     model = request.model
     _check_display_name(model.display_name, "model.display_name", required=True)

@@ -1,16 +1,16 @@
 """NeuMF's configuration and its named presets: plain data, no TensorFlow.
 
-Kept apart from ``training_core.model`` so that the CLI, ``submit`` and the pipeline compiler can
-name and check presets without importing TensorFlow.
+Kept apart from ``training_core.training.model`` so that the CLI, ``submit`` and the pipeline
+compiler can name and check presets without importing TensorFlow.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-# The scorers ``--model`` chooses (``training_core.model.NCFModel``): NeuMF (He et al. 2017, GMF
-# and MLP towers into one logit, what the reference trains), a dot product with user and item
-# biases (Rendle et al. 2020 show a tuned one matches or beats NeuMF), and NeuMF's two towers
+# The scorers ``--model`` chooses (``training_core.training.model.NCFModel``): NeuMF (He et al.
+# 2017, GMF and MLP towers into one logit, what the reference trains), a dot product with user and
+# item biases (Rendle et al. 2020 show a tuned one matches or beats NeuMF), and NeuMF's two towers
 # alone. Every one is trained by the same loop and strategies and exports the same signatures.
 ARCHITECTURES: dict[str, str] = {
     "neumf": "NeuMF: GMF and MLP towers joined in one logit",
@@ -89,31 +89,23 @@ class NeuMFConfig:
         return self.num_factors * self.uses_gmf + (self.layers[0] // 2) * self.uses_mlp
 
 
-# The ml-20m settings are the reference's MLPerf v0.5 run (tensorflow/models
+# ml-20m and ml-1m take the reference's MLPerf v0.5 settings (tensorflow/models
 # official/recommendation/run.sh and ncf_keras_benchmark.py): batch 98304, Adam lr 0.00382059,
 # beta1 0.783529, beta2 0.909003, epsilon 1.45439e-07, layers 256,256,128,64, 64 factors,
-# target HR@10 0.635, 14 epochs. The reference publishes no separate ml-1m tuning; its README runs
-# ml-1m with the same model, so ml-1m keeps those hyperparameters at the batch used by the
-# reference's speed benchmarks (1024) and fewer epochs. ml-100k was tuned with `ncf-pipelines
-# tune` on synthetic data as hard as real MovieLens-100k (`synth --structure movielens`,
-# docs/training.md 'Tuning'), at batch 1024: the first tunes capped the GMF width at 64 and
-# found 64 factors, MLP 128,64,32, lr 0.0021 (mean best HR@10 0.2602 over seeds 0, 1, 2 against
-# the ml-1m values' 0.2439); widening the space found the embedding width is what matters (a
-# dot product of 256 factors 0.3616; NeuMF with 256 GMF factors, lr 0.006, L2 1e-5: 0.3340,
-# 0.3309, 0.3181, mean 0.3277). At the ml-1m shape those values did not beat the ml-1m preset
-# (0.1985 against 0.2033 after 10 epochs), so each keeps its own and "auto" picks by size.
+# target HR@10 0.635, 14 epochs. The reference publishes no ml-1m tuning, so ml-1m keeps them at
+# the batch of its speed benchmarks (1024). ml-100k has its own values (wide embeddings, a small
+# L2), tuned with `ncf-pipelines tune` on synthetic data as hard as real MovieLens-100k: they win
+# at that size and not at ml-1m's, so each size keeps its own and "auto" picks by size. How each
+# was chosen: docs/tuning-log.md.
 #
 # A preset's batch_size is the batch it was chosen for; a run trains at the prepared data's
 # pre-batch size unless --batch-size says otherwise (train_config.config_for), so prepare with
 # --train-batch-size to match it (the ml-20m preset's 98304, MLPerf's).
 #
-# ml-20m also stops after 3 epochs without a better HR@10 and keeps the best epoch's weights. A tune
-# at the ml-20m shape on MovieLens-like data (research/gpu_tune_jax.py on an H100: this project's
-# data prep and training step, docs/training.md 'ml-20m on a GPU') found MLPerf's values at their
-# best after 3 epochs (HR@10 0.4465 and 0.4478, seeds 0 and 1) and falling to 0.4179 by the 14th,
-# the model a run used to leave; no width (64, 128, 256), learning rate (x0.25 to x2) or L2 (up
-# to 1e-4) changed the peak by more than 0.007, so MLPerf's values stay and patience keeps the
-# peak (where HR@10 keeps rising, as MLPerf reports on the real ml-20m, it never triggers).
+# ml-20m also stops after 3 epochs without a better HR@10 and keeps the best epoch's weights:
+# on MovieLens-like data at that shape MLPerf's values peak by epoch 3 and then fall, and no
+# other width, learning rate or L2 moved the peak much; where HR@10 keeps rising, patience
+# never triggers. See docs/tuning-log.md#ml-20m-on-a-gpu-patience-not-new-values.
 PATIENCE_ML20M = 3
 _MLPERF_ADAM = dict(learning_rate=0.00382059, beta1=0.783529, beta2=0.909003, epsilon=1.45439e-07)
 
@@ -125,12 +117,13 @@ PRESETS: dict[str, NeuMFConfig] = {
         num_factors=8, layers=(16, 16, 8), batch_size=256, learning_rate=0.01, epochs=3
     ),
     # A small model that learns in a few epochs (the former ml-100k preset): what run-local
-    # trains on the embedded sample, and a fast first run on any small set. Below the default
-    # after 20 epochs on ml-100k-shaped data, above it after 4 (run-local: HR@10 0.278 against
-    # 0.255).
+    # trains on the embedded sample, and a fast first run on any small set: ahead of a bigger
+    # model after 4 epochs, behind it after 20
+    # (docs/tuning-log.md#presets-re-tuned-per-dataset-shape).
     "quick": NeuMFConfig(
         num_factors=16, layers=(64, 32, 16), batch_size=256, learning_rate=0.002, epochs=10
     ),
+    # Tuned at the ml-100k shape: docs/tuning-log.md#embedding-width-is-what-matters.
     "ml-100k": NeuMFConfig(
         num_factors=256,
         layers=(128, 64, 32),
@@ -148,7 +141,7 @@ PRESETS: dict[str, NeuMFConfig] = {
         batch_size=1024,
         hr_threshold=0.635,
         # 20, as the NCF paper's own code: at the ml-1m shape HR@10 still rises after epoch 10
-        # (docs/training.md 'ml-1m trains 20 epochs').
+        # (docs/tuning-log.md#ml-1m-trains-20-epochs).
         epochs=20,
         **_MLPERF_ADAM,
     ),

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from training_core.model import NeuMF
-from training_core.optim import Adam, DynamicLossScale
+from training_core.training.model import NeuMF
+from training_core.training.optim import Adam, DynamicLossScale
 
 
 def make_train_loop(

@@ -1,13 +1,13 @@
 """Registers an exported SavedModel in the Vertex AI Model Registry, with a TF Serving image.
 
 No TensorFlow here: registering reads the TensorFlow version the export recorded in its
-``serving_metadata.json`` (:data:`SERVING_METADATA_FILE`, written by ``training_core.export``),
-picks the prebuilt serving image for it (:func:`serving_container_for`) and uploads
-(:func:`register`), labelling every version with :data:`FAMILY_LABEL`; :func:`find_champion`
-finds this pipeline's model again by that label (or by resource name) and checks where its
-SavedModel lives before anyone loads it (docs/after-training.md, "What the gate and the
-deployment trust"). ``google.cloud.aiplatform`` is imported only inside the functions that call
-the service.
+``serving_metadata.json`` (:data:`SERVING_METADATA_FILE`, written by
+``training_core.serving.export``), picks the prebuilt serving image for it
+(:func:`serving_container_for`) and uploads (:func:`register`), labelling every version with
+:data:`FAMILY_LABEL`; :func:`find_champion` finds this pipeline's model again by that label (or by
+resource name) and checks where its SavedModel lives before anyone loads it (docs/after-training.md,
+"What the gate and the deployment trust"). ``google.cloud.aiplatform`` is imported only inside the
+functions that call the service.
 """
 
 from __future__ import annotations

@@ -30,13 +30,14 @@ from typing import Any
 
 import tensorflow as tf
 
-from training_core import console, faults, input_pipeline, publish
+from training_core.common import atomic_writes, console, faults
 from training_core.data.metadata import DatasetMetadata, read_metadata
-from training_core.eval_config import CURVE_FULL_CATALOG_USERS
-from training_core.evaluate import make_eval_fn, run_eval
-from training_core.full_catalog import FullCatalogEval
-from training_core.model import NeuMF, NeuMFConfig
-from training_core.model_dir import (
+from training_core.evaluation.eval_config import CURVE_FULL_CATALOG_USERS
+from training_core.evaluation.evaluate import make_eval_fn, run_eval
+from training_core.evaluation.full_catalog import FullCatalogEval
+from training_core.training import input_pipeline
+from training_core.training.model import NeuMF, NeuMFConfig
+from training_core.training.model_dir import (
     best_dir,
     check_model_folder,
     checkpoint_dir,
@@ -46,10 +47,10 @@ from training_core.model_dir import (
     worker_scratch_dir,
     write_model_config,
 )
-from training_core.optim import Adam, DynamicLossScale
-from training_core.strategy import is_multi_worker_or_tpu
-from training_core.train_config import TrainConfig, reused_negatives_consequence
-from training_core.train_step import make_train_loop
+from training_core.training.optim import Adam, DynamicLossScale
+from training_core.training.strategy import is_multi_worker_or_tpu
+from training_core.training.train_config import TrainConfig, reused_negatives_consequence
+from training_core.training.train_step import make_train_loop
 
 log = logging.getLogger(__name__)
 
@@ -372,7 +373,7 @@ class _Trainer:
             os.makedirs(self.ckpt_dir, exist_ok=True)
             history = {"epochs": [dataclasses.asdict(e) for e in self.history], "partial": partial}
             # Published whole: a kill mid-write must not leave JSON the resume cannot read.
-            publish.write_text_atomic(self._history_path(step), json.dumps(history))
+            atomic_writes.write_text_atomic(self._history_path(step), json.dumps(history))
         self.write_manager.save(checkpoint_number=step)
         if not self.is_chief:
             shutil.rmtree(self.write_manager.directory, ignore_errors=True)
@@ -648,10 +649,10 @@ def train(
 
     Raises:
         NonFiniteLossError: the loss became NaN/Inf (the last good checkpoint is kept).
-        publish.FolderBusyError: another train run is writing to ``model_dir``.
+        atomic_writes.FolderBusyError: another train run is writing to ``model_dir``.
         ValueError: the data, the batch and the strategy do not fit together.
     """
     if not _is_chief(strategy):  # The chief holds the folder for the whole cluster.
         return _Trainer(config, strategy).run(on_epoch)
-    with publish.hold(config.model_dir, "train", wait=False):
+    with atomic_writes.hold(config.model_dir, "train", wait=False):
         return _Trainer(config, strategy).run(on_epoch)

@@ -19,7 +19,7 @@ and read only here (``write_model_config``, ``check_model_folder``, ``read_model
     │                              read back into the final checkpoint if not the last epoch
     ├── summaries/                 SUMMARIES_SUBDIR, summaries_dir(): TensorBoard events, unless
     │                              the run names another folder ($AIP_TENSORBOARD_LOG_DIR)
-    ├── .lock                      training_core.publish.LOCK_FILE: held by the train run
+    ├── .lock                      atomic_writes.LOCK_FILE (common/): held by the train run
     └── .worker_tmp_<task>/        worker_scratch_dir(): where a non-chief worker of a multi-worker
                                    run saves its share of a checkpoint (removed after each save)
 
@@ -35,9 +35,9 @@ import json
 import os
 import re
 
-from training_core import publish
+from training_core.common import atomic_writes
 from training_core.data.metadata import DatasetMetadata
-from training_core.presets import NeuMFConfig
+from training_core.training.presets import NeuMFConfig
 
 MODEL_CONFIG_FILE = "model_config.json"
 CHECKPOINT_SUBDIR = "checkpoints"
@@ -56,16 +56,17 @@ def config_path(model_dir: str) -> str:
 def write_model_config(model_dir: str, config: NeuMFConfig, meta: DatasetMetadata) -> None:
     """Records what ``evaluate``/``export`` need to rebuild the model.
 
-    A partial copy a killed run left (``publish.atomic_output``'s private name) is removed first.
+    A partial copy a killed run left (``atomic_writes.atomic_output``'s private name) is removed
+    first.
     """
-    publish.remove_stale_partials(config_path(model_dir))
+    atomic_writes.remove_stale_partials(config_path(model_dir))
     payload = {
         "model": dataclasses.asdict(config),
         "num_users": meta.num_users,
         "num_items": meta.num_items,
         "dataset_fingerprint": meta.fingerprint,
     }
-    publish.write_text_atomic(config_path(model_dir), json.dumps(payload, indent=2))
+    atomic_writes.write_text_atomic(config_path(model_dir), json.dumps(payload, indent=2))
 
 
 def check_model_folder(model_dir: str, config: NeuMFConfig, meta: DatasetMetadata) -> None:

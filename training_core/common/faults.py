@@ -385,7 +385,7 @@ def reported() -> Iterator[None]:
     Raises ``SystemExit`` with the message (the interpreter prints it to stderr, exit status 1);
     verbose output (``NCF_VERBOSE``) prints the paragraph and lets the traceback through.
     """
-    from training_core import console
+    from training_core.common import console
 
     try:
         yield

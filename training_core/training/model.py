@@ -6,7 +6,8 @@ the GMF tower (element-wise product), the rest the MLP tower (concatenated, then
 ReLU layers); both towers are concatenated into one logit. Storing both parts in one table is
 what the reference found fastest. ``gmf`` and ``mlp`` are either tower alone with its own logit
 layer; ``mf`` is a dot product of ``num_factors`` columns plus a user and an item bias (one more
-column in each table) and a global bias. ``training_core.presets.ARCHITECTURES`` names them.
+column in each table) and a global bias. ``training_core.training.presets.ARCHITECTURES`` names
+them.
 
 A ``tf.Module`` with ``tf.Variable`` s (not Keras) keeps checkpoints strategy-independent (a
 checkpoint written under ``MirroredStrategy`` restores on one device), lets the training loop own
@@ -21,7 +22,7 @@ import math
 
 import tensorflow as tf
 
-from training_core.presets import (  # noqa: F401 (re-exported)
+from training_core.training.presets import (  # noqa: F401 (re-exported)
     ARCHITECTURES,
     PRESETS,
     NeuMFConfig,

@@ -8,6 +8,7 @@ prepared data, every value checked first with a message naming the option. "Not 
 for ``batch_size`` the data's pre-batch size). One switch stops training early: ``target_hr``
 (``None``: the preset's target; 0 or less: never), which also turns off the preset's
 ``patience`` (stop after epochs without a better HR@10, keeping the best one's weights).
+``with_training_epochs`` hands data prep, which does not know the presets, the epochs a run trains.
 """
 
 from __future__ import annotations
@@ -16,10 +17,19 @@ import dataclasses
 import math
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from training_core import options
-from training_core.presets import ARCHITECTURES, NeuMFConfig
+from training_core.common import not_set
+from training_core.training.presets import (
+    ARCHITECTURES,
+    PRESET_NAMES,
+    PRESETS,
+    NeuMFConfig,
+    training_epochs,
+)
+
+if TYPE_CHECKING:
+    from training_core.data.config import PrepareConfig
 
 PRECISIONS = ("auto", "float32", "float16", "bfloat16")
 # --embedding-updates: how embedding gradients are applied (TrainConfig.dense_gradients).
@@ -30,26 +40,107 @@ SUMMARIES_ENV = "AIP_TENSORBOARD_LOG_DIR"
 
 @dataclasses.dataclass(frozen=True)
 class TrainOptions:
-    """What a user sets for a training run; each field's default is the option's default."""
+    """What a user sets for a training run; each field's default is the option's default.
 
-    preset: str = "auto"  # A presets.PRESET_NAMES name; auto: by the data's size.
-    architecture: str | None = None  # --model: a key of presets.ARCHITECTURES; None: the preset's.
-    epochs: int | None = None  # None: the preset's.
-    batch_size: int | None = None  # Global over all replicas; None: the data's pre-batch size.
-    learning_rate: float | None = None  # None: the preset's.
-    l2_regularization: float | None = None  # --l2: embedding L2 penalty; None: the preset's.
-    num_factors: int | None = None  # GMF / MF width; None: the preset's.
-    mlp_layers: str | None = None  # MLP widths, "256,128,64" (first even); None: the preset's.
+    Each field is also an option of ``ncf-pipelines train``: its metadata holds the help
+    (``{default}``: the default), and the flag and choices where they are not the field's own
+    (plain data, turned into the option by ``pipelines/commands/config_options.py``).
+    """
+
+    preset: str = dataclasses.field(  # A presets.PRESET_NAMES name; auto: by the data's size.
+        default="auto",
+        metadata={
+            "help": f"hyperparameter preset: {', '.join(PRESET_NAMES)} (default {{default}}: the "
+            "one tuned for the MovieLens size nearest the data's)"
+        },
+    )
+    architecture: str | None = dataclasses.field(  # A key of ARCHITECTURES; None: the preset's.
+        default=None,
+        metadata={
+            "flag": "--model",
+            "choices": tuple(ARCHITECTURES),
+            "help": "the scorer: neumf (default: the preset's), or a baseline to compare with it: "
+            "mf (dot product with biases), gmf or mlp (either NeuMF tower alone)",
+        },
+    )
+    epochs: int | None = dataclasses.field(  # None: the preset's.
+        default=None, metadata={"help": "training epochs (default: the preset's)"}
+    )
+    batch_size: int | None = dataclasses.field(  # None: the data's pre-batch size.
+        default=None,
+        metadata={
+            "help": "global batch over all replicas, >= 1 (default: the data's pre-batch size)"
+        },
+    )
+    learning_rate: float | None = dataclasses.field(  # None: the preset's.
+        default=None, metadata={"help": "Adam learning rate, > 0 (default: the preset's)"}
+    )
+    num_factors: int | None = dataclasses.field(  # GMF / MF width; None: the preset's.
+        default=None,
+        metadata={"help": "GMF embedding width (mf: its factors), >= 1 (default: the preset's)"},
+    )
+    mlp_layers: str | None = dataclasses.field(  # "256,128,64" (first even); None: the preset's.
+        default=None,
+        metadata={
+            "help": "MLP widths, comma-separated, the first even: e.g. 256,128,64 (default: the "
+            "preset's)"
+        },
+    )
+    l2_regularization: float | None = dataclasses.field(  # Embedding L2; None: the preset's.
+        default=None,
+        metadata={
+            "flag": "--l2",
+            "help": "L2 penalty on the user and item embeddings each example uses, >= 0 "
+            "(default: the preset's; 0: none)",
+        },
+    )
+    seed: int = dataclasses.field(
+        default=0, metadata={"help": "initialization seed (default {default})"}
+    )
+    steps_per_loop: int = dataclasses.field(
+        default=200, metadata={"help": "training steps per host call (default {default})"}
+    )
+    checkpoint_every_steps: int = dataclasses.field(  # 0: each epoch only.
+        default=0,
+        metadata={
+            "flag": "--checkpoint-every",
+            "help": "also checkpoint every N steps (default {default}: each epoch only)",
+        },
+    )
+    precision: str = dataclasses.field(  # bfloat16 on TPU, float16 on GPU, else float32.
+        default="auto",
+        metadata={
+            "choices": PRECISIONS,
+            "help": "compute dtype (default {default}: bfloat16 on TPU, float16 on GPU)",
+        },
+    )
+    embedding_updates: str = dataclasses.field(  # A key of EMBEDDING_UPDATES.
+        default="auto",
+        metadata={
+            "choices": tuple(EMBEDDING_UPDATES),
+            "help": "dense: exact Adam over whole tables (reference); sparse: touched rows "
+            "only; auto (default): dense on GPU/TPU and for small tables, else sparse",
+        },
+    )
     # Stop at this HR@10; None: the preset's; <= 0: never (nor by the preset's patience).
-    target_hr: float | None = None
+    target_hr: float | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "stop early once HR@10 reaches this (default: the preset's target; 0: never "
+            "stop early, nor by the preset's patience)"
+        },
+    )
     # Stop after this many epochs without a better HR@10, keeping the best epoch's weights;
     # None: the preset's; <= 0: never.
-    patience: int | None = None
-    seed: int = 0
-    steps_per_loop: int = 200
-    checkpoint_every_steps: int = 0  # Also checkpoint every N steps; 0: each epoch only.
-    precision: str = "auto"  # bfloat16 on TPU, float16 on GPU, else float32.
-    embedding_updates: str = "auto"  # A key of EMBEDDING_UPDATES.
+    patience: int | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "stop once this many epochs in a row bring no better HR@10, and keep the best "
+            "epoch's weights as the model (default: the preset's: "
+            + ", ".join(f"{n} {c.patience}" for n, c in PRESETS.items() if c.patience)
+            + ", else none; 0: never)"
+        },
+    )
 
 
 OPTIONS = tuple(f.name for f in dataclasses.fields(TrainOptions))
@@ -63,7 +154,8 @@ class TrainConfig:
     Attributes:
         data_dir: a prepared dataset (``metadata.json``).
         model_dir: checkpoints, ``model_config.json`` and summaries go here.
-        model: hyperparameters (a preset, see ``training_core.presets``); training stops early
+        model: hyperparameters (a preset, see ``training_core.training.presets``); training stops
+        early
             once HR@10 reaches ``model.hr_threshold`` (``None``: never), or once
             ``model.patience`` epochs bring no better HR@10 (then keeping the best epoch's
             weights).
@@ -192,8 +284,6 @@ def check_options(preset: str | None = None, **values: Any) -> None:
     """
     import difflib
 
-    from training_core.presets import PRESET_NAMES
-
     problems = []
     if preset is not None and preset not in PRESET_NAMES:
         close = difflib.get_close_matches(str(preset), list(PRESET_NAMES), n=1)
@@ -232,7 +322,7 @@ def config_for(
         FileNotFoundError: ``data_dir`` holds no prepared dataset.
     """
     from training_core.data.metadata import read_metadata
-    from training_core.presets import get_preset, resolve_preset
+    from training_core.training.presets import get_preset, resolve_preset
 
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
@@ -283,12 +373,12 @@ def config_for(
 def from_parameters(data_dir: str, model_dir: str, parameters: Mapping[str, Any]) -> TrainConfig:
     """``config_for`` for a component's parameters (its ``locals()``); others are skipped.
 
-    In KFP parameters "not set" is the zero value (``training_core.options``): ``epochs`` 0 is
-    the preset's, ``target_hr`` 0 the preset's target (a negative one never stops early).
+    In KFP parameters "not set" is the zero value (``training_core.common.not_set``): ``epochs`` 0
+    is the preset's, ``target_hr`` 0 the preset's target (a negative one never stops early).
     ``tests/test_config_flow.py`` holds every parameter of the component to an option (same
     default) or to the list of those that are not options.
     """
-    return config_for(data_dir, model_dir, **options.from_kfp(parameters, DEFAULTS))
+    return config_for(data_dir, model_dir, **not_set.from_kfp(parameters, DEFAULTS))
 
 
 def reused_negatives_consequence(prepared: int) -> str:
@@ -301,3 +391,22 @@ def reused_negatives_consequence(prepared: int) -> str:
         "overfits (real MovieLens-100k, run-local's default preset: HR@10 0.16 with 1 prepared "
         "epoch against 0.35 with 20)"
     )
+
+
+def with_training_epochs(config: PrepareConfig) -> PrepareConfig:
+    """``config`` told the epochs its training run trains, for ``num_epochs`` not set.
+
+    Where training and data meet (``ncf-pipelines prepare-data``, the ``prepare_data``
+    component): data prep names the run (``train_preset``, ``train_epochs``) but does not know
+    the presets, so it is handed ``presets.training_epochs`` and asks it once the data's training
+    positives are counted: one epoch of fresh negatives for each epoch trained.
+
+    Raises:
+        ValueError: ``train_preset`` is not a preset, naming ``--train-preset``.
+    """
+    if config.train_preset not in PRESET_NAMES:
+        raise ValueError(
+            f"--train-preset must be a training preset: one of {', '.join(PRESET_NAMES)}, "
+            f"got {config.train_preset!r}"
+        )
+    return dataclasses.replace(config, epochs_for=training_epochs)

@@ -1,10 +1,10 @@
 """The popularity baseline: every user's items ranked by how often they were trained on.
 
 A model that does not beat it has learned nothing personal. ``Popularity`` has the scorer
-interface of ``training_core.model.NCFModel`` (``score``, ``item_side``, ``score_candidates``,
-``score_grid``, ``num_users``, ``num_items``), so evaluation ranks it by exactly the code,
-protocol and tie rule that rank the trained model (ties count against the held-out item), on the
-same eval set.
+interface of ``training_core.training.model.NCFModel`` (``score``, ``item_side``,
+``score_candidates``, ``score_grid``, ``num_users``, ``num_items``), so evaluation ranks it by
+exactly the code, protocol and tie rule that rank the trained model (ties count against the held-out
+item), on the same eval set.
 """
 
 from __future__ import annotations

@@ -9,12 +9,12 @@ One Beam pipeline, the same code here (Beam's in-process runner) and on Dataflow
 A row is ``{"user_id": raw id, "item_ids": [k raw ids, best first], "scores": [k floats]}``;
 the items the user trained on are left out (``exclude_seen``, the default), and a user with
 fewer than ``k`` candidates left gets fewer items (the export's empty ``-1`` slots are dropped).
-The export decides what "seen" is and ranks the items (training_core/export.py): the bulk
+The export decides what "seen" is and ranks the items (training_core/serving/export.py): the bulk
 answer is the online answer.
 
 Nothing half-written looks complete: ``manifest.json`` (:data:`MANIFEST_FILE`, written last)
 says the output is complete, and :func:`read` reads only what it lists. Locally the files are
-written into a private folder and published with ``publish.replace_folder``: in one step on a
+written into a private folder and published with ``atomic_writes.replace_folder``: in one step on a
 local disk; on the Cloud Storage FUSE mount (``/gcs/``, which renames no folders) file by file,
 with the manifest last. On ``gs://`` the shards go to the folder itself, its old manifest
 removed first.
@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from training_core import publish
+from training_core.common import atomic_writes
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class RecommendConfig:
     """What ``recommend`` writes, and from what.
 
     Attributes:
-        export_dir: the exported SavedModel (training_core/export.py).
+        export_dir: the exported SavedModel (training_core/serving/export.py).
         data_dir: the prepared data the model was trained on (its user vocabulary lists the
             users).
         output_dir: the folder to write.
@@ -100,7 +100,7 @@ class RecommendResult:
 
 
 def _export_facts(export_dir: str) -> dict[str, Any]:
-    from training_core.registry import SERVING_METADATA_FILE
+    from training_core.serving.vertex_registry import SERVING_METADATA_FILE
 
     path = os.path.join(export_dir, SERVING_METADATA_FILE)
     try:
@@ -114,8 +114,7 @@ def _export_facts(export_dir: str) -> dict[str, Any]:
 
 
 def _users(data_dir: str, facts: dict[str, Any]) -> list[int]:
-    from training_core.data.metadata import read_metadata
-    from training_core.export import read_vocab
+    from training_core.data.metadata import read_metadata, read_vocab
 
     meta = read_metadata(data_dir)
     users = read_vocab(os.path.join(data_dir, meta.user_vocab))
@@ -188,7 +187,7 @@ def _handler(export_dir: str, exclude_seen: bool, top_k: int, batch_size: int):
 
 def to_row(result) -> dict[str, Any]:
     """One output row from a RunInference result; the export's empty (-1) slots dropped."""
-    from training_core.export import UNKNOWN_ITEM
+    from training_core.serving.export import UNKNOWN_ITEM
 
     ids, scores = result.inference
     keep = ids != UNKNOWN_ITEM
@@ -240,8 +239,8 @@ def recommend(config: RecommendConfig) -> RecommendResult:
     """Writes every user's top-k items (module doc); returns what it wrote.
 
     Raises:
-        ValueError: a bad option, or (``publish.UnsafeOutputError``) an output folder another
-            local user could plant links in (``publish.check_output_folder``).
+        ValueError: a bad option, or (``atomic_writes.UnsafeOutputError``) an output folder another
+            local user could plant links in (``atomic_writes.check_output_folder``).
     """
     import apache_beam as beam
     import tensorflow as tf
@@ -250,7 +249,7 @@ def recommend(config: RecommendConfig) -> RecommendResult:
 
     config.check()
     if "://" not in config.output_dir:  # Before the work: whose folder it is.
-        publish.check_output_folder(config.output_dir.rstrip("/"), "recommend")
+        atomic_writes.check_output_folder(config.output_dir.rstrip("/"), "recommend")
     t0 = time.perf_counter()
     facts = _export_facts(config.export_dir)
     top_k = config.top_k or int(facts["top_k"])
@@ -265,9 +264,9 @@ def recommend(config: RecommendConfig) -> RecommendResult:
     out = config.output_dir.rstrip("/")
     local = "://" not in out
     if local:
-        for path in publish.remove_stale_partials(out):
+        for path in atomic_writes.remove_stale_partials(out):
             log.warning("removed %s, left by a run that was killed", path)
-        target = publish.partial_name(out)
+        target = atomic_writes.partial_name(out)
         os.makedirs(target)
     else:
         target = out
@@ -281,7 +280,7 @@ def recommend(config: RecommendConfig) -> RecommendResult:
         runner_name or "in-process",
     )
     try:
-        with publish.terminate_as_exit():
+        with atomic_writes.terminate_as_exit():
             runner = None if runner_name else beam_source.in_process_runner(options)
             with beam.Pipeline(runner=runner, options=options) as p:
                 # Remote workers read and write gs:// where this launcher sees /gcs/.
@@ -310,7 +309,7 @@ def recommend(config: RecommendConfig) -> RecommendResult:
             with tf.io.gfile.GFile(os.path.join(target, MANIFEST_FILE), "w") as f:
                 f.write(json.dumps(manifest, indent=2) + "\n")
             if local:
-                publish.replace_folder(target, out, marker=MANIFEST_FILE)
+                atomic_writes.replace_folder(target, out, marker=MANIFEST_FILE)
     finally:
         _release_models()
         if local and os.path.exists(target):

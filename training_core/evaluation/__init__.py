@@ -1,0 +1,1 @@
+"""Evaluation: sampled and full-catalog metrics, the popularity baseline, the gate."""

@@ -1,0 +1,1 @@
+"""Serving: the export, batch recommendations, the model registries, deployment."""

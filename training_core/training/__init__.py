@@ -1,0 +1,1 @@
+"""Training: the model, the step, the loop, the optimizer, strategies, presets and options."""

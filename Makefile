@@ -22,6 +22,10 @@ AUDIT_WORK ?= out/audit
 AUDIT_SERVICE ?= snapshot
 # make mutants: which mutants of tools/mutants.py to run (ids, space-separated; default: all).
 MUTANTS ?=
+# make setup: where each set-up phase's output goes (V=1: to the terminal instead).
+SETUP_LOG ?= out/setup.log
+V ?=
+logged = $(if $(V),$(1),$(1) >>$(SETUP_LOG) 2>&1 || { cat $(SETUP_LOG); echo "setup failed: the output above is also in $(SETUP_LOG)"; exit 1; })
 
 .PHONY: help setup run test test-fast mutants lint format bench-prepare bench-reference \
 	bench-quality image image-check pin-base push audit clean
@@ -32,9 +36,15 @@ help: ## Show this help.
 # --compile-bytecode: the .pyc files are written once here (about 35 s on 2 cores, then about
 # 1.5 s per sync). Where PYTHONDONTWRITEBYTECODE=1 (set on some CI hosts) Python would otherwise
 # compile TensorFlow from source in every process: 19 s per `import tensorflow` instead of 6.
+# One line per phase; each phase's own output goes to $(SETUP_LOG), and is printed in full when the
+# phase fails. V=1 prints it as it comes instead.
 setup: ## Install uv and the locked environment into .venv (idempotent).
-	@python3 -m uv --version >/dev/null 2>&1 || python3 -m pip install --quiet "uv==$(UV_VERSION)"
-	$(UV) sync --frozen --compile-bytecode
+	@mkdir -p $(dir $(SETUP_LOG)) && : > $(SETUP_LOG)
+	@python3 -m uv --version >/dev/null 2>&1 || { \
+	  echo "setup: installing uv $(UV_VERSION) with pip"; \
+	  $(call logged,python3 -m pip install --quiet "uv==$(UV_VERSION)"); }
+	@echo "setup: the locked environment in .venv (uv sync; details in $(SETUP_LOG))"
+	@$(call logged,$(UV) sync --frozen --compile-bytecode)
 
 run: setup ## Main job: the whole pipeline locally (kfp.local) on the embedded sample data.
 	$(UV) run ncf-pipelines run-local --pipeline-root out/local-runs

@@ -8,6 +8,7 @@ happen inside those functions, so ``--help`` stays fast and importing never need
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import sys
@@ -72,7 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command = next(
+            a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+        ).choices[args.command]
+        command.error(unrecognized(unknown, command))  # Its usage, then exit 2.
     from training_core.common import console
 
     # Before any command imports TensorFlow; commands read the outcome as args.verbose.
@@ -102,6 +108,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ncf-pipelines {args.command}: error: {e}", file=sys.stderr)
             return 2
         raise
+
+
+def unrecognized(unknown: list[str], command: argparse.ArgumentParser) -> str:
+    """What argparse says of arguments a command does not take, with the flag each one looks like.
+
+    ``--model_dir`` gets "did you mean --model-dir?": the closest of the command's own flags, with
+    ``_`` read as ``-``.
+    """
+    flags = [f for action in command._actions for f in action.option_strings if f.startswith("--")]
+    said = []
+    for arg in unknown:
+        flag = arg.split("=", 1)[0]
+        guess = flag.startswith("-") and difflib.get_close_matches(
+            flag.replace("_", "-"), flags, n=1, cutoff=0.6
+        )
+        said.append(f"{arg} (did you mean {guess[0]}?)" if guess else arg)
+    return f"unrecognized arguments: {' '.join(said)}"
 
 
 def add_input_arguments(parser: argparse.ArgumentParser, required: bool, help_text: str) -> None:

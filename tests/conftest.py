@@ -473,7 +473,8 @@ def seen_from_raw(csv_path: str, meta):
     Leave-one-out as prepare-data documents it: a repeated (user, item) keeps its latest row, each
     user's last interaction by time (ties: the later row) is held out, the rest are training
     positives; indices are positions in the ascending raw ids. Returns
-    ``(user raw ids, item raw ids, [set of item indices per user index])``.
+    ``(user raw ids, item raw ids, [set of training item indices per user index],
+    [held-out item index per user index])``.
     """
     import pandas as pd
 
@@ -496,7 +497,8 @@ def seen_from_raw(csv_path: str, meta):
     seen = [set() for _ in users]
     for u, i in zip(u_idx.tolist(), i_idx.tolist(), strict=True):
         seen[u].add(i)
-    return users, items, seen
+    held_out = held_out.set_index("user_id").loc[users, "item_id"].to_numpy()
+    return users, items, seen, np.searchsorted(items, held_out).tolist()
 
 
 def checkpoint_values(path: str, model_only: bool = False) -> dict[str, np.ndarray]:

@@ -2,7 +2,7 @@
 
 Over the session's export of the tiny model (conftest's ``tiny_export``), ``recommend`` writes
 every user's top-k items. Checked against what does not come from the code under test: the users
-and each user's training items from the raw CSV (conftest.seen_from_raw), and the items and
+and each user's items from the raw CSV (conftest.seen_from_raw), and the items and
 scores against the export's own ``recommend`` signature called directly (the online answer).
 """
 
@@ -45,7 +45,7 @@ def test_every_user_gets_the_online_answer_without_seen_items(
         batch_recommend.RecommendConfig(exported, tiny_data, out, batch_size=64, num_shards=2)
     )
     meta = read_metadata(tiny_data)
-    users, items, seen = seen_from_raw(tiny_csv, meta)
+    users, items, seen, held_out = seen_from_raw(tiny_csv, meta)
     rows = batch_recommend.read(out)
     assert sorted(r["user_id"] for r in rows) == users.tolist()  # Each user once.
     assert result.num_users == len(users) and result.top_k == TINY_TOP_K
@@ -61,8 +61,8 @@ def test_every_user_gets_the_online_answer_without_seen_items(
         want = ids[u_idx][ids[u_idx] != export.UNKNOWN_ITEM]
         assert row["item_ids"] == want.tolist()
         np.testing.assert_allclose(row["scores"], scores[u_idx][: len(want)], rtol=1e-6)
-        trained_on = {int(items[i]) for i in seen[u_idx]}
-        assert not trained_on & set(row["item_ids"]), user
+        interacted = {int(items[i]) for i in seen[u_idx] | {held_out[u_idx]}}
+        assert not interacted & set(row["item_ids"]), user
         assert row["scores"] == sorted(row["scores"], reverse=True)
     # The tiny data's users have enough unseen items: every row is full.
     assert {len(r["item_ids"]) for r in rows} == {TINY_TOP_K}

@@ -217,3 +217,30 @@ def test_progress_events_round_trip_and_plain_lines(monkeypatch, capsys):
 )
 def test_verbose_before_or_after_the_subcommand(argv, verbose):
     assert cli.build_parser().parse_args(argv).verbose is verbose
+
+
+def test_a_misspelt_flag_gets_the_command_s_usage_and_the_flag_it_looks_like(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["train", "--data", "d", "--model_dir", "m", "--bogus-flag-xyz"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: ncf-pipelines train" in err  # The command's usage, not the top level's.
+    assert "--model_dir (did you mean --model-dir?)" in err
+    assert re.search(r"--bogus-flag-xyz(?! \(did you mean)", err)  # No guess when none is close.
+
+
+def test_train_on_raw_ratings_says_how_to_prepare_them(tmp_path, capsys):
+    raw = tmp_path / "ml raw"
+    raw.mkdir()
+    (raw / "ratings.dat").write_text("1::2::5::100\n2::3::4::101\n")
+    code = cli.main(["train", "--data", str(raw), "--model-dir", str(tmp_path / "m")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "holds raw ratings" in err and "ratings.dat" in err
+    assert f"ncf-pipelines prepare-data --input '{raw}' --output DATA_DIR" in err
+    assert not (tmp_path / "m").exists()
+    # A folder with neither raw ratings nor a complete dataset keeps the plain message.
+    code = cli.main(
+        ["train", "--data", str(tmp_path / "empty"), "--model-dir", str(tmp_path / "m")]
+    )
+    assert code == 2 and "holds no complete prepared dataset" in capsys.readouterr().err

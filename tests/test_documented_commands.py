@@ -108,12 +108,11 @@ NOT_RUN_PYTHON = {
 
 # What a doc takes as already there: its relative path -> the README tour's file it is.
 PROVIDED = {
-    "README.md": {"ml-1m": "README/out/ml-1m"},
     "docs/serving.md": {
-        "runs/ml-1m": "README/out/ml-1m-model",
-        "data/ml-1m": "README/out/ml-1m-data",
+        "runs/ml-1m": "README/out/ml-100k-model",
+        "data/ml-1m": "README/out/ml-100k-data",
     },
-    "docs/verify.md": {"ml-1m": "README/out/ml-1m"},
+    "docs/verify.md": {"ml-1m": "README/out/ml-100k"},
 }
 
 
@@ -282,8 +281,8 @@ def test_the_docs_hold_what_this_test_runs():
 @pytest.mark.slow
 def test_readme_tour_runs_as_written(tour):
     """The README's tour ran (the fixture); its outputs are where the tour says."""
-    assert (tour / "README" / "out" / "ml-1m-export" / "saved_model.pb").is_file()
-    assert (tour / "README" / "out" / "ml-1m-recs").exists()
+    assert (tour / "README" / "out" / "ml-100k-export" / "saved_model.pb").is_file()
+    assert (tour / "README" / "out" / "ml-100k-recs").exists()
     assert (tour / "README" / "ncf-gpu-a100.yaml").is_file()
 
 

@@ -19,6 +19,7 @@ from kfp import dsl
 
 from components.export_model import export_model, register_model
 from pipelines import cli
+from training_core.data import positives
 from training_core.data.metadata import read_metadata
 from training_core.evaluation.evaluate import load_model
 from training_core.serving import export
@@ -31,13 +32,23 @@ def reference(tiny_model, tiny_data, tiny_csv):
     meta = read_metadata(tiny_data)
     assert meta.source["path"] == tiny_csv  # The prepared data is this CSV's.
     model, _, _ = load_model(tiny_model.model_dir, tf.distribute.get_strategy())
-    users, items, seen = seen_from_raw(tiny_csv, meta)
+    users, items, seen, held_out = seen_from_raw(tiny_csv, meta)
 
     def probs(u_idx, i_idx):
         logits = model.score(tf.constant(u_idx, tf.int64), tf.constant(i_idx, tf.int64))
         return tf.sigmoid(logits).numpy()
 
-    return {"meta": meta, "users": users, "items": items, "seen": seen, "probs": probs}
+    # What recommend leaves out: every item the data holds for the user, the held-out latest too.
+    all_seen = [s | {h} for s, h in zip(seen, held_out, strict=True)]
+    return {
+        "meta": meta,
+        "users": users,
+        "items": items,
+        "seen": seen,
+        "held_out": held_out,
+        "all_seen": all_seen,
+        "probs": probs,
+    }
 
 
 def _serve(export_dir, requests, tmp_path, python=sys.executable):
@@ -56,16 +67,21 @@ def test_vocabularies_and_training_positives_match_the_raw_data(reference, tiny_
     ):
         with open(os.path.join(tiny_data, path)) as f:
             assert [int(line) for line in f.read().split()] == raw_ids.tolist(), path
-    splits, items = export.training_positives(meta, tiny_data)
+    splits, items = positives.training_positives(meta, tiny_data)
     got = [set(items[splits[u] : splits[u + 1]].tolist()) for u in range(meta.num_users)]
     assert got == reference["seen"]
     assert sum(len(s) for s in reference["seen"]) == meta.num_train_positives
+    # Seen, what recommend excludes: the training positives and the held-out latest item.
+    splits, items = positives.seen_items(meta, tiny_data)
+    got = [set(items[splits[u] : splits[u + 1]].tolist()) for u in range(meta.num_users)]
+    assert got == reference["all_seen"] != reference["seen"]
 
 
 @pytest.mark.slow
 def test_saved_model_serves_raw_ids_without_this_package(tiny_export, reference, tmp_path):
     export_dir, result = tiny_export
-    users, items, seen, probs = (reference[k] for k in ("users", "items", "seen", "probs"))
+    users, items, seen, probs = (reference[k] for k in ("users", "items", "all_seen", "probs"))
+    held_out = reference["held_out"]
     rng = np.random.default_rng(0)
     u_idx = rng.integers(0, len(users), 20)
     i_idx = rng.integers(0, len(items), 20)
@@ -79,7 +95,16 @@ def test_saved_model_serves_raw_ids_without_this_package(tiny_export, reference,
         {"user_id": int(users[0]), "item_id": unknown_item},
         {"user_id": -5, "item_id": -5},
     ]
-    rec_users = list(range(10))
+    # The first 10 users, and 5 whose own latest (held-out) item would be in their top k if only
+    # training items were left out: the case recommending it back would fail.
+    leaks = []
+    for u in range(len(users)):
+        p = probs(np.full(len(items), u), np.arange(len(items)))
+        p[list(reference["seen"][u])] = -np.inf
+        if held_out[u] in np.argsort(-p, kind="stable")[:TINY_TOP_K]:
+            leaks.append(u)
+    assert len(leaks) >= 5, leaks  # The tiny model ranks some users' latest item that high.
+    rec_users = sorted(set(range(10)) | set(leaks[:5]))
     rec_instances = [{"user_id": int(users[u]), "exclude_seen": True} for u in rec_users]
     rec_instances += [{"user_id": int(users[u]), "exclude_seen": False} for u in rec_users]
     rec_instances += [{"user_id": unknown_user, "exclude_seen": True}]
@@ -110,7 +135,7 @@ def test_saved_model_serves_raw_ids_without_this_package(tiny_export, reference,
 
     # recommend: k raw ids, best first; equal to ranking every item with the checkpoint.
     recs = got["responses"][2]["predictions"]
-    any_seen_on_top = False
+    any_seen_on_top = held_out_on_top = False
     for row, inst in zip(recs, rec_instances, strict=True):
         ids, scores = row["item_ids"], row["scores"]
         assert len(ids) == TINY_TOP_K and scores == sorted(scores, reverse=True)
@@ -130,7 +155,9 @@ def test_saved_model_serves_raw_ids_without_this_package(tiny_export, reference,
             assert not hit_seen
         else:
             any_seen_on_top |= bool(hit_seen)
+            held_out_on_top |= held_out[u] in {index_of[i] for i in ids}
     assert any_seen_on_top, "a trained model should rank some training items in the top k"
+    assert held_out_on_top  # Kept in when asked, so left out only by exclude_seen.
 
     # The example bodies written to serving_metadata.json work as they are.
     example_score, example_rec = got["responses"][3:]

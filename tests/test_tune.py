@@ -4,6 +4,7 @@ trial reporting to Vertex AI the way its tuning service reads it."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 import pytest
@@ -82,7 +83,7 @@ def test_on_epoch_stops_training_where_it_says(tiny_data, tmp_path):
 
 
 @pytest.mark.slow
-def test_tune_is_never_worse_than_the_preset_and_resumes(tiny_data, tmp_path):
+def test_tune_is_never_worse_than_the_preset_and_resumes(tiny_data, tmp_path, caplog):
     space = _space(
         tmp_path,
         "metric: hr_at_10\n"
@@ -93,8 +94,16 @@ def test_tune_is_never_worse_than_the_preset_and_resumes(tiny_data, tmp_path):
     )
     work = str(tmp_path / "tune")
     config = tune.TuneConfig(tiny_data, work, "tiny", trials=4, epochs=2, search_space=space)
-    result = tune.tune(config)
+    with caplog.at_level(logging.INFO, logger=tune.log.name):
+        result = tune.tune(config)
     assert len(result.trials) == 4
+    # A line for the preset's run, then one as each trial starts and one as it ends, k/N.
+    said = [r.getMessage() for r in caplog.records if r.name == tune.log.name]
+    assert said[0].startswith("the preset's own values (tiny)")
+    for k in range(1, 5):
+        assert sum(line.startswith(f"trial {k}/4: ") for line in said) == 1
+        ends = (f"trial {k}/4 done: hr_at_10 ", f"trial {k}/4 stopped")
+        assert sum(line.startswith(ends) for line in said) == 1
     # The preset's own values ran first, outside the space (l2 0 is not on its log scale).
     preset_model, _, _ = read_model_config(f"{work}/{tune.TRIALS_DIR}/{tune.PRESET_RUN}")
     assert (preset_model.learning_rate, preset_model.num_factors) == (0.01, 8)

@@ -88,6 +88,11 @@ def test_each_anomaly_is_found_named_and_blocks(name, tmp_path):
     for feature, kind in ANOMALY_FILES[name]:
         assert f"{feature}: {kind}: " in message
     assert message.count("What to do:") == len(result.anomalies)
+    # --warn-only is offered only where data prep could read the data: a column it needs that is
+    # missing or of another type would only fail again in data prep.
+    unreadable = name in ("missing_column.csv", "wrong_type.csv")
+    assert ("would only move this failure into data prep" in message) == unreadable
+    assert ("use --warn-only" in message) != unreadable
     # Artifacts are written before the gate closes, so the report can be opened.
     written = tfdv.load_anomalies_text(result.anomalies_path)
     assert {f for f, _ in ANOMALY_FILES[name]} <= set(written.anomaly_info)

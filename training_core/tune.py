@@ -416,6 +416,9 @@ def tune(config: TuneConfig) -> TuneResult:
     # l2 0 does on a log scale): the bar the search must clear.
     own = option_values(space, preset_values(space, preset, config.architecture))
     if "preset_value" not in study.user_attrs:
+        log.info(
+            "the preset's own values (%s), the bar the %d trials must clear", preset, config.trials
+        )
         ran = run(own, PRESET_RUN)
         study.set_user_attr("preset_value", max(getattr(e, space.metric) for e in ran.epochs))
     preset_value = float(study.user_attrs["preset_value"])
@@ -427,11 +430,29 @@ def tune(config: TuneConfig) -> TuneResult:
             trial.report(getattr(epoch, space.metric), epoch.epoch)
             return trial.should_prune()
 
+        log.info(
+            "trial %d/%d: %s",
+            trial.number + 1,
+            config.trials,
+            ", ".join(
+                f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in sorted(options.items())
+            ),
+        )
         result = run(options, f"{trial.number:04d}", report)
         trial.set_user_attr("epochs_run", len(result.epochs))
+        value = max(getattr(e, space.metric) for e in result.epochs)
         if result.stopped_early and len(result.epochs) < config.epochs:
+            log.info(
+                "trial %d/%d stopped after %d epoch(s): below the median (%s %.4f)",
+                trial.number + 1, config.trials, len(result.epochs), space.metric, value,
+            )  # fmt: skip
             raise optuna.TrialPruned(f"below the median after {len(result.epochs)} epochs")
-        return max(getattr(e, space.metric) for e in result.epochs)
+        log.info(
+            "trial %d/%d done: %s %.4f (the preset's %.4f)",
+            trial.number + 1, config.trials, space.metric, value, preset_value,
+        )  # fmt: skip
+        return value
 
     remaining = config.trials - len([t for t in study.trials if t.state.is_finished()])
     if remaining > 0:

@@ -18,8 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Restore the latest checkpoint of --model-dir on the CPU and write a SavedModel that "
             "serves with TensorFlow alone: signature 'score' (raw user_id, item_id -> score, "
             "known) and 'recommend' (raw user_id, exclude_seen -> top-k item_ids, scores), one of "
-            "them also as serving_default. The id vocabularies and each user's training items "
-            "come from --data and are stored inside the model. See docs/serving.md."
+            "them also as serving_default. The id vocabularies and each user's seen items "
+            "(every item the data holds for them) come from --data and are stored inside the "
+            "model. See docs/serving.md."
         ),
         epilog=example_epilog(
             "ncf-pipelines export --model-dir runs/ml-1m --data data/ml-1m "

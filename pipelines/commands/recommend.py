@@ -17,8 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Run the exported model's 'recommend' signature for every user of the prepared data "
             "(Apache Beam RunInference: in process here, on Dataflow with --beam-pipeline-args) "
             "and write one row per user: user_id, item_ids (best first), scores, the user's "
-            "training items left out. The folder is published complete or not at all; "
-            "manifest.json lists its files. See docs/after-training.md."
+            "seen items (every item the data holds for them) left out. The folder is published "
+            "complete or not at all; manifest.json lists its files. See docs/after-training.md."
         ),
         epilog=example_epilog(
             "ncf-pipelines recommend --model exports/ml-1m --data data/ml-1m --output recs/ml-1m",
@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--include-seen",
         action="store_true",
-        help="keep the items each user trained on (default: left out)",
+        help="keep the items each user has interacted with (default: left out)",
     )
     p.add_argument(
         "--batch-size",

@@ -17,11 +17,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Run --trials training runs on --data, each with options drawn from the search "
             "space (Optuna's TPE sampler), each reporting its metric after every epoch; a trial "
-            "below the median of the earlier ones at the same epoch is stopped early. The first "
-            "trial is the preset's own values, so the best is never worse than the preset on "
-            "this data. The study is kept in --work-dir: run the same command again to resume "
-            "or to add trials. The same search-space file drives the pipeline's Vertex AI "
-            "tuning job (docs/training.md, 'Tuning')."
+            "below the median of the earlier ones at the same epoch is stopped early. Before the "
+            "trials, the preset's own values train once, outside the search (--trials N costs N+1 "
+            "trainings): the bar the trials must clear, so the best is never worse than the "
+            "preset on this data. The study is kept in --work-dir: run the same command again "
+            "to resume or to add trials. The same search-space file drives the pipeline's "
+            "Vertex AI tuning job (docs/training.md, 'Tuning')."
         ),
         epilog=example_epilog(
             "ncf-pipelines tune --data data/ml-1m --work-dir tune/ml-1m --preset ml-1m "

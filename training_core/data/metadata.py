@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 from typing import Any
 
 import numpy as np
@@ -129,6 +130,26 @@ def build_folders(num_epochs: int) -> list[str]:
     return [*epochs, EVAL_DIR, VOCAB_DIR]
 
 
+def _not_prepared(root: str) -> str:
+    """Why ``root`` is not a prepared dataset, and the command that makes one from what is there."""
+    from training_core.data import io  # Only on this path: it imports pyarrow.
+
+    try:
+        raw, _ = io.resolve_input(root)  # Raw ratings, as prepare-data would read them?
+    except (io.DataError, OSError):
+        return (
+            f"{root} holds no complete prepared dataset ({METADATA_FILE} and {SUCCESS_FILE} are "
+            "written last; a run that was interrupted leaves neither). Run "
+            "`ncf-pipelines prepare-data` into this folder first."
+        )
+    what = "is a raw ratings file" if raw == [root] else f"holds raw ratings ({raw[0]})"
+    return (
+        f"{root} {what}, not a prepared dataset. Prepare "
+        f"them first: `ncf-pipelines prepare-data --input {shlex.quote(root)} --output DATA_DIR`, "
+        "then pass DATA_DIR where you passed this path."
+    )
+
+
 def read_metadata(root: str | os.PathLike) -> DatasetMetadata:
     """Reads and checks ``metadata.json`` of a complete prepared dataset.
 
@@ -139,11 +160,7 @@ def read_metadata(root: str | os.PathLike) -> DatasetMetadata:
     root = os.fspath(root)
     meta_path = os.path.join(root, METADATA_FILE)
     if not os.path.exists(os.path.join(root, SUCCESS_FILE)) or not os.path.exists(meta_path):
-        raise FileNotFoundError(
-            f"{root} holds no complete prepared dataset ({METADATA_FILE} and {SUCCESS_FILE} are "
-            "written last; a run that was interrupted leaves neither). Run "
-            "`ncf-pipelines prepare-data` into this folder first."
-        )
+        raise FileNotFoundError(_not_prepared(root))
     with open(meta_path) as f:
         try:
             raw = json.load(f)

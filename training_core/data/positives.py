@@ -1,8 +1,9 @@
 """Each user's positives, read back from a prepared dataset's records.
 
-``training_positives``: the items a user trained on (what ``recommend`` can exclude, and what
-full-catalog evaluation does not rank). ``held_out_items``: the one item per user that evaluation
-holds out (the last row of each user's group in the eval records). Both read the records with
+``training_positives``: the items a user trained on (what full-catalog evaluation does not rank).
+``held_out_items``: the one item per user that evaluation holds out (the last row of each user's
+group in the eval records). ``seen_items``: both, every item the data holds for a user (what
+``recommend`` excludes: a user's latest interaction is seen too). Both read the records with
 ``tf.data``, so they work on any filesystem TensorFlow reads (``gs://`` included); TensorFlow is
 imported when they are called, as ``records.feature_spec`` does, so importing this module stays
 free of it.
@@ -72,6 +73,23 @@ def held_out_items(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray, np
             f"each; {records.PREPARE_AGAIN}"
         )
     return u.astype(np.int64), i.astype(np.int64)
+
+
+def seen_items(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(row_splits, items)``: every item the data holds for each user, sorted, as CSR.
+
+    The training positives and the held-out item: what a user has interacted with, so what
+    recommendations leave out. Leave-one-out holds out each user's latest interaction, the one a
+    user is least likely to want back.
+    """
+    splits, trained = training_positives(meta, data_dir)
+    users, held_out = held_out_items(meta, data_dir)
+    trained_users = np.repeat(np.arange(meta.num_users, dtype=np.int64), np.diff(splits))
+    n = meta.num_items
+    pairs = np.unique(np.concatenate([trained_users * n + trained, users * n + held_out]))
+    row_splits = np.zeros(meta.num_users + 1, np.int64)
+    np.cumsum(np.bincount(pairs // n, minlength=meta.num_users), out=row_splits[1:])
+    return row_splits, (pairs % n).astype(np.int64)
 
 
 def _read(files: list[str], prebatch: int, training: bool):

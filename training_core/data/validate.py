@@ -220,6 +220,12 @@ class ValidationResult:
         return not self.anomalies
 
 
+# Anomalies of a column data prep reads (user, item, time) that it would refuse as well: a
+# missing column, one with no values, values of another type.
+_PREP_CANNOT_READ = frozenset(
+    {"SCHEMA_MISSING_COLUMN", "FEATURE_TYPE_NOT_PRESENT", "UNEXPECTED_DATA_TYPE"}
+)
+
 # What to do, by TFDV anomaly kind; prefixes match families of kinds.
 _ADVICE = {
     "SCHEMA_MISSING_COLUMN": (
@@ -633,7 +639,17 @@ def failure_message(result: ValidationResult, blocked: bool = True) -> str:
     if result.not_checked:
         lines.append(f"Not checked: {'; '.join(result.not_checked)}")
     lines.append(f"Report: {result.report_path}; anomalies: {result.anomalies_path}")
-    if blocked:
+    unreadable = sorted(
+        {a.feature for a in result.anomalies if a.feature in (USER, ITEM, TIME)}
+        & {a.feature for a in result.anomalies if a.kind in _PREP_CANNOT_READ}
+    )
+    if blocked and unreadable:
+        lines.append(
+            f"Data prep cannot read {', '.join(unreadable)} as it is, so --warn-only would only "
+            "move this failure into data prep: fix the input, or name its columns "
+            "(--user-col/--item-col/--time-col) or its layout (--format)."
+        )
+    elif blocked:
         lines.append(
             "If the data is right and the schema too strict, edit the schema and pass it with "
             "--baseline-schema; to let the run go on anyway, use --warn-only."

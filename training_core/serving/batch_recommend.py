@@ -7,7 +7,7 @@ One Beam pipeline, the same code here (Beam's in-process runner) and on Dataflow
     signature, batches of ``batch_size`` users) -> one row per user -> Parquet or JSON Lines
 
 A row is ``{"user_id": raw id, "item_ids": [k raw ids, best first], "scores": [k floats]}``;
-the items the user trained on are left out (``exclude_seen``, the default), and a user with
+the items the user has interacted with are left out (``exclude_seen``, the default), and a user with
 fewer than ``k`` candidates left gets fewer items (the export's empty ``-1`` slots are dropped).
 The export decides what "seen" is and ranks the items (training_core/serving/export.py): the bulk
 answer is the online answer.
@@ -52,7 +52,8 @@ class RecommendConfig:
         output_dir: the folder to write.
         output_format: ``parquet`` or ``jsonl``.
         top_k: items per user; 0 = the export's ``top_k`` (it cannot be more).
-        exclude_seen: leave out the items each user trained on.
+        exclude_seen: leave out the items each user has interacted with (the export's seen
+            items: training positives and the held-out latest one).
         batch_size: users per inference call.
         num_shards: output files; 0 = one per 100,000 users (at least 1).
         pipeline_args: Beam pipeline options (``--runner=DataflowRunner --project=...``); none:

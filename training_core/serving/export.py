@@ -6,8 +6,9 @@ needed to serve it:
 - the NeuMF weights (float32, restored from the latest checkpoint on the CPU);
 - raw id -> index lookup tables, initialized from the data prep vocab files, which the SavedModel
   carries as assets (``assets/users.txt``, ``assets/items.txt``);
-- each item's raw id (index -> raw id) and every user's training items in CSR form (row splits +
-  item indices), as non-trainable variables.
+- each item's raw id (index -> raw id) and every user's seen items (every item the data holds for
+  the user, the held-out latest one included) in CSR form (row splits + item indices), as
+  non-trainable variables.
 
 Signatures (see docs/serving.md):
 
@@ -16,7 +17,7 @@ Signatures (see docs/serving.md):
   gets ``score = 0.0`` and ``known = False``.
 - ``recommend(user_id int64 [N], exclude_seen bool [N]) -> {item_ids int64 [N, k],
   scores float32 [N, k]}``: the top ``k`` raw item ids per user, best first, optionally without the
-  user's training items. A slot with nothing to recommend (unknown user, or every item excluded)
+  user's seen items. A slot with nothing to recommend (unknown user, or every item excluded)
   holds ``item_id = -1`` and ``score = 0.0``.
 - ``serving_default``: one of the two (``score`` unless the config says ``recommend``), which is
   what Vertex AI's prebuilt TensorFlow container calls for ``{"instances": [...]}`` requests.
@@ -47,7 +48,7 @@ import tensorflow as tf
 
 from training_core.common import atomic_writes
 from training_core.data.metadata import read_metadata, read_vocab
-from training_core.data.positives import training_positives  # What "seen" means for recommend.
+from training_core.data.positives import seen_items  # What "seen" means for recommend.
 from training_core.evaluation.evaluate import load_model
 from training_core.serving.vertex_registry import (
     SERVING_METADATA_FILE,  # Named TF-free: registering reads it.
@@ -180,7 +181,8 @@ class ServingModule(tf.Module):
         user_vocab: path of the user vocab file (raw id per line, line number = index).
         item_vocab: path of the item vocab file.
         item_raw_ids: raw id of each item index (the item vocab, as an array).
-        seen_row_splits: CSR row splits of each user's training items, ``[num_users + 1]``.
+        seen_row_splits: CSR row splits of each user's seen items (``seen_items``),
+            ``[num_users + 1]``.
         seen_items: CSR values (item indices).
         top_k: items per ``recommend`` row.
     """
@@ -358,7 +360,7 @@ def export(config: ExportConfig) -> ExportResult:
         for v in model.trainable_variables:
             if v.dtype != tf.float32:  # NeuMF keeps float32 weights under mixed precision.
                 raise ValueError(f"{v.name} is {v.dtype.name}; export expects float32 weights")
-        row_splits, seen = training_positives(meta, config.data_dir)
+        row_splits, seen = seen_items(meta, config.data_dir)
         module = ServingModule(
             model, user_vocab, item_vocab, item_raw_ids, row_splits, seen, config.top_k
         )
@@ -434,7 +436,8 @@ def serving_metadata(result: ExportResult, config: ExportConfig) -> dict[str, An
             "recommend": f"item id {UNKNOWN_ITEM} and score 0.0 in every slot for an unknown "
             "user, and in slots left empty after excluding seen items",
         },
-        "seen_items": "the user's training positives (the held-out eval item is not included)",
+        "seen_items": "every item the data holds for the user: the training positives and the "
+        "held-out (latest) one",
     }
 
 

@@ -26,8 +26,11 @@ from training_core.common import not_set
 from training_core.data import config as prep_config
 from training_core.data.metadata import read_metadata
 from training_core.evaluation import eval_config
+from training_core.serving.batch_recommend import RecommendConfig
+from training_core.serving.export_config import ExportConfig
 from training_core.training import train_config
 from training_core.training.presets import get_preset, resolve_preset
+from training_core.tune import TuneConfig
 
 # Component parameters that are not step options, and why; any other must be an option.
 NOT_OPTIONS = {
@@ -500,6 +503,16 @@ def test_the_command_and_the_component_hand_data_prep_the_epochs(monkeypatch, tm
         ("prepare-data", prep_config.PrepareConfig, {"format", "columns"}),
         ("train", train_config.TrainOptions, set()),
         ("evaluate", eval_config.EvalOptions, set()),
+        ("tune", TuneConfig, {"data_dir", "work_dir"}),  # --data, --work-dir: folders.
+        # --model, --data, --output: folders; --beam-pipeline-args: add_beam_pipeline_args;
+        # num_shards: the pipeline's and the Python API's only.
+        (
+            "recommend",
+            RecommendConfig,
+            {"export_dir", "data_dir", "output_dir", "pipeline_args", "num_shards"},
+        ),
+        # --model-dir, --data, --output: folders; model_name: serving_metadata.json's label only.
+        ("export", ExportConfig, {"model_dir", "data_dir", "export_dir", "model_name"}),
     ],
 )
 def test_each_option_of_a_command_is_its_config_field(command, config_class, elsewhere):
@@ -521,6 +534,8 @@ def test_each_option_of_a_command_is_its_config_field(command, config_class, els
         action = actions[flag(field)]
         assert action.dest == field.name, field.name
         assert action.help == field.metadata["help"].format(default=field.default)
-        assert action.default in (None, False), field.name  # Not given: the config's default.
+        # Not given: the config's default (a flag that turns a default-on field off: True).
+        off = field.metadata.get("action") == "store_false"
+        assert action.default is (True if off else None) or action.default is False, field.name
         if "choices" in field.metadata:
             assert tuple(action.choices) == tuple(field.metadata["choices"]), field.name

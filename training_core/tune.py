@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from training_core.common import atomic_writes
+from training_core.training.presets import ARCHITECTURES
 from training_core.training.train_config import TrainOptions
 
 log = logging.getLogger(__name__)
@@ -324,16 +325,34 @@ class TuneConfig:
         epochs: epochs per trial (the pruner may stop a trial earlier).
         search_space: the search-space file (None: the shipped one).
         seed: the sampler's and every trial's training seed.
+
+    Each field but the two folders is also an option of ``ncf-pipelines tune``, its help
+    (``{default}``: the default) in its metadata (``pipelines/commands/config_options.py``).
     """
 
     data_dir: str
     work_dir: str
-    preset: str = TrainOptions.preset
-    architecture: str | None = None
-    trials: int = 20
-    epochs: int = 10
-    search_space: str | None = None
-    seed: int = 0
+    preset: str = dataclasses.field(
+        default=TrainOptions.preset, metadata={"help": "start from this preset ({default})"}
+    )
+    architecture: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "flag": "--model",
+            "choices": ARCHITECTURES,
+            "help": "the scorer to tune (default: the preset's)",
+        },
+    )
+    trials: int = dataclasses.field(default=20, metadata={"help": "trials ({default})"})
+    epochs: int = dataclasses.field(default=10, metadata={"help": "epochs per trial ({default})"})
+    search_space: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": f"search-space YAML (default: {SEARCH_SPACE_FILE}; metric one of "
+            f"{', '.join(METRICS)})"
+        },
+    )
+    seed: int = dataclasses.field(default=0, metadata={"help": "sampler and training seed"})
 
     def check(self) -> None:
         """Raises ``ValueError`` naming the option."""

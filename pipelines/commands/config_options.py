@@ -12,6 +12,8 @@ here:
 - ``flag``: the option's name where it is not the field's (``--model`` for ``architecture``).
 - ``choices``, ``metavar``: as argparse takes them.
 - ``type``: a parser of ``TYPES`` by name, where the field's type is not enough.
+- ``action``: ``store_false`` for a ``bool`` field whose flag turns it off (``--include-seen``
+  sets ``exclude_seen`` to ``False``).
 
 Otherwise an ``int`` or ``float`` field parses as such and a ``bool`` one is a switch. Each option's
 dest is its field; not given, it is ``None`` (a switch: ``False``), which keeps the config's
@@ -75,7 +77,8 @@ def add_config_options(
         }
         value_type = _value_type(hints[field.name])
         if value_type is bool:
-            kwargs["action"] = "store_true"
+            # A switch; "store_false" for a flag that turns a default-on field off.
+            kwargs["action"] = meta.get("action", "store_true")
         elif "type" in meta:
             kwargs["type"] = TYPES[meta["type"]]
         elif value_type in (int, float):
@@ -86,3 +89,13 @@ def add_config_options(
             kwargs["metavar"] = meta["metavar"]
         kwargs.update(settings.get(field.name, {}))
         parser.add_argument(flag(field), **kwargs)
+
+
+def given_options(args: argparse.Namespace, config_class: type) -> dict[str, Any]:
+    """The options of ``config_class`` given on the command line (others keep their default)."""
+    given = vars(args)
+    return {
+        f.name: given[f.name]
+        for f in dataclasses.fields(config_class)
+        if "help" in f.metadata and given.get(f.name) is not None
+    }

@@ -6,7 +6,8 @@ import argparse
 import json
 
 from pipelines.cli import example_epilog
-from training_core.training.model_dir import CHECKPOINT_SUBDIR
+from pipelines.commands.config_options import add_config_options, given_options
+from training_core.serving.export_config import ExportConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,19 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model-dir", required=True, help="training output folder (checkpoints)")
     p.add_argument("--data", required=True, help="the prepared dataset it was trained on")
     p.add_argument("--output", required=True, help="SavedModel folder to create")
-    p.add_argument("--top-k", type=int, default=10, help="items per recommendation (default 10)")
-    p.add_argument(
-        "--default-signature",
-        default="score",
-        choices=["score", "recommend"],
-        help="what serving_default (Vertex AI's predict) runs (default score)",
-    )
-    p.add_argument(
-        "--checkpoint",
-        help=f"a checkpoint path prefix (.../{CHECKPOINT_SUBDIR}/ckpt-100) or a folder of "
-        "checkpoints (its latest); default: the latest in --model-dir",
-    )
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output")
+    add_config_options(p, ExportConfig)  # One option per field with help (its metadata).
     p.set_defaults(func=run)
 
 
@@ -55,22 +44,18 @@ UNCHANGED = "--output was left as it was: the export is published only once comp
 def run(args: argparse.Namespace) -> int:
     """Exports and prints where, and a request to try."""
     from training_core.common import faults
-    from training_core.serving.export import ExportConfig, export
+    from training_core.serving.export import export
     from training_core.training.model_dir import resolve_checkpoint
 
-    checkpoint = args.checkpoint
-    if checkpoint:  # Checked here, so that the error names the option.
-        checkpoint = resolve_checkpoint(args.model_dir, checkpoint, option="--checkpoint")
+    given = given_options(args, ExportConfig)
+    if given.get("checkpoint"):  # Checked here, so that the error names the option.
+        given["checkpoint"] = resolve_checkpoint(
+            args.model_dir, given["checkpoint"], option="--checkpoint"
+        )
     with faults.writing("the exported model", args.output, option="--output", after=UNCHANGED):
         result = export(
             ExportConfig(
-                model_dir=args.model_dir,
-                data_dir=args.data,
-                export_dir=args.output,
-                top_k=args.top_k,
-                default_signature=args.default_signature,
-                checkpoint=checkpoint,
-                overwrite=args.overwrite,
+                model_dir=args.model_dir, data_dir=args.data, export_dir=args.output, **given
             )
         )
     print(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from pipelines.cli import add_beam_pipeline_args, beam_pipeline_args, example_epilog
-from training_core.serving.batch_recommend import DEFAULT_BATCH_SIZE, DEFAULT_FORMAT, FORMATS
+from pipelines.commands.config_options import add_config_options, given_options
+from training_core.serving.batch_recommend import RecommendConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,30 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="the exported SavedModel folder")
     p.add_argument("--data", required=True, help="the prepared dataset it was trained on")
     p.add_argument("--output", required=True, help="folder to write (replaced when complete)")
-    p.add_argument(
-        "--format",
-        dest="output_format",
-        default=DEFAULT_FORMAT,
-        choices=FORMATS,
-        help=f"file format (default {DEFAULT_FORMAT})",
-    )
-    p.add_argument(
-        "--top-k",
-        type=int,
-        default=0,
-        help="items per user, at most the export's --top-k (default 0: the export's)",
-    )
-    p.add_argument(
-        "--include-seen",
-        action="store_true",
-        help="keep the items each user has interacted with (default: left out)",
-    )
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        default=DEFAULT_BATCH_SIZE,
-        help=f"users per inference call (default {DEFAULT_BATCH_SIZE})",
-    )
+    add_config_options(p, RecommendConfig)  # One option per field with help (its metadata).
     add_beam_pipeline_args(p, "the recommendation job")
     p.set_defaults(func=run)
 
@@ -61,19 +39,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Writes the recommendations and says where and how fast."""
     from training_core.common import faults
-    from training_core.serving.batch_recommend import RecommendConfig, recommend
+    from training_core.serving.batch_recommend import recommend
 
     with faults.writing("the recommendations", args.output, option="--output"):
+        given = given_options(args, RecommendConfig)
         result = recommend(
             RecommendConfig(
                 export_dir=args.model,
                 data_dir=args.data,
                 output_dir=args.output,
-                output_format=args.output_format,
-                top_k=args.top_k,
-                exclude_seen=not args.include_seen,
-                batch_size=args.batch_size,
                 pipeline_args=beam_pipeline_args(args),
+                **given,
             )
         )
     print(

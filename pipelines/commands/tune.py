@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from pipelines.cli import example_epilog
-from training_core.training.presets import ARCHITECTURES
-from training_core.tune import METRICS, SEARCH_SPACE_FILE, TuneConfig
+from pipelines.commands.config_options import add_config_options, given_options
+from training_core.tune import TuneConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,30 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--work-dir", required=True, help="the study, each trial's model, tune_results.json"
     )
-    p.add_argument(
-        "--preset", default=TuneConfig.preset, help=f"start from this preset ({TuneConfig.preset})"
-    )
-    p.add_argument(
-        "--model",
-        dest="architecture",
-        choices=ARCHITECTURES,
-        help="the scorer to tune (default: the preset's)",
-    )
-    p.add_argument(
-        "--trials", type=int, default=TuneConfig.trials, help=f"trials ({TuneConfig.trials})"
-    )
-    p.add_argument(
-        "--epochs",
-        type=int,
-        default=TuneConfig.epochs,
-        help=f"epochs per trial ({TuneConfig.epochs})",
-    )
-    p.add_argument(
-        "--search-space",
-        help=f"search-space YAML (default: {SEARCH_SPACE_FILE}; metric one of "
-        f"{', '.join(METRICS)})",
-    )
-    p.add_argument("--seed", type=int, default=TuneConfig.seed, help="sampler and training seed")
+    add_config_options(p, TuneConfig)  # One option per field (its metadata).
     p.set_defaults(func=run)
 
 
@@ -67,16 +44,12 @@ def run(args: argparse.Namespace) -> int:
     """Tunes and prints the best options, as train flags."""
     from training_core import tune
 
+    given = given_options(args, TuneConfig)
     result = tune.tune(
         TuneConfig(
             data_dir=args.data,
             work_dir=args.work_dir,
-            preset=args.preset,
-            architecture=args.architecture,
-            trials=args.trials,
-            epochs=args.epochs,
-            search_space=args.search_space,
-            seed=args.seed,
+            **given,
         )
     )
     done = sum(t["state"] == "COMPLETE" for t in result.trials)

@@ -58,15 +58,38 @@ class RecommendConfig:
         num_shards: output files; 0 = one per 100,000 users (at least 1).
         pipeline_args: Beam pipeline options (``--runner=DataflowRunner --project=...``); none:
             Beam's in-process runner.
+
+    The fields with help in their metadata are also options of ``ncf-pipelines recommend``
+    (``pipelines/commands/config_options.py``).
     """
 
     export_dir: str
     data_dir: str
     output_dir: str
-    output_format: str = DEFAULT_FORMAT
-    top_k: int = 0
-    exclude_seen: bool = True
-    batch_size: int = DEFAULT_BATCH_SIZE
+    output_format: str = dataclasses.field(
+        default=DEFAULT_FORMAT,
+        metadata={
+            "flag": "--format",
+            "choices": FORMATS,
+            "help": "file format (default {default})",
+        },
+    )
+    top_k: int = dataclasses.field(
+        default=0,
+        metadata={"help": "items per user, at most the export's --top-k (default 0: the export's)"},
+    )
+    exclude_seen: bool = dataclasses.field(
+        default=True,
+        metadata={
+            "flag": "--include-seen",
+            "action": "store_false",
+            "help": "keep the items each user has interacted with (default: left out)",
+        },
+    )
+    batch_size: int = dataclasses.field(
+        default=DEFAULT_BATCH_SIZE,
+        metadata={"help": "users per inference call (default {default})"},
+    )
     num_shards: int = 0
     pipeline_args: tuple[str, ...] = ()
 

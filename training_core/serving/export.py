@@ -50,6 +50,7 @@ from training_core.common import atomic_writes
 from training_core.data.metadata import read_metadata, read_vocab
 from training_core.data.positives import seen_items  # What "seen" means for recommend.
 from training_core.evaluation.evaluate import load_model
+from training_core.serving.export_config import ExportConfig
 from training_core.serving.vertex_registry import (
     SERVING_METADATA_FILE,  # Named TF-free: registering reads it.
 )
@@ -58,41 +59,7 @@ from training_core.training.model_dir import latest_checkpoint, read_model_confi
 
 log = logging.getLogger(__name__)
 
-SIGNATURES = ("score", "recommend")
 UNKNOWN_ITEM = -1  # Raw item id of an empty recommendation slot.
-
-
-@dataclasses.dataclass(frozen=True)
-class ExportConfig:
-    """What to export and where.
-
-    Attributes:
-        model_dir: a training output folder (checkpoints and ``model_config.json``).
-        data_dir: the prepared dataset the model was trained on (vocab files and training
-            positives, which ``recommend`` can exclude).
-        export_dir: the SavedModel folder to create (must not exist or be empty, unless
-            ``overwrite``).
-        top_k: items ``recommend`` returns per user (capped at the number of items).
-        default_signature: which signature ``serving_default`` is: ``score`` or ``recommend``.
-        checkpoint: a checkpoint path prefix; ``None``: the latest in ``model_dir``.
-        model_name: recorded in ``serving_metadata.json``.
-        overwrite: replace an existing, non-empty ``export_dir``.
-    """
-
-    model_dir: str
-    data_dir: str
-    export_dir: str
-    top_k: int = 10
-    default_signature: str = "score"
-    checkpoint: str | None = None
-    model_name: str = "ncf"
-    overwrite: bool = False
-
-    def __post_init__(self) -> None:
-        if self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
-        if self.default_signature not in SIGNATURES:
-            raise ValueError(f"default_signature must be one of {', '.join(SIGNATURES)}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -170,10 +170,11 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess:
 def test_tensorflow_starts_quietly_and_verbose_leaves_it_alone():
     """What a step's process does first (console.setup): TensorFlow's start-up log (CUDA factory
     "errors" on a machine without a GPU, oneDNN notes), absl's and google-api-core's warning
-    about Python 3.11 print nothing; NCF_VERBOSE=1 changes nothing."""
+    about Python 3.11 and aiplatform's about google-cloud-storage < 3 print nothing;
+    NCF_VERBOSE=1 changes nothing."""
     quiet = _python(
         "from training_core.common import console; console.setup()\n"
-        "import google.api_core, tensorflow as tf\n"
+        "import google.api_core, google.cloud.aiplatform, tensorflow as tf\n"
         "tf.saved_model.save(tf.Module(), __import__('tempfile').mkdtemp())\n"
         "print(int(tf.constant(41) + 1))"
     )

@@ -52,6 +52,9 @@ _CHATTY_LOGGERS = ("absl", "apache_beam")
 # google-api-core (via Beam and TensorFlow) warns on every import that Python 3.11 support will
 # end; this project's Python is pinned by TFDV, so the user can do nothing about it.
 _PYTHON_VERSION_WARNING = r"You are using a Python version .* which Google will stop supporting"
+# google-cloud-aiplatform warns on import that it will drop google-cloud-storage < 3; Apache Beam's
+# gcp extra requires < 3 (Beam's version is TFDV's), so here too the user can do nothing about it.
+_STORAGE_VERSION_WARNING = r"Support for google-cloud-storage < 3\.0\.0 will be removed"
 # Beam also logs through the root logger (logging.info/warning), which a logger level cannot
 # quiet: its INFO lines, and RunInference's warning that it cannot read memory usage (it asks
 # the resource module, which its in-process workers do not import), are dropped by a filter.
@@ -84,7 +87,8 @@ def setup(verbose_output: bool | None = None) -> bool:
 
     for name in _CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=_PYTHON_VERSION_WARNING, category=FutureWarning)
+    for message in (_PYTHON_VERSION_WARNING, _STORAGE_VERSION_WARNING):
+        warnings.filterwarnings("ignore", message=message, category=FutureWarning)
     root = logging.getLogger()
     if not any(isinstance(f, _BeamRootChatter) for f in root.filters):
         root.addFilter(_BeamRootChatter())

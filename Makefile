@@ -27,8 +27,8 @@ SETUP_LOG ?= out/setup.log
 V ?=
 logged = $(if $(V),$(1),$(1) >>$(SETUP_LOG) 2>&1 || { cat $(SETUP_LOG); echo "setup failed: the output above is also in $(SETUP_LOG)"; exit 1; })
 
-.PHONY: help setup run test test-fast mutants lint format bench-prepare bench-reference \
-	bench-quality image image-check pin-base push audit clean
+.PHONY: help setup run test test-fast report-check mutants lint format bench-prepare \
+	bench-reference bench-quality image image-check pin-base push audit clean
 
 help: ## Show this help.
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-15s %s\n", $$1, $$2}'
@@ -49,11 +49,36 @@ setup: ## Install uv and the locked environment into .venv (idempotent).
 run: setup ## Main job: the whole pipeline locally (kfp.local) on the embedded sample data.
 	$(UV) run ncf-pipelines run-local --pipeline-root out/local-runs
 
-test: setup ## Run the whole test suite, slow tests included (what CI runs).
-	$(UV) run pytest -q --durations=15 $(XDIST) $(PYTEST_ARGS)
+# The tests that render the run report in headless Chromium are left out by name here and run
+# by report-check, which installs Chromium first (docs/run-report.md). A -k in PYTEST_ARGS
+# replaces this one.
+NOT_BROWSER = -k "not chromium"
+
+test: setup ## Run the whole test suite, slow tests included (what CI runs; the browser's: report-check).
+	$(UV) run pytest -q --durations=15 $(XDIST) $(NOT_BROWSER) $(PYTEST_ARGS)
 
 test-fast: setup ## Run the tests without the ones marked slow.
-	$(UV) run pytest -q -m "not slow" $(XDIST) $(PYTEST_ARGS)
+	$(UV) run pytest -q -m "not slow" $(XDIST) $(NOT_BROWSER) $(PYTEST_ARGS)
+
+# make report-check: where its run-local run goes, and Debian's Chromium package.
+REPORT_CHECK_WORK ?= out/report-check
+CHROMIUM_PACKAGE ?= chromium
+
+report-check: setup ## A real run-local's report (and a recorded one) rendered in headless Chromium.
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "report-check: installing $(CHROMIUM_PACKAGE) (apt-get)"; \
+	    apt-get update -qq && apt-get install -y -qq $(CHROMIUM_PACKAGE) >/dev/null; \
+	  else \
+	    echo "report-check needs Chromium: apt-get install $(CHROMIUM_PACKAGE) (as root)"; exit 1; \
+	  fi; }
+	@rm -rf $(REPORT_CHECK_WORK) && mkdir -p $(REPORT_CHECK_WORK)
+	$(UV) run ncf-pipelines run-local --pipeline-root $(REPORT_CHECK_WORK)/runs \
+		--registry $(REPORT_CHECK_WORK)/registry --param epochs=1 | tee $(REPORT_CHECK_WORK)/run.log
+	@report=$$(tail -n 1 $(REPORT_CHECK_WORK)/run.log | sed -n 's/^Report: //p'); \
+	  test -n "$$report" || { echo "run-local's last line names no report"; exit 1; }; \
+	  NCF_RUN_REPORT="$$report" $(UV) run pytest -q -p no:cacheprovider -k chromium \
+	    tests/test_run_report.py
 
 mutants: setup ## Mutation check of the core's decision rules (tools/mutants.py; MUTANTS=id... for some).
 	$(UV) run --frozen python tools/mutants.py $(if $(MUTANTS),--only $(MUTANTS))

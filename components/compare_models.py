@@ -34,10 +34,14 @@ def compare_models(
     in ``project``/``location``; else there is none and the challenger is blessed. A registry
     champion is loaded only from under ``model_root`` (a ``gs://`` folder; empty: the bucket
     the challenger was written to, the pipeline root's). Both are ranked through their
-    ``score`` signatures on ``examples``' held-out set (training_core/gate.py); ``metric``
-    (hr_at_10 or ndcg_at_10) decides with an absolute ``tolerance``. A refused challenger is a
-    successful step: ``blessed`` is False and the reason is in the log, ``decision`` and
-    ``report``. ``champion_model`` is the registry model to add a version to ("" for none).
+    ``score`` signatures on ``examples``' held-out sets (training_core/evaluation/gate.py):
+    ``metric`` (hr_at_10 or ndcg_at_10) decides, with an absolute ``tolerance``, on the
+    validation split where the data has one (else test), and the test split's numbers are
+    reported beside it (``decision``'s metadata ``split`` names the deciding one). A refused
+    challenger is a successful step: ``blessed`` is False and the reason is in the log,
+    ``decision`` and ``report``. A champion of another catalogue (or other users) fails the
+    step with a message naming both models and ``model_display_name``, never blessing.
+    ``champion_model`` is the registry model to add a version to ("" for none).
     ``local_registry`` (run-local): the registry is that folder
     (training_core/serving/local_registry.py) instead of Vertex AI's.
     """
@@ -72,6 +76,7 @@ def compare_models(
     for key, value in result.to_metrics().items():
         decision.log_metric(key, value)
     decision.metadata["reason"] = result.reason
+    decision.metadata["split"] = result.split
     with open(report.path, "w") as f:
         f.write(gate.decision_html(result))
     return (result.blessed, champion_model)  # KFP takes a plain tuple for NamedTuple outputs.

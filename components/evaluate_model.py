@@ -16,11 +16,12 @@ def evaluate_model(
 ):
     """Restores the model's latest checkpoint (any strategy wrote it) and evaluates it.
 
-    ``metrics`` gets HR@10/NDCG@10 against the sampled negatives and, as ``full_catalog_*``,
-    against every item the user did not train on, for ``full_catalog_users`` users (a fixed-seed
-    sample; 0: every user; ``full_catalog_capped`` is 1 when that was not all of them), the
-    popularity baseline's as ``popularity_*`` and ``beats_popularity`` (1 when the model's HR@10
-    is above the baseline's). The
+    ``metrics`` gets the test split's HR@10/NDCG@10 against the sampled negatives and, as
+    ``full_catalog_*``, against every item the user had not interacted with before, for
+    ``full_catalog_users`` users (a fixed-seed sample; 0: every user; ``full_catalog_capped`` is
+    1 when that was not all of them), the popularity baseline's as ``popularity_*`` and
+    ``beats_popularity`` (1 when the model's HR@10 is above the baseline's); where the data has
+    a validation split, the same for it prefixed ``validation_`` (``EvalResult.metrics``). The
     options are ``training_core.evaluation.eval_config.EvalOptions``'s, with its defaults (a test
     holds them equal).
     """
@@ -36,6 +37,5 @@ def evaluate_model(
     dist = st.build_strategy(st.StrategyConfig(name=strategy))
     with faults.reported():  # A full disk or too little memory: one paragraph.
         result = evaluate.evaluate(examples.path, model.path, dist, options=options)
-    for key, value in result.to_dict().items():
-        if key != "checkpoint":
-            metrics.log_metric(key, int(value) if isinstance(value, bool) else value)
+    for key, value in result.metrics().items():
+        metrics.log_metric(key, int(value) if isinstance(value, bool) else value)

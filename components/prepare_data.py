@@ -18,6 +18,8 @@ def prepare_data(
     num_neg: int = 4,
     eval_negatives: int = 999,
     eval_sampling: str = "distinct",
+    validation: bool = True,
+    refit: bool = False,
     train_batch_size: int = 1024,
     eval_batch_size: int = 0,
     seed: int = 0,
@@ -27,7 +29,7 @@ def prepare_data(
     beam_pipeline_args: list = None,
     worker_image: str = "",
 ):
-    """Leave-one-out split, negative sampling and pre-batched TFRecords (training_core.data).
+    """Held-out splits by time, negative sampling and pre-batched TFRecords (training_core.data).
 
     The options are ``training_core.data.config.PrepareConfig``'s, with its defaults (a test
     holds them equal); 0 is "not set" (training_core.common.not_set): ``eval_batch_size`` 0 picks
@@ -35,6 +37,9 @@ def prepare_data(
     ``num_epochs`` 0 prepares one epoch of fresh negatives per epoch the train step runs, which
     ``train_preset`` and ``train_epochs`` say (the train step's ``preset`` and ``epochs``: the
     epochs of ``auto``'s preset depend on the data's size, known here once it is read).
+    ``validation`` False: no validation split, the reference's leave-one-out (--no-validation).
+    ``refit`` True: every interaction is a training positive, for the model that ships after
+    evaluation (--refit); its held-out records are written but measure nothing.
     ``data_fingerprint`` (the content hash submit computes) only keys the step's cache, so
     changed data behind an unchanged path is prepared again. ``runner`` "beam" runs the same
     preparation as an Apache Beam job (Dataflow when ``beam_pipeline_args`` name

@@ -1,4 +1,8 @@
-"""KFP component ``train_model``: NeuMF training on a prepared ``examples`` artifact."""
+"""KFP components ``train_model`` (NeuMF training on ``examples``) and ``refit_model`` (a refit).
+
+Both run ``loop.train_step`` (the config, the strategy, the run) and publish what
+``loop.step_outputs`` gives: the metrics, the curve page and the model's metadata.
+"""
 
 from kfp import dsl
 from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output
@@ -39,7 +43,10 @@ def train_model(
     A negative ``target_hr`` never stops early (nor by the preset's ``patience``); ``patience``
     0 is the preset's, a negative one never. Metrics get
     the HR@10, NDCG@10, loss and examples/s of the epoch the model is (the last; with patience
-    the best); ``plots`` charts them per epoch.
+    the best), measured on the data's validation split and named ``validation_*``
+    (``best_validation_hr_at_10``), and the test split's, scored once on the final model, as
+    ``test_*``; data without a validation split gives the unprefixed names of the test split, as
+    before (``loop.summary_metrics``). ``plots`` charts them per epoch.
     ``distribution_strategy`` is the tf.distribute strategy (not named ``strategy``: the Vertex
     AI custom-job wrapper owns that input, the job's scheduling strategy).
     ``expect_accelerator``/``expect_accelerator_count`` (the profile's accelerator) make the step
@@ -50,30 +57,53 @@ def train_model(
     from training_core.common import console
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
-    from training_core.common import faults
-    from training_core.training import curve_page, loop, train_config
-    from training_core.training import strategy as st
+    from training_core.training import loop
 
-    config = train_config.from_parameters(examples.path, model.path, parameters)
-    dist = st.build_strategy(
-        st.strategy_config(
-            name=distribution_strategy,
-            tpu_address=tpu_address,
-            expect_accelerator=expect_accelerator,
-            expect_accelerator_count=expect_accelerator_count,
-        )
-    )
-    with faults.reported():  # A full disk or too little memory: one paragraph.
-        result = loop.train(config, dist)
+    config, result = loop.train_step(examples.path, model.path, parameters)
     if not result.is_chief:
         return  # Only the chief publishes: the /gcs/ mount takes one writer per file.
-    for key, value in loop.summary_metrics(result).items():
+    summary, page, facts = loop.step_outputs(config, result)
+    for key, value in summary.items():
         metrics.log_metric(key, value)
     with open(plots.path, "w") as f:
-        f.write(
-            curve_page.training_plots_html(result.to_dict()["epochs"], kept_epoch=result.kept_epoch)
-        )
-    # The preset by name as it trained (auto's pick for this data; its values: model_config.json).
-    model.metadata.update(
-        {"framework": "tensorflow", "preset": config.preset, "global_step": result.global_step}
-    )
+        f.write(page)
+    model.metadata.update(facts)
+
+
+@dsl.component(base_image=DEFAULT_IMAGE, install_kfp_package=False)
+def refit_model(
+    examples: Input[Dataset],
+    evaluated_model: Input[Model],
+    model: Output[Model],
+    metrics: Output[Metrics],
+    plots: Output[HTML],
+    seed: int = 0,
+    distribution_strategy: str = "auto",
+    tpu_address: str = "",
+    expect_accelerator: str = "",
+    expect_accelerator_count: int = 0,
+    checkpoint_every_steps: int = 0,
+):
+    """Trains ``evaluated_model``'s configuration again on every interaction (a refit).
+
+    ``examples`` were prepared with ``refit`` from the evaluated run's raw data and options; the
+    run takes that model's hyperparameters and the epochs it kept (the CLI's ``train
+    --refit-of``; docs/training.md, "Refit") and evaluates nothing: metrics are ``refit`` 1 and
+    the run's loss, epochs and speed. The other parameters are ``train_model``'s.
+    """
+    parameters = dict(locals())
+    parameters["refit_of"] = evaluated_model.path
+    from training_core.common import console
+
+    console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
+    from training_core.training import loop
+
+    config, result = loop.train_step(examples.path, model.path, parameters)
+    if not result.is_chief:
+        return  # Only the chief publishes: the /gcs/ mount takes one writer per file.
+    summary, page, facts = loop.step_outputs(config, result)
+    for key, value in summary.items():
+        metrics.log_metric(key, value)
+    with open(plots.path, "w") as f:
+        f.write(page)
+    model.metadata.update(facts)

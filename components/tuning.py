@@ -59,6 +59,7 @@ def best_tuning_options(
     max_trial_count: int = 0,
 ) -> NamedTuple(
     "Best",
+    architecture=str,
     learning_rate=float,
     l2_regularization=float,
     num_factors=int,
@@ -68,7 +69,10 @@ def best_tuning_options(
     """The best trial's values of the finished tuning job (``gcp_resources``, GCPC's output).
 
     Read from the trials' own folders under ``trials`` (the job's base output directory:
-    each trial's model config and per-epoch history), so no API call is needed.
+    each trial's model config and per-epoch history), so no API call is needed. The metric is
+    the one each trial reported per epoch: its data's selection split's (validation where the
+    prepared data has one, else test; ``train``'s ``--hypertune-metric``); a trial's folder
+    does not hold its test-split number, which the final training reports.
     ``search_space`` is the search-space file's text (compiled in). An option the space does
     not search comes out as its zero value, "the preset's" for ``train_model``.
     ``max_trial_count`` (the job's): a folder with more trials than that holds an earlier job's
@@ -88,6 +92,7 @@ def best_tuning_options(
     tuned.log_metric(space.metric, value)
     tuned.metadata.update({"trial": trial_id, "job": job, **options})
     zero = {
+        "architecture": "",
         "learning_rate": 0.0,
         "l2_regularization": 0.0,
         "num_factors": 0,
@@ -95,6 +100,9 @@ def best_tuning_options(
         "batch_size": 0,
     }
     zero.update(options)
-    print(f"best trial {trial_id} of {job}: {space.metric} {value:.4f} with {options}")
+    print(
+        f"best trial {trial_id} of {job}: {space.metric} {value:.4f} (on the selection split: "
+        f"validation where the data has one) with {options}"
+    )
     out = collections.namedtuple("Best", list(zero))
     return out(**zero)

@@ -31,6 +31,8 @@ COMMAND_MODULES = (
     "submit",
     "verify",
     "run_local",
+    "templates",
+    "rollout",
 )
 
 

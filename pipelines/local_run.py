@@ -4,8 +4,9 @@ kfp.local prints everything: each task's inputs as JSON, every line its process 
 output's metadata. ``run_local`` shows what a person needs instead (``StepDisplay``): a line as
 each step starts and ends, the steps' progress (``training_core.common.console`` events, drawn as a
 bar on a terminal and as a line every few seconds elsewhere) and, when a step fails, its error. Each
-step's whole output is kept in ``<pipeline_root>/logs/<step>.log``. With ``verbose``, kfp.local
-and the libraries print as they always do.
+step's whole output is kept in ``<pipeline_root>/logs/<step>.log``, and each step's time is taken
+(``StepClock``) for the run's report. With ``verbose``, kfp.local and the libraries print as they
+always do.
 
 kfp.local has no hook for this: its own messages are records on the root logger, and it prints
 each step's output with ``print``. So a filter on the root logger reads the records (kfp 2.13's
@@ -20,15 +21,17 @@ import dataclasses
 import io
 import json
 import logging
+import math
 import os
 import re
 import sys
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TextIO
 
 from pipelines.local_conditions import conditions_enabled
+from pipelines.run_report import StepTime
 from training_core.common import console
 
 # kfp.local's own messages (after its ANSI colours are taken out).
@@ -58,6 +61,7 @@ class LocalRunResult:
     seconds: float
     decision: dict[str, Any]  # compare_models' decision (blessed, both models' metrics, reason).
     logs: str  # Folder of every step's whole output ("" when verbose: kfp.local printed it).
+    steps: tuple[StepTime, ...] = ()  # Every step in order: done, failed or skipped, its time.
 
 
 def steps_of(pipeline_func) -> dict[str, str]:
@@ -112,15 +116,22 @@ def run_local(
     )
     pipeline_func = pipeline_func or build_pipeline(BUILTIN[LOCAL_PROFILE], local=True)
     logs = "" if verbose else os.path.join(pipeline_root, "logs")
+    steps = steps_of(pipeline_func)
+    clock = StepClock()
     t0 = time.perf_counter()
     if verbose:
-        with _child_environment({console.VERBOSE_ENV: "1"}), conditions_enabled():
+        with (
+            _child_environment({console.VERBOSE_ENV: "1"}),
+            clock.timing(),
+            conditions_enabled(),
+        ):
             task = _run(pipeline_func, arguments, pipeline_root, None)
     else:
-        display = StepDisplay(steps_of(pipeline_func), logs)
+        display = StepDisplay(steps, logs)
         child_env = {console.PROGRESS_ENV: console.PROGRESS_EVENTS}
         with (
             _child_environment(child_env),
+            clock.timing(),  # Before the display's filter, which keeps the records from others.
             display.capturing(),
             conditions_enabled(on_skip=display.skipped),
         ):
@@ -130,7 +141,9 @@ def run_local(
     metrics = dict(task.outputs["metrics"].metadata)
     decision = dict(task.outputs["decision"].metadata) if "decision" in task.outputs else {}
     artifacts = _artifacts(outputs["exported_model"])
-    return LocalRunResult(pipeline_root, outputs, artifacts, metrics, seconds, decision, logs)
+    return LocalRunResult(
+        pipeline_root, outputs, artifacts, metrics, seconds, decision, logs, clock.steps(steps)
+    )
 
 
 def _run(pipeline_func, arguments: dict[str, Any], root: str, display: StepDisplay | None):
@@ -144,6 +157,17 @@ def _run(pipeline_func, arguments: dict[str, Any], root: str, display: StepDispl
             where = f"its error is above, its whole log in {failed}"
         message = _ANSI.sub("", str(e)).rstrip(".")
         raise LocalRunFailed(f"{message}; {where}; the run's outputs are under {root}") from None
+
+
+def served_task(tasks: Iterable[str], task: str) -> str:
+    """The task of ``task``'s step for the model that serves: its refit's where one ran.
+
+    A component used twice in one pipeline gets the task name ``TASK-2`` the second time: the
+    refit's export, registration and recommendations (pipelines/pipeline.py, ``_refit``) are
+    those of the model a refit run serves; without a refit, ``task`` itself.
+    """
+    refit = f"{task}-2"
+    return refit if refit in tasks else task
 
 
 def _artifacts(exported_model: str) -> dict[str, dict[str, str]]:
@@ -176,6 +200,52 @@ def _child_environment(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+class StepClock(logging.Filter):
+    """Times each step from kfp.local's records (root logger); lets every record through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._started: dict[str, float] = {}
+        self._ended: dict[str, tuple[str, float]] = {}  # Task -> (kfp's status, seconds).
+
+    @contextlib.contextmanager
+    def timing(self) -> Iterator[None]:
+        """Reads the records while the block runs."""
+        root = logging.getLogger()
+        root.addFilter(self)
+        try:
+            yield
+        finally:
+            root.removeFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Notes a step's start or end."""
+        text = _ANSI.sub("", record.getMessage())
+        if started := _STARTED.search(text):
+            self._started[started[1]] = time.monotonic()
+        elif (finished := _FINISHED.search(text)) and finished[1] in self._started:
+            seconds = time.monotonic() - self._started[finished[1]]
+            self._ended[finished[1]] = (finished[2], seconds)
+        return True
+
+    def steps(self, steps: Mapping[str, str]) -> tuple[StepTime, ...]:
+        """Each of ``steps`` (task -> display name): done or failed with its time, else skipped.
+
+        In the order they ran, then the ones that did not run.
+        """
+        timed = []
+        ran = sorted(steps, key=lambda task: self._started.get(task, math.inf))
+        for task, name in ((task, steps[task]) for task in ran):
+            status, seconds = self._ended.get(task, ("", None))
+            if seconds is None:
+                timed.append(StepTime(task, name, "skipped"))
+            else:
+                timed.append(
+                    StepTime(task, name, "done" if status == "SUCCESS" else "failed", seconds)
+                )
+        return tuple(timed)
 
 
 class StepDisplay:

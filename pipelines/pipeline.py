@@ -21,12 +21,13 @@ from kfp.dsl import Dataset, Metrics, Model
 from components import custom_job_launcher
 from components._image import DEFAULT_IMAGE, IMAGE_REPOSITORY, image_for, variant_for_accelerator
 from components.compare_models import compare_models
-from components.deploy_model import deploy_model
+from components.deploy_model import deploy_model, promote_canary
 from components.evaluate_model import evaluate_model
 from components.export_model import export_model, register_model
 from components.prepare_data import prepare_data
 from components.recommend import recommend
-from components.train_model import train_model
+from components.run_report import report_run
+from components.train_model import refit_model, train_model
 from components.tuning import best_tuning_options, tuning_trial_spec
 from components.validate_data import validate_data
 from pipelines.compiled import TRAIN_TASK, WORKER_POOL_SPECS, run_problems
@@ -40,6 +41,7 @@ from training_core.common.not_set import kfp_default
 from training_core.data import config as prepare_options
 from training_core.evaluation import gate
 from training_core.serving import batch_recommend as batch_options
+from training_core.serving.deploy import MODEL_DISPLAY_NAME, ROLLOUT_CANARY
 from training_core.training import train_config as train_options
 
 if TYPE_CHECKING:  # The search space is read inside the tuning builder, off the import path.
@@ -47,6 +49,7 @@ if TYPE_CHECKING:  # The search space is read inside the tuning builder, off the
 
 PIPELINE_NAME = "ncf-pipeline"
 TUNE_TASK = "ncf-tuning"  # The tuning job's display name.
+REFIT_TASK = "refit-model"  # The compiled task name of refit_model (KFP derives it).
 # The pipeline's parameters default to the steps' own option defaults (their one home); "not set"
 # is the zero value in KFP parameters (training_core.common.not_set).
 PREP = prepare_options.DEFAULTS
@@ -95,8 +98,14 @@ class Images:
         )
 
 
-def _custom_job_train_op(profile: Profile, train_image: str, launcher_image: str):
-    """``train_model`` as a Vertex AI custom job on the profile's training machine(s).
+def _custom_job_train_op(
+    profile: Profile,
+    train_image: str,
+    launcher_image: str,
+    component: Any = train_model,
+    display_name: str = TRAIN_TASK,
+):
+    """``component`` (``train_model``) as a Vertex AI custom job on the profile's training machines.
 
     The job runs in the pipeline's own region, as the pipeline's service account, on the
     pipeline's network (GCPC's placeholders, which Vertex AI fills in when the task runs), and its
@@ -110,8 +119,8 @@ def _custom_job_train_op(profile: Profile, train_image: str, launcher_image: str
 
     t = profile.train
     op = create_custom_training_job_from_component(
-        train_model,
-        display_name=TRAIN_TASK,  # The job is named after its task.
+        component,
+        display_name=display_name,  # The job is named after its task.
         replica_count=t.replica_count,
         machine_type=t.machine_type,
         accelerator_type=t.accelerator_type,
@@ -139,6 +148,7 @@ STEP_MACHINES = {
     "validate": "data",
     "prepare": "data",
     "train": "train",
+    "refit": "train",
     "evaluate": "evaluate",
     "export": "evaluate",
     "compare": "evaluate",
@@ -154,6 +164,8 @@ class Placement:
         profile: the hardware profile (its machines size the plain tasks).
         train_op: ``train_model``, or the custom-job wrapper of it.
         worker_pool_specs: the custom job's worker pools; None when training is a plain task.
+        refit_op: ``refit_model``, placed as ``train_op`` is (docs/training.md, "Refit").
+        refit_worker_pool_specs: its custom job's worker pools, as ``worker_pool_specs``.
         strategy: the training distribution strategy's name.
         tpu_address: the TPU the trainer connects to ("" off TPUs).
         expect_accelerator: the accelerator type training must find ("": none expected).
@@ -163,6 +175,8 @@ class Placement:
     profile: Profile
     train_op: Any
     worker_pool_specs: list[dict[str, Any]] | None
+    refit_op: Any
+    refit_worker_pool_specs: list[dict[str, Any]] | None
     strategy: str
     tpu_address: str
     expect_accelerator: str
@@ -181,13 +195,21 @@ class Placement:
             args[WORKER_POOL_SPECS] = self.worker_pool_specs
         return args
 
+    @property
+    def refit_arguments(self) -> dict[str, Any]:
+        """The refit op's arguments that follow from where it runs (its own worker pools)."""
+        args = self.train_arguments
+        if self.refit_worker_pool_specs is not None:
+            args[WORKER_POOL_SPECS] = self.refit_worker_pool_specs
+        return args
+
     def apply(self, task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
         """Sizes a plain task (``step``: a key of ``STEP_MACHINES``) to its machine's limits.
 
         A custom-job train task is left alone: its worker pools are its machines.
         """
         machine = getattr(self.profile, STEP_MACHINES[step])
-        if step == "train" and self.worker_pool_specs is not None:
+        if step in ("train", "refit") and self.worker_pool_specs is not None:
             return task
         if machine.cpu_limit:
             task.set_cpu_limit(machine.cpu_limit)
@@ -205,14 +227,20 @@ def placement(profile: Profile, local: bool = False, images: Images | None = Non
     t = profile.train
     if local or not t.custom_job:
         train_op, worker_pool_specs = train_model, None
+        refit_op, refit_specs = refit_model, None
     else:
         images = images or Images.for_profile(profile)
         train_op, worker_pool_specs = _custom_job_train_op(profile, images.train, DEFAULT_IMAGE)
+        refit_op, refit_specs = _custom_job_train_op(
+            profile, images.train, DEFAULT_IMAGE, refit_model, REFIT_TASK
+        )
     expect = "" if local else t.accelerator_type
     return Placement(
         profile=profile,
         train_op=train_op,
         worker_pool_specs=worker_pool_specs,
+        refit_op=refit_op,
+        refit_worker_pool_specs=refit_specs,
         strategy="default" if local else profile.strategy,
         tpu_address="local" if t.is_tpu and not local else "",
         expect_accelerator=expect,
@@ -380,13 +408,15 @@ def _validate_and_prepare(
     eval_negatives: Param,
     train_batch_size: Param,
     eval_batch_size: Param,
+    validation_split: Param,
     preset: Param,
     epochs: Param,
     seed: Param,
-) -> dsl.PipelineTask:
+) -> tuple[dsl.PipelineTask, dsl.PipelineTask, dict[str, Param]]:
     """Imports the raw interactions, gates them (TFDV) and prepares the training records.
 
-    Returns the prepare task (its ``examples`` feed every later step).
+    Returns the validate and prepare tasks (the prepare task's ``examples`` feed every later
+    step), and ``prepare_data``'s arguments (a refit prepares the same, ``_refit``).
     """
     raw = dsl.importer(artifact_uri=data_uri, artifact_class=Dataset, reimport=False)
     raw.set_display_name("Import raw interactions")
@@ -404,7 +434,7 @@ def _validate_and_prepare(
     # No retry: the gate is deterministic, a blocked run would only block again.
     b.placed(validate, "validate", "Validate raw data (TFDV gate)", retry=False)
 
-    prep = prepare_data(
+    data = dict(
         raw_data=raw.output,
         data_format=data_format,
         min_ratings=min_ratings,
@@ -415,14 +445,16 @@ def _validate_and_prepare(
         eval_negatives=eval_negatives,
         train_batch_size=train_batch_size,
         eval_batch_size=eval_batch_size,
+        validation=validation_split,
         seed=seed,
         eval_users_multiple=eval_users_multiple(b.profile),
         data_fingerprint=data_fingerprint,
         runner=b.profile.data_runner,
         beam_pipeline_args=beam_pipeline_args,
         worker_image=b.worker_image,
-    ).after(validate)
-    return b.placed(prep, "prepare", "Prepare pre-batched TFRecords")
+    )
+    prep = prepare_data(**data).after(validate)
+    return validate, b.placed(prep, "prepare", "Prepare pre-batched TFRecords"), data
 
 
 def _train(
@@ -447,10 +479,11 @@ def _train(
     if b.profile.tune and not b.local:
         tuned = _tuning(b.profile, b.images, examples, preset, architecture, epochs, seed,
                         tune_trials, tune_parallel_trials)  # fmt: skip
+    # The best trial's values, its architecture included, over the pipeline's own.
+    tuned = {"architecture": architecture, **tuned}
     train = b.place.train_op(
         examples=examples,
         preset=preset,
-        architecture=architecture,
         epochs=epochs,
         seed=seed,
         target_hr=target_hr,
@@ -468,6 +501,8 @@ class _Gated(NamedTuple):
     evaluate: dsl.PipelineTask
     export: dsl.PipelineTask
     compare: dsl.PipelineTask
+    model: Param  # The held-out model the gate judged (the train task's).
+    top_k: Param  # The export's top_k, for a refit's export (``_refit``).
 
 
 def _evaluate_export_and_gate(
@@ -511,67 +546,132 @@ def _evaluate_export_and_gate(
     # which no cache key sees (a cached verdict would be against an earlier champion).
     compare.set_caching_options(False)
     b.placed(compare, "compare", "Compare with the champion")
-    return _Gated(evaluate, export, compare)
+    return _Gated(evaluate, export, compare, model, top_k)
+
+
+class _Serving(NamedTuple):
+    """The pipeline parameters that say what is done with a blessed model (``_serve``)."""
+
+    register: Param
+    batch_recommend: Param
+    model_display_name: Param
+    endpoint_display_name: Param
+    data_fingerprint: Param
+    preset: Param
+    architecture: Param
+    epochs: Param
+    seed: Param
+    recommend_format: Param
+    beam_pipeline_args: Param
+
+
+def _serve(
+    b: _Build,
+    examples: Param,
+    gated: _Gated,
+    data: dict[str, Param],
+    serving: _Serving,
+    *,
+    refit: Param,
+) -> None:
+    """Registers (and deploys) and recommends from the model that passed the gate, when asked.
+
+    With the ``refit`` parameter off, the held-out model itself: inside the conditions
+    ``register`` (or ``batch_recommend``) set, the gate blessed the challenger, no refit. With it
+    on, a refit of the same configuration on every interaction (``_refit``) is what is
+    registered, deployed and recommended from, inside the conditions: refit set, the gate
+    blessed. The gate, the evaluation and the report stay the held-out model's either way
+    (docs/training.md, "Refit"). ``data``: ``prepare_data``'s arguments, for the refit's own.
+    """
+    blessed = gated.compare.outputs["blessed"]
+    held_out = gated.export.outputs["exported_model"]
+    with dsl.If(serving.register == True, name="register-requested"):  # noqa: E712 (KFP)
+        with dsl.If(blessed == True, name="challenger-blessed"):  # noqa: E712
+            with dsl.If(refit == False, name="held-out-model-served"):  # noqa: E712
+                _register_and_deploy(b, gated, held_out, serving)
+    with dsl.If(serving.batch_recommend == True, name="recommend-requested"):  # noqa: E712
+        with dsl.If(blessed == True, name="recommend-blessed"):  # noqa: E712
+            with dsl.If(refit == False, name="held-out-model-recommends"):  # noqa: E712
+                _recommend(b, examples, held_out, serving)
+    with dsl.If(refit == True, name="refit-requested"):  # noqa: E712
+        with dsl.If(blessed == True, name="refit-blessed"):  # noqa: E712
+            refit_export = _refit(b, gated, data)
+            with dsl.If(serving.register == True, name="register-refit"):  # noqa: E712
+                _register_and_deploy(b, gated, refit_export, serving)
+            with dsl.If(serving.batch_recommend == True, name="recommend-refit"):  # noqa: E712
+                _recommend(b, examples, refit_export, serving)
+
+
+def _refit(b: _Build, gated: _Gated, data: dict[str, Param]) -> Param:
+    """The gate's configuration trained again on every interaction; returns its export.
+
+    The same raw data and options prepared with ``refit`` (each user's held-out interactions
+    become training positives), trained with the held-out run's model folder as
+    ``evaluated_model`` (its hyperparameters, for the epochs it kept), and exported as the
+    held-out model was. Nothing here is evaluated: the gate's evidence is about the
+    configuration, and the refit model's held-out numbers would measure items it trained on.
+    """
+    what = "Refit on all interactions"
+    prep = prepare_data(**data, refit=True)
+    prep = b.placed(prep, "prepare", f"{what}: prepare every interaction for training")
+    examples = prep.outputs["examples"]
+    train = b.place.refit_op(
+        examples=examples,
+        evaluated_model=gated.model,
+        seed=data["seed"],
+        **b.place.refit_arguments,
+    )
+    b.placed(train, "refit", f"{what}: train ({b.profile.name})")
+    export = export_model(model=train.outputs["model"], examples=examples, top_k=gated.top_k)
+    b.placed(export, "export", f"{what}: export serving SavedModel")
+    return export.outputs["exported_model"]
 
 
 def _register_and_deploy(
-    b: _Build,
-    gated: _Gated,
-    *,
-    register: Param,
-    model_display_name: Param,
-    endpoint_display_name: Param,
-    data_fingerprint: Param,
-    preset: Param,
-    architecture: Param,
-    epochs: Param,
-    seed: Param,
+    b: _Build, gated: _Gated, exported_model: Param, serving: _Serving
 ) -> None:
-    """Registers the exported model, when asked and blessed, and deploys it on deploying profiles.
+    """Registers ``exported_model``, and deploys it on deploying profiles (``_serve``'s branch).
 
-    Inside two conditions (``register`` set; the gate blessed the challenger), the export becomes
-    a new version of the champion's registry model; a deploying profile then serves it.
+    It becomes a new version of the champion's registry model, recording the gate's decision.
     """
     from google_cloud_pipeline_components import _placeholders
 
-    with dsl.If(register == True, name="register-requested"):  # noqa: E712 (KFP condition)
-        with dsl.If(gated.compare.outputs["blessed"] == True, name="challenger-blessed"):  # noqa: E712
-            reg = register_model(
-                exported_model=gated.export.outputs["exported_model"],
-                project="" if b.local else _placeholders.PROJECT_ID_PLACEHOLDER,
-                location="" if b.local else _placeholders.LOCATION_PLACEHOLDER,
-                display_name=model_display_name,
-                parent_model=gated.compare.outputs["champion_model"],
-                decision=gated.compare.outputs["decision"],
-                local_registry=b.local_registry,
-                make_default=not b.deploys,
-                # The serving image for the endpoint's machine (a GPU one for a GPU).
-                gpu=b.deploys and bool(b.profile.serve.accelerator_type),
-                data_fingerprint=data_fingerprint,
-                preset=preset,
-                architecture=architecture,
-                epochs=epochs,
-                seed=seed,
-            )
-            reg.set_display_name(
-                f"Register in the {'local' if b.local else 'Vertex AI'} Model Registry"
-            )
-            # Outside effects (an upload; the default version moves): never from the cache, or
-            # a resubmitted run would show a registration it never made.
-            reg.set_caching_options(False)
-            if b.deploys:
-                _deploy(b, reg.outputs["vertex_model"], endpoint_display_name)
+    reg = register_model(
+        exported_model=exported_model,
+        project="" if b.local else _placeholders.PROJECT_ID_PLACEHOLDER,
+        location="" if b.local else _placeholders.LOCATION_PLACEHOLDER,
+        display_name=serving.model_display_name,
+        parent_model=gated.compare.outputs["champion_model"],
+        decision=gated.compare.outputs["decision"],
+        local_registry=b.local_registry,
+        make_default=not b.deploys,
+        # The serving image for the endpoint's machine (a GPU one for a GPU).
+        gpu=b.deploys and bool(b.profile.serve.accelerator_type),
+        data_fingerprint=serving.data_fingerprint,
+        preset=serving.preset,
+        architecture=serving.architecture,
+        epochs=serving.epochs,
+        seed=serving.seed,
+    )
+    reg.set_display_name(f"Register in the {'local' if b.local else 'Vertex AI'} Model Registry")
+    # Outside effects (an upload; the default version moves): never from the cache, or
+    # a resubmitted run would show a registration it never made.
+    reg.set_caching_options(False)
+    if b.deploys:
+        _deploy(b, reg.outputs["vertex_model"], serving.endpoint_display_name)
 
 
 def _deploy(b: _Build, vertex_model: Param, endpoint_display_name: Param) -> None:
     """Deploys a registered version to a Vertex AI endpoint on the profile's ``serve`` machines.
 
     The version becomes the default once it serves (deploy_model), so a failed deployment leaves
-    the registry's default serving.
+    the registry's default serving. With the profile's rollout ``canary`` it serves its share
+    beside the default version; with ``promote_after_minutes``, a step then waits that long and
+    promotes it if it still serves (docs/rollouts.md).
     """
     from google_cloud_pipeline_components import _placeholders
 
-    serve = b.profile.serve
+    serve, rollout = b.profile.serve, b.profile.rollout
     dep = deploy_model(
         vertex_model=vertex_model,
         project=_placeholders.PROJECT_ID_PLACEHOLDER,
@@ -581,35 +681,61 @@ def _deploy(b: _Build, vertex_model: Param, endpoint_display_name: Param) -> Non
         accelerator_type=serve.accelerator_type,
         accelerator_count=serve.accelerator_count,
         replica_count=serve.replica_count,
+        rollout=rollout.strategy,
+        canary_percent=rollout.canary_percent,
     )
-    dep.set_display_name("Deploy to a Vertex AI endpoint")
+    dep.set_display_name(
+        f"Deploy to a Vertex AI endpoint ({rollout.canary_percent}% canary)"
+        if rollout.strategy == ROLLOUT_CANARY
+        else "Deploy to a Vertex AI endpoint"
+    )
     dep.set_caching_options(False)  # Outside effects, as register's.
     dep.set_retry(RETRIES, BACKOFF)  # Resumes: a deployed version stays.
+    if rollout.strategy == ROLLOUT_CANARY and rollout.promote_after_minutes:
+        promote = promote_canary(
+            endpoint=dep.outputs["endpoint"],
+            project=_placeholders.PROJECT_ID_PLACEHOLDER,
+            location=_placeholders.LOCATION_PLACEHOLDER,
+            wait_minutes=float(rollout.promote_after_minutes),
+        )
+        promote.set_display_name(
+            f"Promote the canary after {rollout.promote_after_minutes} minutes"
+        )
+        promote.set_caching_options(False)
+        promote.set_retry(RETRIES, BACKOFF)  # Resumes from what the endpoint shows.
 
 
-def _recommend(
-    b: _Build,
-    examples: Param,
-    gated: _Gated,
-    *,
-    batch_recommend: Param,
-    recommend_format: Param,
-    beam_pipeline_args: Param,
-) -> None:
-    """Recommendations for every user from a model that passed the gate, when asked.
+def _recommend(b: _Build, examples: Param, exported_model: Param, serving: _Serving) -> None:
+    """Recommendations for every user from ``exported_model`` (``_serve``'s branch)."""
+    rec = recommend(
+        exported_model=exported_model,
+        examples=examples,
+        output_format=serving.recommend_format,
+        beam_pipeline_args=serving.beam_pipeline_args,
+        worker_image=b.worker_image,
+    )
+    b.placed(rec, "recommend", "Recommend for every user (batch)")
 
-    Inside two conditions: ``batch_recommend`` set; the gate blessed the challenger.
+
+def _report(b: _Build, validate, prep, train, gated: _Gated, *, register: Param) -> None:
+    """The run's report page (components/run_report.py): the last step, after the gate.
+
+    The register, deploy and recommend steps run inside the gate's conditions, which a step
+    outside them cannot wait on; the page says what the run does with a blessed model.
     """
-    with dsl.If(batch_recommend == True, name="recommend-requested"):  # noqa: E712
-        with dsl.If(gated.compare.outputs["blessed"] == True, name="recommend-blessed"):  # noqa: E712
-            rec = recommend(
-                exported_model=gated.export.outputs["exported_model"],
-                examples=examples,
-                output_format=recommend_format,
-                beam_pipeline_args=beam_pipeline_args,
-                worker_image=b.worker_image,
-            )
-            b.placed(rec, "recommend", "Recommend for every user (batch)")
+    report = report_run(
+        anomalies=validate.outputs["anomalies"],
+        examples=prep.outputs["examples"],
+        model=train.outputs["model"],
+        training_metrics=train.outputs["metrics"],
+        metrics=gated.evaluate.outputs["metrics"],
+        exported_model=gated.export.outputs["exported_model"],
+        decision=gated.compare.outputs["decision"],
+        register=register,
+        deploys=b.deploys,
+        run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+    )
+    b.placed(report, "evaluate", "Report the run (HTML page)")
 
 
 def build_pipeline(
@@ -655,6 +781,7 @@ def build_pipeline(
         eval_negatives: int = PREP["eval_negatives"],
         train_batch_size: int = PREP["train_batch_size"],
         eval_batch_size: int = kfp_default(PREP["eval_batch_size"], int),
+        validation_split: bool = PREP["validation"],
         preset: str = TRAIN["preset"],
         architecture: str = kfp_default(TRAIN["architecture"], str),
         epochs: int = kfp_default(TRAIN["epochs"], int),
@@ -667,7 +794,7 @@ def build_pipeline(
         beam_pipeline_args: list = [],  # noqa: B006 (a KFP parameter default, never mutated)
         top_k: int = 10,
         register: bool = False,
-        model_display_name: str = "ncf-neumf",
+        model_display_name: str = MODEL_DISPLAY_NAME,
         endpoint_display_name: str = "",
         tune_trials: int = 20,
         tune_parallel_trials: int = 4,
@@ -676,9 +803,10 @@ def build_pipeline(
         champion_uri: str = "",
         gate_metric: str = gate.DEFAULT_METRIC,
         gate_tolerance: float = gate.DEFAULT_TOLERANCE,
+        refit: bool = b.deploys,
     ) -> Outputs:
         # No docstring: KFP would read it into the template (the parameters' descriptions).
-        prep = _validate_and_prepare(
+        validate, prep, data = _validate_and_prepare(
             b,
             data_uri=data_uri,
             data_fingerprint=data_fingerprint,
@@ -693,6 +821,7 @@ def build_pipeline(
             eval_negatives=eval_negatives,
             train_batch_size=train_batch_size,
             eval_batch_size=eval_batch_size,
+            validation_split=validation_split,
             preset=preset,
             epochs=epochs,
             seed=seed,
@@ -722,10 +851,9 @@ def build_pipeline(
             gate_tolerance=gate_tolerance,
         )
         if b.has_registry:
-            _register_and_deploy(
-                b,
-                gated,
+            serving = _Serving(
                 register=register,
+                batch_recommend=batch_recommend,
                 model_display_name=model_display_name,
                 endpoint_display_name=endpoint_display_name,
                 data_fingerprint=data_fingerprint,
@@ -733,15 +861,12 @@ def build_pipeline(
                 architecture=architecture,
                 epochs=epochs,
                 seed=seed,
-            )
-            _recommend(
-                b,
-                examples,
-                gated,
-                batch_recommend=batch_recommend,
                 recommend_format=recommend_format,
                 beam_pipeline_args=beam_pipeline_args,
             )
+            _serve(b, examples, gated, data, serving, refit=refit)
+        if not b.local:  # run-local writes a fuller page itself (step times, the version).
+            _report(b, validate, prep, train, gated, register=register)
         return Outputs(
             exported_model=gated.export.outputs["exported_model"],
             metrics=gated.evaluate.outputs["metrics"],

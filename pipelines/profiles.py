@@ -25,6 +25,7 @@ from typing import Any
 
 from training_core.data.config import RUNNER_BEAM, RUNNER_LOCAL
 from training_core.data.config import RUNNERS as DATA_RUNNERS
+from training_core.serving.deploy import Rollout
 from training_core.training.strategy import STRATEGIES
 
 
@@ -81,6 +82,8 @@ class Profile:
     # Deploy a blessed, registered model to an endpoint (deploy_model); off by default.
     deploy: bool = False
     serve: Machine = SERVE_MACHINE  # The endpoint's machines (replica_count: how many serve).
+    # How a new version takes the endpoint's traffic: at once, or as a canary (docs/rollouts.md).
+    rollout: Rollout = Rollout()
     # Tune before the final training (a Vertex AI tuning job, each trial on one `train` machine);
     # search_space: a search-space file, "" for training_core/search_space.yaml.
     tune: bool = False
@@ -427,6 +430,11 @@ def preflight(
                 "serve: the prebuilt TensorFlow serving container runs on CPU or GPU machines; "
                 "remove the TPU"
             )
+        problems += profile.rollout.problems()
+    elif profile.rollout != Rollout():
+        problems.append(
+            "rollout: only a deploying profile rolls out; set deploy: true or remove it"
+        )
     if profile.data_runner not in DATA_RUNNERS:
         problems.append(
             f"data_runner {profile.data_runner!r} is unknown; use one of {', '.join(DATA_RUNNERS)}"
@@ -535,6 +543,7 @@ def load_profiles(path: str) -> dict[str, Profile]:
             "data_runner",
             "deploy",
             "serve",
+            "rollout",
             "tune",
             "search_space",
         }
@@ -558,10 +567,30 @@ def load_profiles(path: str) -> dict[str, Profile]:
             serve=(
                 _machine_from(spec["serve"], f"{where}.serve") if "serve" in spec else SERVE_MACHINE
             ),
+            rollout=_rollout_from(spec.get("rollout", {}), f"{where}.rollout"),
             tune=_flag(spec.get("tune", False), f"{where}.tune"),
             search_space=str(spec.get("search_space", "")),
         )
     return out
+
+
+def _rollout_from(raw: Any, where: str) -> Rollout:
+    """A profile's ``rollout``: ``replace``, ``canary``, or a mapping of ``Rollout``'s fields."""
+    if isinstance(raw, str):
+        raw = {"strategy": raw}
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{where}: expected replace, canary or a mapping, got {raw!r}")
+    fields = {f.name: f.type for f in dataclasses.fields(Rollout)}
+    unknown = set(raw) - set(fields)
+    if unknown:
+        raise ProfileError(
+            f"{where}: unknown keys {', '.join(sorted(unknown))}; known: {', '.join(fields)}"
+        )
+    for key, value in raw.items():
+        want = str if key == "strategy" else int
+        if type(value) is not want:
+            raise ProfileError(f"{where}.{key}: expected {want.__name__}, got {value!r}")
+    return Rollout(**raw)
 
 
 def _flag(value: Any, where: str) -> bool:

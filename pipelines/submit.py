@@ -9,6 +9,11 @@ docs (``pipelines.placeholder_values``). Errors from the service become a
 
 The REST transport is used for every call, so what the tests exercise against the local
 stand-in (``pipelines/verify/rest_service.py``) is the code path used against Vertex AI.
+
+A template may be a URL in Artifact Registry (``https://LOCATION-kfp.pkg.dev/...``,
+``pipelines.template_registry``): ``fetched_template`` downloads it once, every check reads the
+local copy, and the job is created from that copy with the URL as its ``template_uri``, as
+aiplatform does when it downloads a registry template itself.
 """
 
 from __future__ import annotations
@@ -79,7 +84,8 @@ class SubmitConfig:
     """Everything a submission needs; built once by the CLI (or a caller) and passed down.
 
     Attributes:
-        template_path: a compiled pipeline (KFP IR YAML, from ``ncf-pipelines compile``).
+        template_path: a compiled pipeline (KFP IR YAML, from ``ncf-pipelines compile``); a
+            registry URL until ``fetched_template`` replaces it with the local copy.
         project: Google Cloud project id.
         region: Vertex AI region, e.g. ``us-central1``.
         pipeline_root: ``gs://`` folder for the run's artifacts.
@@ -101,6 +107,11 @@ class SubmitConfig:
             loopback (``api_endpoint_problem``): every request carries a bearer token.
         credentials: ``google.auth`` credentials; ``None`` means Application Default
             Credentials. Never printed or logged.
+        template_uri: the Artifact Registry URL ``template_path`` was downloaded from
+            (``fetched_template`` sets it); the job records it as its ``template_uri``.
+        registry_endpoint: where Artifact Registry requests go instead of the kfp.pkg.dev host
+            and artifactregistry.googleapis.com (``http://127.0.0.1:PORT``: the test stand-in);
+            plain http only to loopback, as ``api_endpoint``.
     """
 
     template_path: str
@@ -119,6 +130,8 @@ class SubmitConfig:
     max_concurrent_runs: int = 1
     api_endpoint: str | None = None
     credentials: Any = dataclasses.field(default=None, repr=False, compare=False)
+    template_uri: str | None = None
+    registry_endpoint: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,13 +257,21 @@ def validate_config(config: SubmitConfig) -> None:
         )
     if config.display_name is not None and not 0 < len(config.display_name) <= 128:
         raise ValueError("display name must be 1-128 characters")
-    problem = api_endpoint_problem(config.api_endpoint)
-    if problem:
-        raise ValueError(problem)
+    for endpoint, what in (
+        (config.api_endpoint, API_ENDPOINT),
+        (config.registry_endpoint, REGISTRY_ENDPOINT),
+    ):
+        problem = api_endpoint_problem(endpoint, what)
+        if problem:
+            raise ValueError(problem)
     validate_labels(config.labels)
 
 
-def api_endpoint_problem(endpoint: str | None) -> str | None:
+API_ENDPOINT = "api endpoint (--api-endpoint)"
+REGISTRY_ENDPOINT = "registry endpoint (--registry-endpoint)"
+
+
+def api_endpoint_problem(endpoint: str | None, what: str = API_ENDPOINT) -> str | None:
     """Why ``endpoint`` would send the credentials in the clear, or None.
 
     Every request carries the caller's OAuth bearer token in its ``Authorization`` header, so
@@ -270,7 +291,7 @@ def api_endpoint_problem(endpoint: str | None) -> str | None:
         if ipaddress.ip_address(host).is_loopback:
             return None
     return (
-        f"api endpoint (--api-endpoint) {endpoint!r} is plain http to {host or 'an unknown host'}: "
+        f"{what} {endpoint!r} is plain http to {host or 'an unknown host'}: "
         "every request carries your OAuth bearer token, which anyone on the way could read and "
         "reuse. Use https:// (or the host alone), or plain http only to a stand-in on this "
         "machine (127.0.0.1, ::1 or localhost)"
@@ -545,6 +566,43 @@ def scheduled_caching(config: SubmitConfig) -> SubmitConfig:
 # --- describe and submit -----------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def fetched_template(config: SubmitConfig) -> Iterator[SubmitConfig]:
+    """``config`` with a registry template downloaded; a local template passes unchanged.
+
+    ``template_path`` becomes the local copy (kept while the context is open), ``template_uri``
+    the URL. The download uses ``config.credentials``, else Application Default Credentials.
+
+    Raises:
+        ValueError: a malformed registry URL or endpoint, before any request.
+        SubmitError: the registry refused (an unknown tag names the repository's tags).
+    """
+    import tempfile
+
+    from pipelines import template_registry
+
+    if not template_registry.is_registry_url(config.template_path):
+        yield config
+        return
+    ref = template_registry.parse_template(config.template_path)
+    problem = api_endpoint_problem(config.registry_endpoint, REGISTRY_ENDPOINT)
+    if problem:
+        raise ValueError(problem)
+    credentials = config.credentials or default_credentials()
+    with tempfile.TemporaryDirectory(prefix="ncf-template-") as folder:
+        try:
+            got = template_registry.download(
+                ref,
+                os.path.join(folder, f"{ref.package}.yaml"),
+                credentials=credentials,
+                endpoint=config.registry_endpoint,
+            )
+        except template_registry.TemplateRegistryError as e:
+            raise SubmitError(str(e)) from e
+        _LOG.info("template %s is version %s", ref.url, got.version)
+        yield dataclasses.replace(config, template_path=got.path, template_uri=ref.url)
+
+
 def custom_jobs(config: SubmitConfig, values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Every custom-job request the run would create, built offline and checked, by task.
 
@@ -607,7 +665,7 @@ def describe(config: SubmitConfig) -> dict[str, Any]:
         "project": config.project,
         "region": config.region,
         "api_endpoint": config.api_endpoint or f"https://{config.region}-aiplatform.googleapis.com",
-        "template": config.template_path,
+        "template": config.template_uri or config.template_path,
         "pipeline_name": template.pipeline_name,
         "display_name": display_name,
         "pipeline_root": config.pipeline_root,
@@ -629,6 +687,11 @@ def describe(config: SubmitConfig) -> dict[str, Any]:
             else type(config.credentials).__name__
         ),
     }
+    if config.template_uri:
+        from pipelines import template_registry
+
+        out["template_uri"] = config.template_uri
+        out["template_version"] = template_registry.file_version(config.template_path)
     if config.schedule_cron:
         out["schedule"] = {
             "cron": config.schedule_cron,
@@ -692,6 +755,12 @@ def submit(config: SubmitConfig) -> SubmitResult:
             location=config.region,
             credentials=credentials,
         )
+        if config.template_uri:
+            # What PipelineJob's constructor records when it downloads a registry URL itself.
+            # Built from our copy instead: the job runs the very bytes checked above (a tag can
+            # move between two downloads), and the same code reaches a stand-in. The SDK has no
+            # public setter, and `gca_resource` refuses until the job is created.
+            job._gca_resource.template_uri = config.template_uri
         if config.schedule_cron:
             schedule = job.create_schedule(
                 cron=config.schedule_cron,

@@ -470,9 +470,10 @@ def tree_bytes(root: str) -> dict[str, bytes]:
 def seen_from_raw(csv_path: str, meta):
     """Each user's training items, from the raw CSV alone (pandas), not from the records.
 
-    Leave-one-out as prepare-data documents it: a repeated (user, item) keeps its latest row, each
-    user's last interaction by time (ties: the later row) is held out, the rest are training
-    positives; indices are positions in the ascending raw ids. Returns
+    As prepare-data documents it: a repeated (user, item) keeps its latest row, each user's last
+    interaction by time (ties: the later row) is held out for test and, where the dataset has a
+    validation split, the second-to-last of a user with three or more for validation; the rest
+    are training positives; indices are positions in the ascending raw ids. Returns
     ``(user raw ids, item raw ids, [set of training item indices per user index],
     [held-out item index per user index])``.
     """
@@ -489,7 +490,15 @@ def seen_from_raw(csv_path: str, meta):
     # prepare-data drops users left with one interaction or with every item; none here.
     assert per_user.min() >= 2 and per_user.max() < raw["item_id"].nunique()
     held_out = raw.groupby("user_id").tail(1)
-    train_rows = raw.drop(index=held_out.index)
+    dropped = held_out.index
+    if meta.has_validation:  # And the validation item: the second-to-last of users with 3+.
+        from training_core.data import sampling
+
+        groups = raw.groupby("user_id")
+        from_last = groups.cumcount(ascending=False)
+        enough = groups["item_id"].transform("size") >= sampling.VALIDATION_MIN_INTERACTIONS
+        dropped = dropped.union(raw.index[(from_last == 1) & enough])
+    train_rows = raw.drop(index=dropped)
     users = np.sort(raw["user_id"].unique())
     items = np.sort(raw["item_id"].unique())
     u_idx = np.searchsorted(users, train_rows["user_id"].to_numpy())
@@ -498,7 +507,12 @@ def seen_from_raw(csv_path: str, meta):
     for u, i in zip(u_idx.tolist(), i_idx.tolist(), strict=True):
         seen[u].add(i)
     held_out = held_out.set_index("user_id").loc[users, "item_id"].to_numpy()
-    return users, items, seen, np.searchsorted(items, held_out).tolist()
+    every = [set() for _ in users]  # Every interaction: what recommend leaves out.
+    all_u = np.searchsorted(users, raw["user_id"].to_numpy())
+    all_i = np.searchsorted(items, raw["item_id"].to_numpy())
+    for u, i in zip(all_u.tolist(), all_i.tolist(), strict=True):
+        every[u].add(i)
+    return users, items, seen, np.searchsorted(items, held_out).tolist(), every
 
 
 def checkpoint_values(path: str, model_only: bool = False) -> dict[str, np.ndarray]:

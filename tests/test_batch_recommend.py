@@ -45,7 +45,7 @@ def test_every_user_gets_the_online_answer_without_seen_items(
         batch_recommend.RecommendConfig(exported, tiny_data, out, batch_size=64, num_shards=2)
     )
     meta = read_metadata(tiny_data)
-    users, items, seen, held_out = seen_from_raw(tiny_csv, meta)
+    users, items, _, _, every = seen_from_raw(tiny_csv, meta)
     rows = batch_recommend.read(out)
     assert sorted(r["user_id"] for r in rows) == users.tolist()  # Each user once.
     assert result.num_users == len(users) and result.top_k == TINY_TOP_K
@@ -61,7 +61,7 @@ def test_every_user_gets_the_online_answer_without_seen_items(
         want = ids[u_idx][ids[u_idx] != export.UNKNOWN_ITEM]
         assert row["item_ids"] == want.tolist()
         np.testing.assert_allclose(row["scores"], scores[u_idx][: len(want)], rtol=1e-6)
-        interacted = {int(items[i]) for i in seen[u_idx] | {held_out[u_idx]}}
+        interacted = {int(items[i]) for i in every[u_idx]}
         assert not interacted & set(row["item_ids"]), user
         assert row["scores"] == sorted(row["scores"], reverse=True)
     # The tiny data's users have enough unseen items: every row is full.

@@ -27,6 +27,8 @@ EXPECTED_SUBCOMMANDS = [
     "submit",
     "verify",
     "run-local",
+    "templates",
+    "rollout",
 ]
 
 

@@ -97,6 +97,7 @@ def test_every_component_parameter_is_an_option_with_its_default(step):
             "steps_per_loop",
             "precision",
             "embedding_updates",
+            "refit_of",  # refit_model's evaluated_model artifact gives it (a refit).
         },
         "evaluate_model": set(),
     }[step]
@@ -128,9 +129,12 @@ def test_pipeline_parameters_default_to_what_the_steps_they_feed_default_to(comp
             option = _option(step, name)
             if pipeline_param is None or option is None:
                 continue
-            kfp_type = {"NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "STRING": str}[
-                declared[pipeline_param]["parameterType"]
-            ]
+            kfp_type = {
+                "NUMBER_INTEGER": int,
+                "NUMBER_DOUBLE": float,
+                "STRING": str,
+                "BOOLEAN": bool,
+            }[declared[pipeline_param]["parameterType"]]
             expected = not_set.kfp_default(defaults[option], kfp_type)
             got = declared[pipeline_param].get("defaultValue")
             assert got == expected, f"{pipeline_param} -> {task_name}.{name}"
@@ -143,6 +147,7 @@ def test_pipeline_parameters_default_to_what_the_steps_they_feed_default_to(comp
         "eval_negatives": "eval_negatives",
         "train_batch_size": "train_batch_size",
         "eval_batch_size": "eval_batch_size",
+        "validation_split": "validation",
         "seed": "seed",
         "preset": "preset",
         "architecture": "architecture",
@@ -168,6 +173,8 @@ PREP_VALUES = {
     "eval_batch_size": ("eval_batch_size", 1000),
     "seed": ("seed", 5),
     "eval_users_multiple": ("eval_users_multiple", 4),
+    "validation": ("validation", False),
+    "refit": ("refit", True),
 }
 
 
@@ -197,7 +204,7 @@ def test_each_train_model_parameter_reaches_the_config(data_dir):
     tiny = get_preset("tiny")
     cases = {
         "preset": ({"preset": "tiny"}, lambda c: c.model.num_factors == tiny.num_factors),
-        "architecture": ({"architecture": "mf"}, lambda c: c.model.architecture == "mf"),
+        "architecture": ({"architecture": "gmf"}, lambda c: c.model.architecture == "gmf"),
         "epochs": ({"epochs": 7}, lambda c: c.model.epochs == 7),
         "batch_size": ({"batch_size": 64}, lambda c: c.model.batch_size == 64),
         "seed": ({"seed": 3}, lambda c: c.seed == 3),
@@ -288,6 +295,8 @@ def test_each_prepare_data_flag_reaches_the_config(monkeypatch, tmp_path):
         "--train-epochs": (["3"], lambda c: c.train_epochs == 3),
         "--num-neg": (["7"], lambda c: c.num_neg == 7),
         "--eval-negatives": (["50"], lambda c: c.eval_negatives == 50),
+        "--no-validation": ([], lambda c: not c.validation),
+        "--refit": ([], lambda c: c.refit),
         "--eval-sampling": (["reference"], lambda c: c.eval_sampling == "reference"),
         "--train-batch-size": (["512"], lambda c: c.train_batch_size == 512),
         "--eval-batch-size": (["1000"], lambda c: c.eval_batch_size == 1000),
@@ -364,6 +373,7 @@ def test_each_train_flag_reaches_the_config(monkeypatch, data_dir, tmp_path):
         "--expect-accelerator",
         "--expect-accelerator-count",
         "--hypertune-metric",  # Where metrics go (training_core/tune.py), not how it trains.
+        "--refit-of",  # The evaluated model folder a refit reads: tests/test_refit.py.
     }
     assert set(_parser_flags("train")) == set(flags) | not_config
 

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import struct
+import types
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from conftest import checkpoint_values
 from pipelines import cli
 from training_core.data import plan, prepare
 from training_core.data.config import PrepareConfig
-from training_core.data.metadata import read_metadata
+from training_core.data.metadata import SPLIT_TEST, SPLIT_VALIDATION, read_metadata
 from training_core.evaluation import gate
 from training_core.training import loop, presets, train_config
 from training_core.training.model_dir import best_dir, checkpoint_dir, history_path
@@ -140,13 +141,26 @@ def test_train_names_a_damaged_training_shard_and_the_offset(tiny_data, tmp_path
     assert "prepare the data again with ncf-pipelines prepare-data --overwrite" in err
 
 
-# --- the gate's boundary: not worse is >= -tolerance ----------------------------------------------
+# --- the gate's boundary: not worse is >= -tolerance, on the selection split ---------------------
 
 
-def _scores(export_dir: str, hr: float) -> gate.Scores:
-    return gate.Scores(export_dir, hr, hr / 2, users=100, known_users=1.0, known_items=1.0)
+def _scores(export_dir: str, hr: float, split: str) -> gate.Scores:
+    return gate.Scores(export_dir, hr, hr / 2, 100, 1.0, 1.0, split)
 
 
+def _exact_gate(monkeypatch, hr: dict[tuple[str, str], float], selection: str) -> None:
+    """compare with its models' scores replaced by ``hr[(model, split)]`` and the data's
+    selection split set to ``selection`` (same catalogue, every user known)."""
+    data = types.SimpleNamespace(selection_split=selection)
+    monkeypatch.setattr(gate, "read_metadata", lambda data_dir: data)
+    monkeypatch.setattr(gate, "load_export", lambda path: path)
+    monkeypatch.setattr(gate, "catalogue", lambda model, data_dir: gate.Catalogue(10, 10, 10))
+    monkeypatch.setattr(
+        gate, "score_export", lambda m, data_dir, split: _scores(m, hr[m, split], split)
+    )
+
+
+@pytest.mark.parametrize("selection", [SPLIT_TEST, SPLIT_VALIDATION])
 @pytest.mark.parametrize(
     "challenger,champion,tolerance,blessed",
     [
@@ -158,18 +172,33 @@ def _scores(export_dir: str, hr: float) -> gate.Scores:
     ],
     ids=["equal", "gap-equals-tolerance", "just-beyond-tolerance", "just-worse", "just-better"],
 )
-def test_the_gate_blesses_up_to_the_tolerance_inclusive(
-    monkeypatch, challenger, champion, tolerance, blessed
+def test_the_gate_blesses_up_to_the_tolerance_inclusive_on_the_selection_split(
+    monkeypatch, challenger, champion, tolerance, blessed, selection
 ):
     """compare's own rule on exactly chosen scores (each model's scoring through its signature is
-    tested in test_compare.py): the gap ``challenger - champion`` may equal ``-tolerance``."""
-    hr = {"challenger": challenger, "champion": champion}
-    monkeypatch.setattr(gate, "score_export", lambda export, data: _scores(export, hr[export]))
+    tested in test_compare.py): the gap ``challenger - champion`` may equal ``-tolerance``, on
+    the split the data selects. With a validation split, the test split's scores are the other
+    way round and decide nothing."""
+    hr = {("challenger", selection): challenger, ("champion", selection): champion}
+    if selection == SPLIT_VALIDATION:  # The test split says the opposite.
+        hr |= {("challenger", SPLIT_TEST): champion, ("champion", SPLIT_TEST): challenger}
+    _exact_gate(monkeypatch, hr, selection)
     decision = gate.compare("challenger", "data", "champion", "hr_at_10", tolerance)
     assert decision.blessed is blessed, decision.reason
     verdict = "is not worse than" if blessed else "is worse than"
-    assert f"challenger hr_at_10 {challenger:.4f} {verdict} the champion's" in decision.reason
-    assert decision.to_metrics()["blessed"] == float(blessed)
+    expected = f"on the {selection} split, challenger hr_at_10 {challenger:.4f} {verdict}"
+    assert expected in decision.reason
+    metrics = decision.to_metrics()
+    assert metrics["blessed"] == float(blessed) and decision.split == selection
+    assert metrics["decided_on_validation"] == float(selection == SPLIT_VALIDATION)
+    assert metrics[f"challenger_{selection}_hr_at_10"] == challenger
+    assert metrics[f"champion_{selection}_hr_at_10"] == champion
+    if selection == SPLIT_VALIDATION:  # Reported beside it, named by split.
+        assert metrics["challenger_test_hr_at_10"] == champion
+        assert metrics["champion_test_hr_at_10"] == challenger
+        assert "On the test split (reported, not deciding)" in decision.reason
+    else:
+        assert not any("_validation_" in k for k in metrics)
 
 
 # --- the epochs data prep prepares for auto: by training positives, not rows ---------------------

@@ -32,14 +32,14 @@ def reference(tiny_model, tiny_data, tiny_csv):
     meta = read_metadata(tiny_data)
     assert meta.source["path"] == tiny_csv  # The prepared data is this CSV's.
     model, _, _ = load_model(tiny_model.model_dir, tf.distribute.get_strategy())
-    users, items, seen, held_out = seen_from_raw(tiny_csv, meta)
+    users, items, seen, held_out, all_seen = seen_from_raw(tiny_csv, meta)
 
     def probs(u_idx, i_idx):
         logits = model.score(tf.constant(u_idx, tf.int64), tf.constant(i_idx, tf.int64))
         return tf.sigmoid(logits).numpy()
 
-    # What recommend leaves out: every item the data holds for the user, the held-out latest too.
-    all_seen = [s | {h} for s, h in zip(seen, held_out, strict=True)]
+    # What recommend leaves out (all_seen): every item the data holds for the user, the held-out
+    # validation and test items too.
     return {
         "meta": meta,
         "users": users,

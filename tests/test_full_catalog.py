@@ -1,6 +1,6 @@
 """Full-catalog HR@10/NDCG@10: against NumPy from the raw ratings, the cap, the exclusion of
-training items, a pair of models the sampled and the full-catalog metrics order differently, and
-users split over two replicas."""
+training items (and of the validation item when ranking the test split), a pair of models the
+sampled and the full-catalog metrics order differently, and users split over two replicas."""
 
 import json
 import os
@@ -14,8 +14,9 @@ from conftest import ROOT, WORKER, communicate, read_split
 from ncf_numpy import full_catalog_reference, leave_one_out_from_raw, neumf_scores
 
 from training_core.common import console
-from training_core.data import positives
-from training_core.data.metadata import read_metadata
+from training_core.data import positives, prepare
+from training_core.data.config import PrepareConfig
+from training_core.data.metadata import SPLIT_TEST, SPLIT_VALIDATION, read_metadata
 from training_core.evaluation import baselines, eval_config, full_catalog, metrics
 from training_core.evaluation.evaluate import evaluate, load_model, run_eval
 
@@ -55,10 +56,43 @@ def model_dir(tiny_model):
 
 @pytest.fixture(scope="module")
 def raw(tiny_data, tiny_csv):
-    """Training items and held-out item per user, from the raw CSV (not from the records)."""
+    """Earlier items and held-out item per user, from the raw CSV (not from the records)."""
     meta = read_metadata(tiny_data)
     assert meta.source["path"] == tiny_csv and meta.options["min_ratings"] == 0
     return leave_one_out_from_raw(tiny_csv)
+
+
+def second_to_last_from_raw(csv_path: str) -> np.ndarray:
+    """Each user's second-to-last item index by time (-1: fewer than 3 items), from the CSV.
+
+    The validation item as prepare-data documents it (a repeated pair keeps its latest row;
+    ties in time: the later row), read with pandas apart from the records.
+    """
+    import pandas as pd
+
+    raw = pd.read_csv(csv_path, usecols=["user_id", "item_id", "timestamp"])
+    raw["row"] = np.arange(len(raw))
+    raw = raw.sort_values(["timestamp", "row"], kind="stable")
+    raw = raw.drop_duplicates(["user_id", "item_id"], keep="last")
+    raw = raw.sort_values(["user_id", "timestamp", "row"], kind="stable")
+    users = np.sort(raw["user_id"].unique())
+    items = np.sort(raw["item_id"].unique())
+    out = np.full(len(users), -1, np.int64)
+    for user, group in raw.groupby("user_id"):
+        if len(group) >= 3:
+            out[np.searchsorted(users, user)] = np.searchsorted(items, group["item_id"].iloc[-2])
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained_items(tiny_data, tiny_csv, raw):
+    """Each user's training items from the raw CSV: the earlier ones, less the validation item
+    where the dataset holds a validation split."""
+    seen, _ = raw
+    if not read_metadata(tiny_data).has_validation:
+        return seen
+    validation = second_to_last_from_raw(tiny_csv)
+    return [items - {int(v)} for items, v in zip(seen, validation, strict=True)]
 
 
 def _full(scorer, tiny_data, max_users=0):
@@ -118,14 +152,17 @@ def test_sums_match_numpy_on_random_tables_with_many_ties(seed):
 # --- against the raw data -------------------------------------------------------------------
 
 
-def test_the_users_positives_read_back_are_the_raw_data_s(tiny_data, raw):
+def test_the_users_positives_read_back_are_the_raw_data_s(tiny_data, raw, trained_items):
     seen, held_out = raw
     meta = read_metadata(tiny_data)
     users, items = positives.held_out_items(meta, tiny_data)
     np.testing.assert_array_equal(users, np.arange(meta.num_users))
     np.testing.assert_array_equal(items, held_out)
     splits, trained = positives.training_positives(meta, tiny_data)
-    assert [set(trained[splits[u] : splits[u + 1]].tolist()) for u in users] == seen
+    assert [set(trained[splits[u] : splits[u + 1]].tolist()) for u in users] == trained_items
+    # What the test split's ranking leaves out: every earlier interaction, validation included.
+    splits, excluded = full_catalog.excluded_items(meta, tiny_data, SPLIT_TEST)
+    assert [set(excluded[splits[u] : splits[u + 1]].tolist()) for u in users] == seen
 
 
 @pytest.mark.slow
@@ -154,13 +191,16 @@ def test_evaluate_matches_numpy_over_every_user(model_dir, tiny_data, raw):
     assert 0 < result.full_catalog_hr_at_10 < result.hr_at_10
 
 
-def test_evaluate_ranks_the_popularity_baseline_beside_the_model(model_dir, tiny_data, raw):
-    """The baseline's full-catalog metrics equal NumPy's from the raw CSV's counts; its sampled
-    ones equal ``baselines.popularity`` through ``run_eval``; ``beats_popularity`` compares."""
+def test_evaluate_ranks_the_popularity_baseline_beside_the_model(
+    model_dir, tiny_data, raw, trained_items
+):
+    """The baseline's full-catalog metrics equal NumPy's from the raw CSV's training counts; its
+    sampled ones equal ``baselines.popularity`` through ``run_eval``; ``beats_popularity``
+    compares."""
     seen, held_out = raw
     result = evaluate(tiny_data, model_dir, options=eval_config.EvalOptions(full_catalog_users=0))
     counts = np.zeros(max(max(s, default=0) for s in seen) + 1, np.float64)
-    for items in seen:
+    for items in trained_items:
         counts[list(items)] += 1
     num_items = read_metadata(tiny_data).num_items
     counts = np.pad(counts, (0, num_items - len(counts)))
@@ -334,3 +374,88 @@ def test_a_long_ranking_reports_progress_and_the_chunks_sum_to_the_whole(
     # Without show_progress (the training loop's curve) nothing is reported.
     full_catalog.FullCatalogEval(TableScorer(table), strategy, meta, tiny_data, 0)()
     assert console.EVENT_PREFIX not in capsys.readouterr().out
+
+
+# --- which items each split leaves out ------------------------------------------------------
+
+
+def _prepared(tiny_csv, folder, validation: bool) -> str:
+    """The tiny ratings prepared with or without a validation split (whatever the default)."""
+    out = str(folder / "tiny")
+    prepare.prepare(
+        PrepareConfig(
+            input_path=tiny_csv, output_dir=out, min_ratings=0, num_epochs=1,
+            eval_negatives=99, train_batch_size=256, workers=1, validation=validation,
+        )
+    )  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def validated(tiny_csv, tmp_path_factory):
+    return _prepared(tiny_csv, tmp_path_factory.mktemp("validated"), validation=True)
+
+
+@pytest.fixture(scope="module")
+def unvalidated(tiny_csv, tmp_path_factory):
+    return _prepared(tiny_csv, tmp_path_factory.mktemp("unvalidated"), validation=False)
+
+
+def test_the_test_split_leaves_the_validation_item_out_the_validation_split_keeps_the_test_item(
+    validated,
+):
+    """Ranking the test item, the validation item (an earlier interaction) is no candidate;
+    ranking the validation item, the test item (a later one) is. Each split against NumPy."""
+    meta = read_metadata(validated)
+    strategy = tf.distribute.get_strategy()
+    users, test_items = positives.held_out_items(meta, validated)
+    val_users, val_items = positives.held_out_items(meta.split(SPLIT_VALIDATION), validated)
+    np.testing.assert_array_equal(users, np.arange(meta.num_users))
+    assert len(val_users) > 100 and (val_items != test_items[val_users]).all()
+
+    def ranked(table, split):
+        scorer = TableScorer(table)
+        return full_catalog.FullCatalogEval(scorer, strategy, meta, validated, 0, split=split)()
+
+    table = np.random.default_rng(5).random((meta.num_users, meta.num_items))
+    # The validation item above the test item for every user: it must not count against it.
+    above = table.copy()
+    above[val_users, val_items], above[users, test_items] = 3.0, 2.0
+    got = ranked(above, SPLIT_TEST).metrics
+    assert (got.hits, got.users) == (meta.num_users, meta.num_users)
+    assert got.ndcg == pytest.approx(1.0)
+    # The test item above the validation item: a candidate, it ranks first, the validation second.
+    later = table.copy()
+    later[users, test_items], later[val_users, val_items] = 3.0, 2.0
+    got = ranked(later, SPLIT_VALIDATION).metrics
+    assert (got.hits, got.users) == (len(val_users), len(val_users))
+    assert got.ndcg == pytest.approx(1 / np.log2(3))
+    # And on random scores, each equals NumPy with its own excluded sets.
+    splits, trained = positives.training_positives(meta, validated)
+    train_sets = [set(trained[splits[u] : splits[u + 1]].tolist()) for u in users]
+    earlier = [set(s) for s in train_sets]
+    for u, item in zip(val_users, val_items, strict=True):
+        earlier[u].add(int(item))
+    for split, seen, who, held_out in (
+        (SPLIT_TEST, earlier, users, test_items),
+        (SPLIT_VALIDATION, train_sets, val_users, val_items),
+    ):
+        got = ranked(table, split).metrics
+        hits, ndcg, n = full_catalog_reference(table[who], [seen[u] for u in who], held_out)
+        assert (got.hits, got.users) == (hits, n), split
+        assert got.ndcg == pytest.approx(ndcg / n, rel=1e-5), split
+
+
+def test_without_a_validation_split_the_test_split_leaves_out_the_training_items_only(
+    unvalidated,
+):
+    meta = read_metadata(unvalidated)
+    assert not meta.has_validation
+    trained = positives.training_positives(meta, unvalidated)
+    excluded = full_catalog.excluded_items(meta, unvalidated, SPLIT_TEST)
+    for a, b in zip(trained, excluded, strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="has no validation split"):
+        full_catalog.FullCatalogEval(
+            None, tf.distribute.get_strategy(), meta, unvalidated, 0, split=SPLIT_VALIDATION
+        )

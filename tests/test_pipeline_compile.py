@@ -284,7 +284,8 @@ def test_pipeline_parameters_and_artifact_wiring(compiled):
     assert params["register"]["parameterType"] == "BOOLEAN"
     assert params["register"]["defaultValue"] is False
     conditional = {n: t for n, t in tasks.items() if "triggerPolicy" in t}
-    assert list(conditional) == ["condition-1", "condition-3"] and "register-model" not in tasks
+    assert list(conditional) == ["condition-1", "condition-4", "condition-7"]
+    assert "register-model" not in tasks
     outer = conditional["condition-1"]
     assert outer["taskInfo"]["name"] == "register-requested"
     assert sorted(outer["dependentTasks"]) == ["compare-models", "export-model"]
@@ -292,7 +293,10 @@ def test_pipeline_parameters_and_artifact_wiring(compiled):
     assert list(outer_body) == ["condition-2"]
     inner = outer_body["condition-2"]
     assert inner["taskInfo"]["name"] == "challenger-blessed"
-    inner_body = spec["components"][inner["componentRef"]["name"]]["dag"]["tasks"]
+    # Without a refit (tests/test_refit.py has the refit's branch): the held-out model.
+    (held_out,) = spec["components"][inner["componentRef"]["name"]]["dag"]["tasks"].values()
+    assert held_out["taskInfo"]["name"] == "held-out-model-served"
+    inner_body = spec["components"][held_out["componentRef"]["name"]]["dag"]["tasks"]
     assert list(inner_body) == ["register-model"]
 
     def source(binding, *enclosing):
@@ -328,12 +332,12 @@ def test_pipeline_parameters_and_artifact_wiring(compiled):
         ),
     }
     for (kind, name), (how, producer, key) in wiring.items():
-        got = source(reg_task["inputs"][kind][name], inner, outer)
+        got = source(reg_task["inputs"][kind][name], held_out, inner, outer)
         key_name = "outputArtifactKey" if how == "taskOutputArtifact" else "outputParameterKey"
         assert got == {how: {key_name: key, "producerTask": producer}}, name
     # The version's labels: the run's data fingerprint and training parameters.
     for name in ("data_fingerprint", "preset", "architecture", "epochs", "seed"):
-        got = source(reg_task["inputs"]["parameters"][name], inner, outer)
+        got = source(reg_task["inputs"]["parameters"][name], held_out, inner, outer)
         assert got == {"componentInputParameter": name}, name
     # In the pipeline's own project and region.
     reg = reg_task["inputs"]
@@ -346,7 +350,7 @@ def test_pipeline_parameters_and_artifact_wiring(compiled):
     assert "location" not in params and "project" not in params
 
     # Batch recommendations the same way: only when asked, only from a blessed model.
-    rec_outer = conditional["condition-3"]
+    rec_outer = conditional["condition-4"]
     assert rec_outer["taskInfo"]["name"] == "recommend-requested"
     assert condition_source(rec_outer) == {"componentInputParameter": "batch_recommend"}
     assert params["batch_recommend"]["defaultValue"] is False
@@ -355,13 +359,17 @@ def test_pipeline_parameters_and_artifact_wiring(compiled):
     assert condition_source(rec_inner, rec_outer) == {
         "taskOutputParameter": {"outputParameterKey": "blessed", "producerTask": "compare-models"}
     }
-    rec_body = spec["components"][rec_inner["componentRef"]["name"]]["dag"]["tasks"]
+    (rec_held_out,) = spec["components"][rec_inner["componentRef"]["name"]]["dag"]["tasks"].values()
+    assert rec_held_out["taskInfo"]["name"] == "held-out-model-recommends"
+    rec_body = spec["components"][rec_held_out["componentRef"]["name"]]["dag"]["tasks"]
     assert list(rec_body) == ["recommend"]
     for name, producer, key in (
         ("exported_model", "export-model", "exported_model"),
         ("examples", "prepare-data", "examples"),
     ):
-        got = source(rec_body["recommend"]["inputs"]["artifacts"][name], rec_inner, rec_outer)
+        got = source(
+            rec_body["recommend"]["inputs"]["artifacts"][name], rec_held_out, rec_inner, rec_outer
+        )
         assert got == {
             "taskOutputArtifact": {"outputArtifactKey": key, "producerTask": producer}
         }, name

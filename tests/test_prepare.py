@@ -12,7 +12,7 @@ from conftest import read_split, tree_bytes
 
 from training_core.common import atomic_writes
 from training_core.data import io as rio
-from training_core.data import metadata, prepare, records, synthetic
+from training_core.data import metadata, prep_result, prepare, records, synthetic
 from training_core.data.config import PrepareConfig
 
 
@@ -37,11 +37,18 @@ def test_metadata_counts_are_exact(prepared, tiny_interactions):
     raw_items = np.unique(tiny_interactions.items)
     assert m.num_users == len(raw_users)
     assert m.num_items == len(raw_items)
-    assert m.num_train_positives == len(tiny_interactions) - m.num_users
+    # Every tiny user has at least 3 interactions: a test item and a validation item each.
+    assert m.has_validation and m.options["validation"] is True
+    assert m.num_validation_users == m.num_eval_users == m.num_users
+    assert m.num_train_positives == len(tiny_interactions) - 2 * m.num_users
     assert m.num_train_elements == m.num_train_positives * (1 + m.num_neg)
     assert m.train_steps_per_epoch == sum(-(-f.elements // 256) for f in m.train_files["epoch_000"])
-    assert m.num_eval_elements == m.num_users * 51
+    assert m.num_eval_elements == m.num_validation_elements == m.num_users * 51
     assert m.eval_prebatch_size == m.eval_users_per_batch * 51
+    assert m.validation_steps == sum(f.batches for f in m.validation_files) == m.eval_steps
+    assert [os.path.dirname(f.path).split("/")[-1] for f in m.validation_files] == [
+        metadata.VALIDATION_DIR
+    ] * m.num_shards
     assert set(m.train_files) == {"epoch_000", "epoch_001"}
     assert m.source["sha256"] == rio.file_sha256([m.source["path"]])
     on_disk = json.loads(open(os.path.join(prepared.output_dir, "metadata.json")).read())
@@ -54,6 +61,7 @@ def test_tensorflow_reads_every_file_with_static_batch_shapes(prepared):
     for training, paths, batch in (
         (True, m.train_file_paths(root, 0), m.train_prebatch_size),
         (False, m.eval_file_paths(root), m.eval_prebatch_size),
+        (False, m.split("validation").eval_file_paths(root), m.eval_prebatch_size),
     ):
         spec = records.feature_spec(batch, training)
         ds = tf.data.TFRecordDataset(paths).map(
@@ -66,7 +74,7 @@ def test_tensorflow_reads_every_file_with_static_batch_shapes(prepared):
         assert n == (m.train_steps_per_epoch if training else m.eval_steps)
 
 
-def test_leave_one_out_split_and_training_content(prepared, tiny_interactions):
+def test_held_out_splits_and_training_content(prepared, tiny_interactions):
     m, root = prepared.metadata, prepared.output_dir
     user_vocab = np.loadtxt(os.path.join(root, m.user_vocab), dtype=np.int64)
     item_vocab = np.loadtxt(os.path.join(root, m.item_vocab), dtype=np.int64)
@@ -79,44 +87,47 @@ def test_leave_one_out_split_and_training_content(prepared, tiny_interactions):
         strict=True,
     ):
         raw.setdefault(u, []).append((t, i))
-    latest = {u: max(v)[1] for u, v in raw.items()}
+    latest = {u: sorted(v)[-1][1] for u, v in raw.items()}  # The test item.
+    before_latest = {u: sorted(v)[-2][1] for u, v in raw.items()}  # The validation item.
     seen = {u: {i for _, i in v} for u, v in raw.items()}
 
-    ev = read_split(root, m, training=False)
-    width = 1 + m.eval_negatives
-    users = ev["user_id"].reshape(-1, width)
-    items = ev["item_id"].reshape(-1, width)
-    mask = ev["duplicate_mask"].reshape(-1, width)
-    real = mask[:, -1] == 0
-    assert real.sum() == m.num_users  # Every user once; padding users fully masked.
-    assert (mask[~real] == 1).all()
-    for urow, irow, mrow in zip(users[real], items[real], mask[real], strict=True):
-        raw_u = int(user_vocab[urow[0]])
-        assert (urow == urow[0]).all()
-        assert int(item_vocab[irow[-1]]) == latest[raw_u]  # Held-out positive last.
-        negs = {int(item_vocab[i]) for i in irow[:-1][mrow[:-1] == 0]}
-        assert not negs & seen[raw_u]
+    for split, held_out in (("test", latest), ("validation", before_latest)):
+        ev = read_split(root, m.split(split), training=False)
+        width = 1 + m.eval_negatives
+        users = ev["user_id"].reshape(-1, width)
+        items = ev["item_id"].reshape(-1, width)
+        mask = ev["duplicate_mask"].reshape(-1, width)
+        real = mask[:, -1] == 0
+        assert real.sum() == m.num_users  # Every user once; padding users fully masked.
+        assert (mask[~real] == 1).all()
+        for urow, irow, mrow in zip(users[real], items[real], mask[real], strict=True):
+            raw_u = int(user_vocab[urow[0]])
+            assert (urow == urow[0]).all()
+            assert int(item_vocab[irow[-1]]) == held_out[raw_u], split  # Positive last.
+            negs = {int(item_vocab[i]) for i in irow[:-1][mrow[:-1] == 0]}
+            assert not negs & seen[raw_u]
 
-    tr = read_split(root, m, training=True)
-    valid = tr["valid_point_mask"] == 1
-    assert valid.sum() == m.num_train_elements
-    assert (tr["labels"][~valid] == 0).all()  # Padding is masked out and unlabeled.
-    pos_pairs = {
-        (int(user_vocab[u]), int(item_vocab[i]))
+    expected = {(u, i) for u in raw for i in seen[u] if i not in (latest[u], before_latest[u])}
+    for epoch in range(m.num_epochs):
+        tr = read_split(root, m, training=True, epoch=epoch)
+        valid = tr["valid_point_mask"] == 1
+        assert valid.sum() == m.num_train_elements
+        assert (tr["labels"][~valid] == 0).all()  # Padding is masked out and unlabeled.
+        pos_pairs = {
+            (int(user_vocab[u]), int(item_vocab[i]))
+            for u, i in zip(
+                tr["user_id"][valid & (tr["labels"] == 1)],
+                tr["item_id"][valid & (tr["labels"] == 1)],
+                strict=True,
+            )
+        }
+        assert pos_pairs == expected  # Neither held-out item is a training positive.
         for u, i in zip(
-            tr["user_id"][valid & (tr["labels"] == 1)],
-            tr["item_id"][valid & (tr["labels"] == 1)],
+            tr["user_id"][valid & (tr["labels"] == 0)],
+            tr["item_id"][valid & (tr["labels"] == 0)],
             strict=True,
-        )
-    }
-    expected = {(u, i) for u in raw for i in seen[u] if i != latest[u]}
-    assert pos_pairs == expected
-    for u, i in zip(
-        tr["user_id"][valid & (tr["labels"] == 0)],
-        tr["item_id"][valid & (tr["labels"] == 0)],
-        strict=True,
-    ):
-        assert int(item_vocab[i]) not in seen[int(user_vocab[u])]
+        ):
+            assert int(item_vocab[i]) not in seen[int(user_vocab[u])]
 
 
 def test_epochs_differ_and_padding_sits_at_the_end(prepared):
@@ -391,6 +402,8 @@ def test_kill_mid_run_never_looks_complete_and_rerun_recovers(tmp_path, procs):
 # computed before the 2026-11-25 speed-ups and unchanged by them. A given seed must keep giving
 # these bytes (a model trained on them must be reproducible from the raw data); a deliberate
 # change of sampling or encoding changes them and must be versioned in metadata.json.
+# Without a validation split (--no-validation): the bytes, and the fingerprints (measured with the
+# code before validation splits, at a628324), of datasets prepared before validation splits.
 PINNED_BYTES = {
     # 10 eval negatives of 40-74 never-seen items: draws with repeats redrawn (sparse regime).
     "sparse": "ecdb38e707e8b19615060cce5e3b5e6323c380e281e3420183bcb41f5b06e2aa",
@@ -399,6 +412,17 @@ PINNED_BYTES = {
     # The reference's sampling with replacement.
     "reference": "df68f1fbaf264dc2dfc4ebf5b37873ce83a1d39bbb78d94f982e55ec121fd03e",
 }
+PINNED_FINGERPRINTS = {
+    "sparse": "a8973282f092600a5749ca094a8e837c6d8c0256db62ab5c5fa096634a16438a",
+    "dense_and_short": "d793cc94b4ceb06ecd0476def748a03853ed1afdd451c644e6b6be2e29843f98",
+    "reference": "9aece63452acc4c2842d98ab3f29fb91c429f00decf2f5e6f41f549d19d4a6c9",
+}
+# With the validation split (the default), measured when it came (2026-11-27).
+PINNED_VALIDATION_BYTES = {
+    "sparse": "7eca9f148787f41b29401e4bddee7b553f8ad3e77853e10739f2f4fba5eb731c",
+    "dense_and_short": "74de5c520874604af05419644885aba3fc2a63bcc7ffca556da147672930eadd",
+    "reference": "bce67429e14e5cfd15114b17ebea360c58da386ec620613b39486715250f0a4f",
+}
 PINNED_OPTIONS = {
     "sparse": dict(eval_negatives=10),
     "dense_and_short": dict(eval_negatives=45),
@@ -406,15 +430,24 @@ PINNED_OPTIONS = {
 }
 
 
+def _below_build(folder: str, keep) -> dict[str, bytes]:
+    """Record and vocab files of a dataset folder whose path passes ``keep``, by path below the
+    build folder (whose name differs between option sets)."""
+    return {
+        rel.split(os.sep, 1)[1]: data
+        for rel, data in tree_bytes(folder).items()
+        if (rel.endswith(records.RECORD_SUFFIX) or "vocab" in os.path.dirname(rel)) and keep(rel)
+    }
+
+
 def _digest(folder: str) -> str:
     """sha256 over each record and vocab file's path (below the build folder) and bytes."""
     import hashlib
 
     h = hashlib.sha256()
-    for rel, data in sorted(tree_bytes(folder).items()):
-        if rel.endswith(records.RECORD_SUFFIX) or "vocab" in os.path.dirname(rel):
-            h.update(rel.split(os.sep, 1)[1].encode())
-            h.update(data)
+    for rel, data in sorted(_below_build(folder, lambda rel: True).items()):
+        h.update(rel.encode())
+        h.update(data)
     return h.hexdigest()
 
 
@@ -425,20 +458,210 @@ def test_record_bytes_stay_pinned_for_a_seed(tmp_path, case):
     )
     src = str(tmp_path / "ratings.csv")
     synthetic.write(synthetic.generate(cfg), src, "csv")
-    out = tmp_path / case
-    result = prepare.prepare(
-        PrepareConfig(
-            input_path=src,
-            output_dir=str(out),
-            min_ratings=0,
-            num_epochs=2,
-            train_batch_size=64,
-            num_shards=2,
-            workers=1,
-            seed=3,
-            **PINNED_OPTIONS[case],
+
+    def run(name, **kw):
+        return prepare.prepare(
+            PrepareConfig(
+                input_path=src,
+                output_dir=str(tmp_path / name),
+                min_ratings=0,
+                num_epochs=2,
+                train_batch_size=64,
+                num_shards=2,
+                workers=1,
+                seed=3,
+                **PINNED_OPTIONS[case],
+                **kw,
+            )
         )
-    )
+
+    off, on = run("off", validation=False), run("on")
     if case == "dense_and_short":
-        assert result.metadata.source["eval_users_with_duplicates"] > 0  # Fill and mask ran.
-    assert _digest(str(out)) == PINNED_BYTES[case]
+        assert off.metadata.source["eval_users_with_duplicates"] > 0  # Fill and mask ran.
+    # --no-validation: the dataset of the code before validation splits, bytes and fingerprint.
+    assert _digest(off.output_dir) == PINNED_BYTES[case]
+    assert off.metadata.fingerprint == PINNED_FINGERPRINTS[case]
+    assert not off.metadata.has_validation and "validation" not in off.metadata.options
+    assert not off.metadata.refit and "refit" not in on.metadata.options
+    assert _digest(on.output_dir) == PINNED_VALIDATION_BYTES[case]
+    assert on.metadata.fingerprint != off.metadata.fingerprint
+    # The test split's records and the vocabularies do not depend on the validation split.
+    not_trained = lambda rel: f"{os.sep}train{os.sep}" not in rel  # noqa: E731
+    not_validation = lambda rel: f"{os.sep}{metadata.VALIDATION_DIR}{os.sep}" not in rel  # noqa: E731
+    assert _below_build(on.output_dir, lambda r: not_trained(r) and not_validation(r)) == (
+        _below_build(off.output_dir, not_trained)
+    )
+    assert any(f"{metadata.VALIDATION_DIR}/" in f.path for f in on.metadata.validation_files)
+
+
+# Users by time: 1 has two interactions (no validation item), 2 has three (in file order unlike
+# time order), 3 has four with a tie in time (ties: the later row is the later interaction).
+SPLIT_ROWS = [
+    "user_id,item_id,timestamp",
+    "1,1,10",
+    "1,2,5",
+    "2,1,30",
+    "2,2,10",
+    "2,3,20",
+    "3,4,1",
+    "3,6,2",
+    "3,5,2",
+    "3,7,3",
+]
+# By raw user: the training positives, the validation item (None: none), the test item.
+SPLIT_TRUTH = {1: ({2}, None, 1), 2: ({2}, 3, 1), 3: ({4, 6}, 5, 7)}
+
+
+def _split_config(tmp_path, name, **kw):
+    src = tmp_path / "events.csv"
+    src.write_text("\n".join(SPLIT_ROWS) + "\n")
+    kw.setdefault("num_epochs", 2)
+    return _config(str(src), tmp_path / name, eval_negatives=2, num_neg=2, workers=1, **kw)
+
+
+def _raw_positives(root, m, epoch):
+    """Raw user id -> raw training items of one epoch's records."""
+    users = np.loadtxt(os.path.join(root, m.user_vocab), dtype=np.int64)
+    items = np.loadtxt(os.path.join(root, m.item_vocab), dtype=np.int64)
+    tr = read_split(root, m, training=True, epoch=epoch)
+    keep = (tr["labels"] == 1) & (tr["valid_point_mask"] == 1)
+    out: dict[int, set[int]] = {}
+    for u, i in zip(tr["user_id"][keep].tolist(), tr["item_id"][keep].tolist(), strict=True):
+        out.setdefault(int(users[u]), set()).add(int(items[i]))
+    return out
+
+
+def _raw_held_out(root, m, split):
+    """Raw user id -> raw held-out item of one split (positives.held_out_items on its view)."""
+    from training_core.data import positives
+
+    users = np.loadtxt(os.path.join(root, m.user_vocab), dtype=np.int64)
+    items = np.loadtxt(os.path.join(root, m.item_vocab), dtype=np.int64)
+    u, i = positives.held_out_items(m.split(split), root)
+    return {int(users[a]): int(items[b]) for a, b in zip(u.tolist(), i.tolist(), strict=True)}
+
+
+def test_validation_item_is_the_second_to_last_and_never_trained_on(tmp_path):
+    """Users with 3+ interactions hold out their second-to-last as the validation item; users with
+    2 have none and train on their first; the epochs are decided from the real positives."""
+    import dataclasses
+
+    from training_core.data import positives
+
+    counted = []
+
+    def epochs_for(preset, epochs, num_train_positives):
+        counted.append(num_train_positives)
+        return 2
+
+    config = dataclasses.replace(
+        _split_config(tmp_path, "on", num_epochs=None), epochs_for=epochs_for
+    )
+    res = prepare.prepare(config)
+    m, root = res.metadata, res.output_dir
+    assert counted == [m.num_train_positives] == [4] and m.num_epochs == 2
+    for epoch in range(m.num_epochs):
+        trained = _raw_positives(root, m, epoch)
+        assert trained == {u: t[0] for u, t in SPLIT_TRUTH.items()}, epoch
+    assert _raw_held_out(root, m, "validation") == {
+        u: t[1] for u, t in SPLIT_TRUTH.items() if t[1] is not None
+    }
+    assert _raw_held_out(root, m, "test") == {u: t[2] for u, t in SPLIT_TRUTH.items()}
+    assert (m.num_validation_users, m.num_eval_users) == (2, 3)
+    assert m.num_validation_elements == 2 * 3 and m.num_eval_elements == 3 * 3
+    # Every interaction is seen (what recommendations leave out), validation items included.
+    splits, seen = positives.seen_items(m, root)
+    items = np.loadtxt(os.path.join(root, m.item_vocab), dtype=np.int64)
+    by_user = [set(items[seen[a:b]].tolist()) for a, b in zip(splits[:-1], splits[1:], strict=True)]
+    assert by_user == [{1, 2}, {1, 2, 3}, {4, 5, 6, 7}]
+    assert "validation: 2 users" in prep_result.summary(res)
+    assert prep_result.artifact_metadata(res)["num_validation_users"] == 2
+
+
+# By raw user: every interaction (SPLIT_ROWS), what a refit trains on.
+EVERY_INTERACTION = {1: {1, 2}, 2: {1, 2, 3}, 3: {4, 5, 6, 7}}
+
+
+@pytest.mark.parametrize("validation", [True, False], ids=["validation", "no-validation"])
+def test_a_refit_trains_on_every_interaction_beside_the_same_vocabularies_and_splits(
+    tmp_path, validation
+):
+    """--refit: every interaction, each user's last and second-to-last included, is a training
+    positive in every epoch, and the epochs are decided from them; the vocabularies and the
+    held-out splits' records are the same data's non-refit dataset's, byte for byte; metadata
+    says it is a refit, and only a refit's options (fingerprint, build folder) say so."""
+    import dataclasses
+
+    from training_core.data import positives
+
+    counted = []
+
+    def epochs_for(preset, epochs, num_train_positives):
+        counted.append(num_train_positives)
+        return 2
+
+    def run(name, **kw):
+        config = _split_config(tmp_path, name, num_epochs=None, validation=validation, **kw)
+        return prepare.prepare(dataclasses.replace(config, epochs_for=epochs_for))
+
+    base = run("base")
+    res = run("refit", refit=True)
+    m, root, b = res.metadata, res.output_dir, base.metadata
+    assert counted[-1] == m.num_train_positives == len(SPLIT_ROWS) - 1 and m.num_epochs == 2
+    for epoch in range(m.num_epochs):
+        assert _raw_positives(root, m, epoch) == EVERY_INTERACTION, epoch
+    assert m.num_train_elements == m.num_train_positives * (1 + m.num_neg)
+    # What says it is a refit: metadata (also as read back), options, fingerprint, build folder.
+    assert m.refit and not m.held_out_unseen and metadata.read_metadata(root).refit
+    assert not b.refit and b.held_out_unseen
+    assert m.options == {**b.options, "refit": True} and "refit" not in b.options
+    assert m.fingerprint != b.fingerprint
+    assert m.user_vocab.split("/")[0] != b.user_vocab.split("/")[0]
+    # The vocabularies and the held-out records (test, and validation if on): the same bytes.
+    not_trained = lambda rel: f"{os.sep}train{os.sep}" not in rel  # noqa: E731
+    held = _below_build(root, not_trained)
+    assert held == _below_build(base.output_dir, not_trained)
+    kinds = {rel.split(os.sep)[0] for rel in held}
+    assert kinds == {metadata.EVAL_DIR, metadata.VOCAB_DIR} | (
+        {metadata.VALIDATION_DIR} if validation else set()
+    )
+    assert (m.num_eval_users, m.num_validation_users, m.has_validation) == (
+        b.num_eval_users,
+        b.num_validation_users,
+        b.has_validation,
+    )
+    assert _raw_held_out(root, m, "test") == {u: t[2] for u, t in SPLIT_TRUTH.items()}
+    # Seen: every interaction, once.
+    splits, seen = positives.seen_items(m, root)
+    items = np.loadtxt(os.path.join(root, m.item_vocab), dtype=np.int64)
+    by_user = [items[seen[a:z]].tolist() for a, z in zip(splits[:-1], splits[1:], strict=True)]
+    assert [sorted(v) for v in EVERY_INTERACTION.values()] == [sorted(v) for v in by_user]
+    assert "refit: every interaction" in prep_result.summary(res)
+    assert "refit: every" not in prep_result.summary(base)
+    assert prep_result.artifact_metadata(res)["refit"] is True
+    assert run("refit", refit=True).reused
+
+
+def test_no_validation_is_leave_one_out_and_old_metadata_reads(tmp_path):
+    res = prepare.prepare(_split_config(tmp_path, "off", validation=False))
+    m, root = res.metadata, res.output_dir
+    trained = _raw_positives(root, m, 0)
+    assert trained == {1: {2}, 2: {2, 3}, 3: {4, 5, 6}}  # Every interaction but the last.
+    assert m.num_train_positives == 6 and not m.has_validation and m.selection_split == "test"
+    build = os.path.join(root, m.user_vocab.split("/")[0])
+    assert sorted(os.listdir(build)) == [metadata.EVAL_DIR, metadata.TRAIN_DIR, metadata.VOCAB_DIR]
+    assert "validation: none" in prep_result.summary(res)
+    # A metadata.json written before validation splits (without their fields) reads as this one.
+    raw = json.loads(open(os.path.join(root, metadata.METADATA_FILE)).read())
+    for field in (
+        "validation_files",
+        "num_validation_users",
+        "num_validation_elements",
+        "validation_steps",
+        "refit",
+    ):
+        del raw[field]
+    old = metadata.DatasetMetadata.from_dict(raw)
+    assert old == m and not old.has_validation and not old.refit and old.held_out_unseen
+    with pytest.raises(ValueError, match="no validation split"):
+        old.split("validation")

@@ -46,6 +46,7 @@ def test_beam_tree_is_byte_identical_to_the_single_path(
     # metadata.json included: the training code cannot tell which path wrote the folder.
     assert tree_bytes(local.output_dir) == tree_bytes(beam.output_dir)
     assert beam.metadata == local.metadata and not beam.reused
+    assert beam.metadata.has_validation  # The validation split's files are among them.
     assert not (tmp_path / "beam" / dataset_folder.BEAM_STAGING).exists()
     assert not [p for p in (tmp_path / "beam").rglob("*") if atomic_writes.is_partial(p.name)]
 
@@ -61,6 +62,62 @@ def test_beam_prepares_the_epochs_training_runs_as_the_single_path_does(tmp_path
     beam = _beam(with_training_epochs(_config(tiny_csv, tmp_path / "beam", **kw)), THREADS)
     assert tree_bytes(local.output_dir) == tree_bytes(beam.output_dir)
     assert beam.metadata.num_epochs == 3 and len(beam.metadata.train_files) == 3
+
+
+def _epochs_by_positives(preset, epochs, num_train_positives):
+    """Epochs that tell training positive counts apart (as ``auto`` does, at its thresholds)."""
+    return 1 + num_train_positives % 2
+
+
+@pytest.mark.parametrize(
+    "validation, refit",
+    [(True, False), (False, False), (True, True), (False, True)],
+    ids=["validation", "no-validation", "validation-refit", "no-validation-refit"],
+)
+def test_split_files_match_and_the_published_dataset_is_reused(tmp_path, validation, refit):
+    """Users with two interactions (no validation item) among others, shards without a user
+    with a validation item, epochs decided from the training positives (a refit's: every
+    interaction): same bytes; and Beam reuses what either path published, the epochs predicted
+    from its counts."""
+    import dataclasses
+
+    src = tmp_path / "ratings.csv"
+    shape = synthetic.SyntheticConfig(40, 60, 130, min_per_user=2, seed=4)
+    synthetic.write(synthetic.generate(shape), str(src), "csv")
+
+    def config(name, **kw):
+        kw.update(
+            num_epochs=None, validation=validation, refit=refit, eval_negatives=10, num_shards=8
+        )
+        return dataclasses.replace(
+            _config(src, tmp_path / name, **kw), epochs_for=_epochs_by_positives
+        )
+
+    local = prepare.prepare(config("local", workers=1))
+    m = local.metadata
+    assert m.num_epochs == 1 + m.num_train_positives % 2 and m.refit == refit
+    if validation:
+        assert 0 < m.num_validation_users < m.num_users
+        empty = [f for f in m.validation_files if f.elements == 0]
+        assert len(empty) == 1 and empty[0].batches == 1  # One record of padding.
+    else:
+        assert not m.has_validation
+    held_out = 0 if refit else m.num_users + m.num_validation_users
+    assert m.num_train_positives == m.source["rows_kept"] - held_out
+    beam = _beam(config("beam"), THREADS)
+    assert tree_bytes(local.output_dir) == tree_bytes(beam.output_dir)
+    again = _beam(config("local"))
+    assert again.reused and again.metadata == m
+    # What a folder of another code version is reused by: the fingerprint predicted from the
+    # published counts, before the job (the epochs of these options depend on them).
+    predicted = prepare_beam._predicted_fingerprint(
+        config("x"), local.output_dir, m.options["format"], m.source["sha256"]
+    )
+    assert predicted == m.fingerprint
+    with pytest.raises(FileExistsError, match="different prepared dataset"):
+        _beam(dataclasses.replace(config("local"), validation=not validation))
+    with pytest.raises(FileExistsError, match="different prepared dataset"):
+        _beam(dataclasses.replace(config("local"), refit=not refit))
 
 
 def test_duplicates_ties_and_filters_across_chunks_match(tmp_path):

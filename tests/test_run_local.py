@@ -44,8 +44,8 @@ def test_run_local_whole_pipeline_on_the_embedded_sample(tmp_path, capsys):
     noisy = [line for line in lines if "error" in line.lower() or "warning" in line.lower()]
     assert not noisy, "\n".join(noisy)
     for step in ("validate-data", "prepare-data", "train-model", "evaluate-model"):
-        assert sum(f"] {step}" in line and " started: " in line for line in lines) == 1
-        assert sum(f"] {step}" in line and " done in " in line for line in lines) == 1
+        assert sum(f"] {step} " in line and " started: " in line for line in lines) == 1
+        assert sum(f"] {step} " in line and " done in " in line for line in lines) == 1
     logs = out.split("Step logs: ")[1].split()[0]
     with open(os.path.join(logs, "validate-data.log")) as f:
         assert "validated " in f.read()  # Each step's whole output is kept.
@@ -82,6 +82,32 @@ def test_run_local_whole_pipeline_on_the_embedded_sample(tmp_path, capsys):
     assert len(rows) == metadata.read_metadata(examples).num_users
     first = min(rows, key=lambda r: r["user_id"])
     assert first["user_id"] == 1 and first["item_ids"] == _recommend(exported)[:10]
+    # Refit, on by default here (run-local registers and recommends): after the gate, the same
+    # configuration trained on every interaction is what was registered and recommends; the
+    # held-out model, which the gate judged, serves nothing.
+    for step in ("prepare-data-2", "refit-model", "export-model-2", "recommend-2"):
+        assert any(f"] {step}" in line and " done in " in line for line in lines), step
+    assert "register-model  skipped: held-out-model-served is false" in out
+    assert "recommend       skipped: held-out-model-recommends is false" in out
+
+    def artifact(task, name):
+        return next(
+            line.split()[-1] for line in out.splitlines() if line.split()[:2] == [task, name]
+        )
+
+    def weights(folder):
+        with open(os.path.join(folder, "variables", "variables.data-00000-of-00001"), "rb") as f:
+            return f.read()
+
+    refit_export, held_out = (
+        artifact("export-model-2", "exported_model"),
+        artifact("export-model", "exported_model"),
+    )
+    assert exported == refit_export and recs == artifact("recommend-2", "recommendations")
+    assert weights(champion.path) == weights(refit_export) != weights(held_out)
+    refit_data = metadata.read_metadata(artifact("prepare-data-2", "examples"))
+    assert refit_data.refit and not prepared.refit
+    assert refit_data.num_train_positives > prepared.num_train_positives
 
     # A worse challenger (1 epoch) against that champion: the false branch, nothing registered.
     code = cli.main(
@@ -91,14 +117,15 @@ def test_run_local_whole_pipeline_on_the_embedded_sample(tmp_path, capsys):
     assert code == 0
     captured = capsys.readouterr()
     lines = _printed_lines(captured.out + captured.err)
-    assert sum("] register-model  skipped: challenger-blessed is false" in x for x in lines) == 1
+    for task in ("register-model", "register-model-2", "refit-model", "recommend", "recommend-2"):
+        assert not any(f"] {task} " in x and " started: " in x for x in lines), task
+    assert sum("] refit-model" in x and "skipped: refit-blessed is false" in x for x in lines) == 1
     assert (
-        sum("] recommend " in x and "skipped: recommend-blessed is false" in x for x in lines) == 1
+        "Gate: refused, nothing registered, the champion stays (on the validation split, "
+        "challenger hr_at_10" in captured.out
     )
-    assert not any("register-model  started" in x for x in lines)
-    assert "Gate: refused, nothing registered, the champion stays (challenger hr_at_10" in (
-        captured.out
-    )
+    last = _printed_lines(captured.out)[-1]  # The run's page, named last.
+    assert last.startswith("Report: ") and os.path.isfile(last.removeprefix("Report: ")), last
     worse = float(captured.out.split("Finished in ")[1].split("HR@10 ")[1].split()[0])
     assert worse < hr
     assert local_registry.find_champion(str(registry), "ncf-neumf") == champion

@@ -91,6 +91,76 @@ def test_each_epoch_draws_afresh_and_seed_reproduces():
     assert not np.array_equal(a.items, c.items)
 
 
+def test_with_validation_the_second_to_last_of_users_with_three_is_not_trained_on():
+    rng = np.random.default_rng(6)
+    shard = random_shard(rng, max_count=6)  # 2 to 5 interactions: some users have no validation.
+    comp = sampling.complement(shard)
+    counts = shard.counts
+    assert (counts == 2).any() and (counts >= 3).any()
+    with_validation = counts >= sampling.VALIDATION_MIN_INTERACTIONS
+    for epoch in (0, 1):
+        rows = sampling.train_rows(shard, comp, 4, seed=7, epoch=epoch, validation=True)
+        for k, u in enumerate(shard.users.tolist()):
+            mine = rows.users == u
+            trained = sorted(rows.items[mine & (rows.labels == 1)].tolist())
+            user_items = shard.items[shard.offsets[k] : shard.offsets[k + 1]].tolist()
+            # All but the last, and the one before it where the user has three or more.
+            assert trained == sorted(user_items[: -2 if with_validation[k] else -1]), (epoch, k)
+            negatives = rows.items[mine & (rows.labels == 0)].tolist()
+            assert len(negatives) == 4 * len(trained) and not set(negatives) & set(user_items)
+    # Without: every interaction but the last, as before validation splits.
+    off = sampling.train_rows(shard, comp, 4, seed=7, epoch=0)
+    assert int(off.labels.sum()) == int((counts - 1).sum())
+
+
+@pytest.mark.parametrize("validation", [True, False], ids=["validation", "no-validation"])
+def test_a_refit_trains_on_every_interaction_in_every_epoch(validation):
+    """The last and second-to-last interactions too; negatives stay never-seen, num_neg each."""
+    rng = np.random.default_rng(8)
+    shard = random_shard(rng, max_count=6)
+    comp = sampling.complement(shard)
+    for epoch in (0, 1):
+        rows = sampling.train_rows(shard, comp, 4, 7, epoch, validation, refit=True)
+        assert int(rows.labels.sum()) == len(shard.items), epoch
+        for k, u in enumerate(shard.users.tolist()):
+            mine = rows.users == u
+            user_items = shard.items[shard.offsets[k] : shard.offsets[k + 1]].tolist()
+            assert sorted(rows.items[mine & (rows.labels == 1)].tolist()) == sorted(user_items)
+            negatives = rows.items[mine & (rows.labels == 0)].tolist()
+            assert len(negatives) == 4 * len(user_items) and not set(negatives) & set(user_items)
+    # The refit's draws are the same whichever split it writes beside them.
+    first = sampling.train_rows(shard, comp, 4, 7, 0, validation, refit=True)
+    other = sampling.train_rows(shard, comp, 4, 7, 0, not validation, refit=True)
+    np.testing.assert_array_equal(first.items, other.items)
+    np.testing.assert_array_equal(first.users, other.users)
+
+
+@pytest.mark.parametrize("how", sampling.EVAL_SAMPLINGS)
+def test_validation_rows_hold_the_second_to_last_of_users_with_three(how):
+    rng = np.random.default_rng(7)
+    shard = random_shard(rng, num_items=30, max_count=6)
+    comp = sampling.complement(shard)
+    ev = sampling.validation_rows(shard, comp, 20, seed=5, sampling=how)
+    local = np.flatnonzero(shard.counts >= 3)
+    assert 0 < len(local) < len(shard.users)  # Users with two interactions are left out.
+    np.testing.assert_array_equal(ev.users, shard.users[local])
+    assert ev.items.shape == (len(local), 21)
+    own_item_drawn = 0
+    for row, mask, k in zip(ev.items, ev.duplicate_mask, local.tolist(), strict=True):
+        user_items = shard.items[shard.offsets[k] : shard.offsets[k + 1]].tolist()
+        assert row[-1] == user_items[-2] and mask[-1] == 0  # The validation item, last.
+        negatives = set(row[:-1][mask[:-1] == 0].tolist())
+        if how == sampling.EVAL_DISTINCT:
+            assert not negatives & set(user_items)
+        else:  # As the reference: the split's own held-out item may be drawn, no other.
+            assert not negatives & (set(user_items) - {user_items[-2]})
+            own_item_drawn += user_items[-2] in negatives
+    assert own_item_drawn > 0 or how == sampling.EVAL_DISTINCT
+    # Its own random stream, not the test split's draws over again.
+    test = sampling.eval_rows(shard, comp, 20, seed=5, sampling=how)
+    assert not np.array_equal(test.items[local, :-1], ev.items[:, :-1])
+
+
 @pytest.mark.parametrize("num_items,n", [(60, 10), (60, 20), (2000, 100), (70_000, 300)])
 def test_distinct_eval_negatives(num_items, n):
     # Covers the three regimes: sparse (rejection), dense (permutation), short (fill + mask),

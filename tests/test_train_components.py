@@ -7,6 +7,7 @@ from kfp import dsl
 
 from components.evaluate_model import evaluate_model
 from components.train_model import train_model
+from training_core.data.metadata import read_metadata
 from training_core.training.model_dir import config_path
 
 
@@ -26,9 +27,16 @@ def test_train_then_evaluate_components(tiny_data, tmp_path):
         distribution_strategy="default",
     )
     m = metrics.metadata
-    for key in ("hr_at_10", "ndcg_at_10", "loss", "examples_per_sec", "epochs"):
+    # Where the data has a validation split, the epochs' numbers are named for it, and the test
+    # split's (scored once, on the final model) for the test split: no name is both.
+    validated = read_metadata(tiny_data).has_validation
+    test_hr, chosen_hr = (
+        ("test_hr_at_10", "validation_hr_at_10") if validated else ("hr_at_10",) * 2
+    )
+    for key in (test_hr, chosen_hr, "loss", "examples_per_sec", "epochs"):
         assert key in m
-    assert m["epochs"] == 2 and 0 < m["hr_at_10"] <= 1 and m["examples_per_sec"] > 0
+    assert ("hr_at_10" in m) is not validated
+    assert m["epochs"] == 2 and 0 < m[test_hr] <= 1 and m["examples_per_sec"] > 0
     assert os.path.exists(config_path(model.path))
     assert model.metadata["preset"] == "tiny"
     html = open(plots.path).read()
@@ -36,7 +44,11 @@ def test_train_then_evaluate_components(tiny_data, tmp_path):
 
     ev = dsl.Metrics(uri=str(tmp_path / "eval_metrics"))
     evaluate_model.python_func(examples=examples, model=model, metrics=ev)
-    assert ev.metadata["hr_at_10"] == pytest.approx(m["hr_at_10"], abs=1e-9)
+    assert ev.metadata["hr_at_10"] == pytest.approx(m[test_hr], abs=1e-9)  # The test split's.
+    if validated:
+        assert ev.metadata["validation_hr_at_10"] == pytest.approx(m[chosen_hr], abs=1e-9)
+        assert 0 < ev.metadata["validation_popularity_hr_at_10"] < 1
+    assert ("validation_hr_at_10" in ev.metadata) is validated
     assert ev.metadata["step"] == m["global_step"]
     # The popularity baseline beside it, and which wins, as numbers the Metrics artifact holds.
     assert 0 < ev.metadata["popularity_hr_at_10"] < 1

@@ -33,12 +33,13 @@ PATIENT = ["--learning-rate", "0.1", "--epochs", "7", "--patience", "2"]
 
 @pytest.fixture(scope="session")
 def popularity_hr(tiny_data):
-    """HR@10 of ranking eval candidates by training popularity (what the model must beat)."""
+    """HR@10 of ranking the candidates of the split training measures (validation where there is
+    one) by training popularity (what the model must beat)."""
     meta = read_metadata(tiny_data)
     train = read_split(tiny_data, meta, training=True)
     pos = (train["labels"] == 1) & (train["valid_point_mask"] == 1)
     counts = np.bincount(train["item_id"][pos], minlength=meta.num_items).astype(np.float64)
-    ev = read_split(tiny_data, meta, training=False)
+    ev = read_split(tiny_data, meta.split(meta.selection_split), training=False)
     hits, _, users = ranking_reference(
         counts[ev["item_id"]], ev["duplicate_mask"], 1 + meta.eval_negatives
     )
@@ -101,6 +102,17 @@ def _evaluate_in_process(data, model_dir):
     return evaluate(data, model_dir)  # Default strategy: one device.
 
 
+def _chosen(ev):
+    """``evaluate``'s numbers on the split the epochs were measured on (validation if any)."""
+    return ev.validation or ev
+
+
+def _same_test(ev, result):
+    """The test split's numbers training reported equal ``evaluate``'s on one device."""
+    assert result["test"]["hr_at_10"] == pytest.approx(ev.hr_at_10, abs=1e-9)
+    assert result["test"]["ndcg_at_10"] == pytest.approx(ev.ndcg_at_10, rel=1e-5)
+
+
 @pytest.fixture(scope="session")
 def trained(tiny_data, tmp_path_factory):
     """One run per single-host strategy, started together to overlap TensorFlow start-up."""
@@ -140,8 +152,9 @@ def test_mirrored_checkpoint_restores_on_one_device(trained, tiny_data):
     ev = _evaluate_in_process(tiny_data, model_dir)
     last = result["last"]
     assert ev.step == result["global_step"]
-    assert ev.hr_at_10 == pytest.approx(last["hr_at_10"], abs=1e-9)
-    assert ev.ndcg_at_10 == pytest.approx(last["ndcg_at_10"], rel=1e-5)
+    assert _chosen(ev).hr_at_10 == pytest.approx(last["hr_at_10"], abs=1e-9)
+    assert _chosen(ev).ndcg_at_10 == pytest.approx(last["ndcg_at_10"], rel=1e-5)
+    _same_test(ev, result)
 
 
 def _wait_all(started, timeout=300):
@@ -209,7 +222,9 @@ def test_multi_worker_trains_and_restores_on_one_device(tiny_data, tmp_path, pop
     # Only the chief's checkpoints remain; scratch folders of the other worker are gone.
     assert not [n for n in os.listdir(model_dir) if n.startswith(WORKER_SCRATCH_PREFIX)]
     ev = _evaluate_in_process(tiny_data, model_dir)
-    assert ev.hr_at_10 == pytest.approx(results[0]["last"]["hr_at_10"], abs=1e-9)
+    assert _chosen(ev).hr_at_10 == pytest.approx(results[0]["last"]["hr_at_10"], abs=1e-9)
+    assert results[0]["test"] == results[1]["test"]  # Every worker scored it, together.
+    _same_test(ev, results[0])
 
 
 @pytest.mark.slow
@@ -230,8 +245,9 @@ def test_multi_worker_with_patience_keeps_the_chief_s_best_epoch(tiny_data, tmp_
     assert kept is not None and kept < len(chief["epochs"]), chief["epochs"]  # Not the last.
     assert not [n for n in os.listdir(model_dir) if n.startswith(WORKER_SCRATCH_PREFIX)]
     ev = _evaluate_in_process(tiny_data, model_dir)
-    assert ev.hr_at_10 == pytest.approx(chief["epochs"][kept - 1]["hr_at_10"], abs=1e-9)
-    assert ev.hr_at_10 > chief["last"]["hr_at_10"]
+    assert _chosen(ev).hr_at_10 == pytest.approx(chief["epochs"][kept - 1]["hr_at_10"], abs=1e-9)
+    assert _chosen(ev).hr_at_10 > chief["last"]["hr_at_10"]
+    _same_test(ev, chief)
 
 
 def _latest_step(model_dir):
@@ -278,6 +294,7 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tiny_data, tmp_path
         assert x["hr_at_10"] == y["hr_at_10"]
         assert x["ndcg_at_10"] == pytest.approx(y["ndcg_at_10"], rel=1e-6)
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-6)
+    assert a["test"] == b["test"]
 
 
 @pytest.mark.slow
@@ -355,6 +372,7 @@ def test_kills_at_random_moments_then_resume_end_with_the_clean_run_s_model(
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
     assert [e["hr_at_10"] for e in ra["epochs"]] == [e["hr_at_10"] for e in rb["epochs"]]
     assert ra["kept_epoch"] == rb["kept_epoch"]
+    assert ra["test"] == rb["test"]  # Scored after the loop: a resumed run ends with it too.
     if variant:  # Stopped after epoch 6 of 7; the model is epoch 4's.
         assert ra["global_step"] == 6 * spe and ra["kept_epoch"] == 4
     else:

@@ -40,14 +40,27 @@ def test_the_shipped_search_space_is_valid_for_vertex_ai_and_optuna():
     # The preset's own values are a point of the space's parameters, as train takes them.
     values = tune.preset_values(space, "ml-1m", None)
     assert values["mlp_layers"] == "256,256,128,64" and values["num_factors"] == 64
+    assert values["architecture"] == "neumf"
+    assert tune.preset_values(space, "ml-100k", None)["architecture"] == "mf"
     assert tune.train_flags({"learning_rate": 0.01}) == ["--learning_rate=0.01"]
+    # The architecture is searched too, and a trial's --architecture=VALUE (as Vertex AI appends
+    # it) is train's --model.
+    (arch,) = [p for p in space.parameters if p.name == "architecture"]
+    assert set(arch.values) == {"neumf", "mf", "gmf"}
+    from pipelines import cli
+
+    for value in arch.values:
+        args = cli.build_parser().parse_args(
+            ["train", "--data", "d", *tune.train_flags({"architecture": value})]
+        )
+        assert args.architecture == value
 
 
 @pytest.mark.parametrize(
     "text, message",
     [
         ("metric: hr_at_10\nparameters:\n  dropout: {type: double, min: 0, max: 1}\n",
-         "parameter 'dropout' is not tunable; use one of learning_rate"),
+         "parameter 'dropout' is not tunable; use one of architecture, learning_rate"),
         ("parameters:\n  learning_rate: {type: float, min: 0.1, max: 1}\n",
          "parameter 'learning_rate': type must be one of double"),
         ("parameters:\n  learning_rate: {type: double, min: 1, max: 0.1}\n",
@@ -59,6 +72,8 @@ def test_the_shipped_search_space_is_valid_for_vertex_ai_and_optuna():
         ("parameters:\n  mlp_layers: {type: categorical, values: [64, 32]}\n",
          "values must be a non-empty list of strings"),
         ("parameters: {}\n", "no parameters to search"),
+        ("parameters:\n  architecture: {type: categorical, values: [mf, ncf]}\n",
+         "unknown 'ncf'; use neumf, mf"),
     ],
 )  # fmt: skip
 def test_a_bad_search_space_is_named(tmp_path, text, message):
@@ -102,7 +117,7 @@ def test_tune_is_never_worse_than_the_preset_and_resumes(tiny_data, tmp_path, ca
     assert said[0].startswith("the preset's own values (tiny)")
     for k in range(1, 5):
         assert sum(line.startswith(f"trial {k}/4: ") for line in said) == 1
-        ends = (f"trial {k}/4 done: hr_at_10 ", f"trial {k}/4 stopped")
+        ends = (f"trial {k}/4 done: {result.split} hr_at_10 ", f"trial {k}/4 stopped")
         assert sum(line.startswith(ends) for line in said) == 1
     # The preset's own values ran first, outside the space (l2 0 is not on its log scale).
     preset_model, _, _ = read_model_config(f"{work}/{tune.TRIALS_DIR}/{tune.PRESET_RUN}")
@@ -140,6 +155,53 @@ def test_tune_is_never_worse_than_the_preset_and_resumes(tiny_data, tmp_path, ca
     assert again.trials[:4] == result.trials
     assert again.preset_value == result.preset_value
     assert os.stat(preset_pb).st_mtime_ns == before
+
+
+def test_tune_chooses_on_validation_and_reports_the_best_run_s_test_number(tiny_csv, tmp_path):
+    """One trial of one epoch on data with a validation split: the objective is the validation
+    split's HR@10 and the best run's test HR@10 is reported beside it, each what ``evaluate``
+    measures on that split for the run's model (one epoch: its final weights)."""
+    from training_core.data import prepare
+    from training_core.data.config import PrepareConfig
+    from training_core.data.metadata import SPLIT_VALIDATION
+    from training_core.evaluation.evaluate import evaluate
+
+    data = str(tmp_path / "data")
+    prepare.prepare(PrepareConfig(
+        input_path=tiny_csv, output_dir=data, min_ratings=0, num_epochs=1, eval_negatives=99,
+        train_batch_size=256, workers=1, validation=True,
+    ))  # fmt: skip
+    space = _space(
+        tmp_path,
+        "metric: hr_at_10\nparameters:\n  learning_rate: {type: double, min: 0.001, max: 0.02}\n",
+    )
+    work = str(tmp_path / "tune")
+    config = tune.TuneConfig(data, work, "tiny", trials=1, epochs=1, search_space=space)
+    result = tune.tune(config)
+    assert result.split == SPLIT_VALIDATION
+    (trial,) = result.trials
+    won = trial["state"] == "COMPLETE" and trial["value"] > result.preset_value
+    best_run = f"{work}/{tune.TRIALS_DIR}/{'0000' if won else tune.PRESET_RUN}"
+    measured = evaluate(data, best_run)
+    assert result.best_value == pytest.approx(measured.validation.hr_at_10, abs=1e-9)
+    assert result.best_test_value == pytest.approx(measured.hr_at_10, abs=1e-9)
+    saved = json.loads((tmp_path / "tune" / tune.RESULTS_FILE).read_text())
+    assert (saved["split"], saved["best_test_value"]) == ("validation", result.best_test_value)
+    assert saved["trials"][0]["test_value"] == trial["test_value"] is not None
+    text = tune.describe(result)
+    assert f"best validation hr_at_10 {result.best_value:.4f}" in text
+    assert f"its test hr_at_10 {result.best_test_value:.4f} (final weights; reported, not " in text
+
+
+def test_describe_names_the_split_chosen_on_and_the_test_number():
+    result = tune.TuneResult(
+        "hr_at_10", 0.5, {"learning_rate": 0.01}, 0.25, [], "r.json", 1.0, "test", 0.375
+    )
+    text = tune.describe(result)
+    assert text.startswith("best test hr_at_10 0.5000 (the preset's own values: 0.2500)")
+    assert "its test hr_at_10 0.3750 (final weights; the split chosen on: the data has no " in text
+    older = tune.TuneResult("hr_at_10", 0.5, {}, 0.25, [], "r.json", 1.0)  # Before recording.
+    assert "its test" not in tune.describe(older) and older.split == "test"
 
 
 def dataclasses_replace(config, **kw):

@@ -71,7 +71,7 @@ _CANDIDATE = (
     "candidate = tf.logical_and(tf.logical_not(excluded), items[None, :] != positives[:, None])"
 )
 _TIES = "test_of_equal_hr_at_10_the_first_epoch_is_the_best_and_a_later_tie_counts_as_no_better"
-_GATE = "test_the_gate_blesses_up_to_the_tolerance_inclusive"
+_GATE = "test_the_gate_blesses_up_to_the_tolerance_inclusive_on_the_selection_split"
 _AUTO = "test_auto_prepares_the_epochs_of_the_preset_its_training_positives_choose"
 _CATALOGUE = _PROFILES + "test_catalogue_has_every_required_profile_and_each_passes_preflight"
 _IMPOSSIBLE = _PROFILES + "test_preflight_rejects_impossible_combinations_with_a_fix"
@@ -217,15 +217,15 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "train-keeps-held-out", _SAMPLER,
-        "keep[shard.offsets[1:] - 1] = False",
-        "keep[shard.offsets[:-1]] = False",
+        "out[self.offsets[1:] - 1] = True",
+        "out[self.offsets[:-1]] = True",
         "training positives drop the oldest item and train on the held-out one",
         (_SAMPLING + "test_train_rows_counts_labels_and_no_positive_among_negatives",),
     ),
     # --- auto's epochs: by training positives, not rows ------------------------------------------
     Mutant(
         "auto-counts-rows", "training_core/data/plan.py",
-        "num_epochs = config.resolved_epochs(rows_kept - num_users)",
+        "num_epochs = config.resolved_epochs(num_train_positives)",
         "num_epochs = config.resolved_epochs(rows_kept)",
         "auto prepares the epochs that the row count (not the positives) chooses",
         (_DECISIONS + _AUTO,),

@@ -9,6 +9,9 @@ training options (``TrainOptions`` fields) and their ranges in Vertex AI's Study
   trial whose curve falls below the median of the earlier trials at the same epoch (early
   stopping). The preset's own values run first, outside the sampler: the best reported is
   never worse than the preset on this data (the preset's values when nothing beats them).
+  The metric is the one every choice is made on (``DatasetMetadata.selection_split``: the
+  validation split where the data has one, else test); each run's test-split number, scored
+  once on its final weights, is recorded beside it and reported for the best, never chosen on.
   The study lives in ``WORK_DIR/study.db`` (SQLite): a killed
   tune resumes with the trials it finished. ``WORK_DIR/tune_results.json`` gets every trial and
   the best options, and the ``train`` command line that uses them.
@@ -35,6 +38,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from training_core.common import atomic_writes
+from training_core.data.metadata import SPLIT_TEST
 from training_core.training.presets import ARCHITECTURES
 from training_core.training.train_config import TrainOptions
 
@@ -73,6 +77,7 @@ class SearchSpace:
 
 # TrainOptions fields a search space may name, with the type a value must have.
 TUNABLE: dict[str, type] = {
+    "architecture": str,
     "learning_rate": float,
     "l2_regularization": float,
     "num_factors": int,
@@ -137,6 +142,15 @@ def load_search_space(path: str | None = None) -> SearchSpace:
                 )
             if kind == "discrete" and tunable[name] is int and any(v != int(v) for v in values):
                 raise ValueError(f"{where}: values must be whole numbers")
+            if name == "architecture":
+                from training_core.training.presets import ARCHITECTURES
+
+                unknown = [v for v in values if v not in ARCHITECTURES]
+                if unknown:
+                    raise ValueError(
+                        f"{where}: unknown {', '.join(map(repr, unknown))}; use "
+                        f"{', '.join(ARCHITECTURES)}"
+                    )
             params.append(Parameter(name, kind, values=tuple(values)))
     if not params:
         raise ValueError(f"{path}: no parameters to search")
@@ -224,6 +238,7 @@ def trial_worker_pool_specs(
 def trial_options(model: Any, space: SearchSpace) -> dict[str, Any]:
     """The searched options a trained model folder's config records (``NeuMFConfig``)."""
     own = {
+        "architecture": model.architecture,
         "learning_rate": model.learning_rate,
         "l2_regularization": model.l2_regularization,
         "num_factors": model.num_factors,
@@ -367,12 +382,16 @@ class TuneResult:
     """The study's outcome."""
 
     metric: str
-    best_value: float
+    best_value: float  # On ``split``: what the search maximised.
     best_options: dict[str, Any]
-    preset_value: float  # The preset's own values' result on this data.
+    preset_value: float  # The preset's own values' result on this data (on ``split``).
     trials: list[dict[str, Any]]
     results_file: str
     seconds: float
+    split: str = SPLIT_TEST  # The split the objective was measured on (the data's selection).
+    # The best run's ``metric`` on the test split, of its final weights; reported, never chosen
+    # on (None: a run that predates its recording).
+    best_test_value: float | None = None
 
 
 def pruner_warmup_epochs(epochs: int) -> int:
@@ -392,8 +411,10 @@ def tune(config: TuneConfig) -> TuneResult:
     config.check()
     space = load_search_space(config.search_space)
     train_config.check_options(config.preset, architecture=config.architecture)
+    meta = read_metadata(config.data_dir)
     # auto: the preset for this data's size, named in the results.
-    preset = resolve_preset(config.preset, read_metadata(config.data_dir).num_train_positives)
+    preset = resolve_preset(config.preset, meta.num_train_positives)
+    split = meta.selection_split  # What every trial's epochs are measured on.
     os.makedirs(config.work_dir, exist_ok=True)
     t0 = time.perf_counter()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -412,6 +433,8 @@ def tune(config: TuneConfig) -> TuneResult:
     )
 
     def run(options: dict[str, Any], name: str, report=None):
+        options = dict(options)  # A searched architecture is the trial's, else the run's.
+        architecture = options.pop("architecture", config.architecture)
         model_dir = os.path.join(config.work_dir, TRIALS_DIR, name)
         # A run interrupted by a kill starts again from nothing: its folder may hold a half-run
         # with other values under the same name.
@@ -423,7 +446,7 @@ def tune(config: TuneConfig) -> TuneResult:
             config.data_dir,
             model_dir,
             preset,
-            architecture=config.architecture,
+            architecture=architecture,
             epochs=config.epochs,
             seed=config.seed,
             target_hr=0.0,  # Every epoch: the pruner decides when to stop.
@@ -439,6 +462,7 @@ def tune(config: TuneConfig) -> TuneResult:
             "the preset's own values (%s), the bar the %d trials must clear", preset, config.trials
         )
         ran = run(own, PRESET_RUN)
+        study.set_user_attr("preset_test_value", final_test_value(ran, space.metric))
         study.set_user_attr("preset_value", max(getattr(e, space.metric) for e in ran.epochs))
     preset_value = float(study.user_attrs["preset_value"])
 
@@ -460,6 +484,7 @@ def tune(config: TuneConfig) -> TuneResult:
         )
         result = run(options, f"{trial.number:04d}", report)
         trial.set_user_attr("epochs_run", len(result.epochs))
+        trial.set_user_attr("test_value", final_test_value(result, space.metric))
         value = max(getattr(e, space.metric) for e in result.epochs)
         if result.stopped_early and len(result.epochs) < config.epochs:
             log.info(
@@ -468,8 +493,8 @@ def tune(config: TuneConfig) -> TuneResult:
             )  # fmt: skip
             raise optuna.TrialPruned(f"below the median after {len(result.epochs)} epochs")
         log.info(
-            "trial %d/%d done: %s %.4f (the preset's %.4f)",
-            trial.number + 1, config.trials, space.metric, value, preset_value,
+            "trial %d/%d done: %s %s %.4f (the preset's %.4f)",
+            trial.number + 1, config.trials, split, space.metric, value, preset_value,
         )  # fmt: skip
         return value
 
@@ -482,6 +507,7 @@ def tune(config: TuneConfig) -> TuneResult:
             "state": t.state.name,
             "value": t.value,
             "epochs_run": t.user_attrs.get("epochs_run"),
+            "test_value": t.user_attrs.get("test_value"),
             "options": option_values(space, t.params)
             if len(t.params) == len(space.parameters)
             else t.params,
@@ -492,8 +518,10 @@ def tune(config: TuneConfig) -> TuneResult:
     best = max(complete, key=lambda t: t.value) if complete else None
     if best is None or best.value <= preset_value:
         best_value, best_options = preset_value, own  # The preset's values stay best.
+        best_test = study.user_attrs.get("preset_test_value")
     else:
         best_value, best_options = float(best.value), option_values(space, best.params)
+        best_test = best.user_attrs.get("test_value")
     result = TuneResult(
         metric=space.metric,
         best_value=best_value,
@@ -502,10 +530,14 @@ def tune(config: TuneConfig) -> TuneResult:
         trials=trials,
         results_file=os.path.join(config.work_dir, RESULTS_FILE),
         seconds=time.perf_counter() - t0,
+        split=split,
+        best_test_value=best_test,
     )
     payload = {
         "metric": result.metric,
+        "split": result.split,
         "best_value": result.best_value,
+        "best_test_value": result.best_test_value,
         "best_options": result.best_options,
         "preset": preset,
         "architecture": config.architecture,
@@ -519,6 +551,12 @@ def tune(config: TuneConfig) -> TuneResult:
     return result
 
 
+def final_test_value(result: Any, metric: str) -> float | None:
+    """A run's ``metric`` on the test split, of its final weights (``TrainResult.test``)."""
+    test = result.test
+    return None if test is None else float(getattr(test, metric))
+
+
 def _suggest(trial, p: Parameter) -> Any:
     """The trial's value of one parameter, through Optuna's public suggest API."""
     if p.type == "double":
@@ -529,9 +567,13 @@ def _suggest(trial, p: Parameter) -> Any:
 
 
 def describe(result: TuneResult) -> str:
-    """Lines for the console: the best options against the preset's."""
+    """Lines for the console: the best options against the preset's, on the split chosen on.
+
+    The best run's test-split number is shown beside them: reported, not chosen on (where the
+    data has no validation split, the test split is also the one chosen on, and says so).
+    """
     lines = [
-        f"best {result.metric} {result.best_value:.4f} "
+        f"best {result.split} {result.metric} {result.best_value:.4f} "
         + (
             f"(the preset's own values: {result.preset_value:.4f})"
             if result.preset_value is not None and not math.isnan(result.preset_value)
@@ -540,4 +582,12 @@ def describe(result: TuneResult) -> str:
         "best options: " + " ".join(train_flags(result.best_options)),
         f"all trials: {result.results_file}",
     ]
+    if result.best_test_value is not None:
+        why = (
+            "reported, not chosen on"
+            if result.split != SPLIT_TEST
+            else "the split chosen on: the data has no validation split"
+        )
+        line = f"its test {result.metric} {result.best_test_value:.4f} (final weights; {why})"
+        lines.insert(1, line)
     return "\n".join(lines)

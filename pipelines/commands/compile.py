@@ -18,12 +18,17 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Check the profile (preflight) and compile validate -> prepare -> train -> evaluate -> "
             "export (-> register) into a KFP pipeline YAML that Vertex AI Pipelines runs. Plain "
             "steps run the CPU image, training the image of the profile's accelerator family "
-            "(GPU or TPU); `ncf-pipelines verify FILE` then runs the compiled tasks locally."
+            "(GPU or TPU); `ncf-pipelines verify FILE` then runs the compiled tasks locally. "
+            "--publish uploads the template to an Artifact Registry KFP repository, tagged "
+            "v<project version>-<profile> and latest-<profile> (docs/submit.md, 'Templates in "
+            "Artifact Registry')."
         ),
         epilog=example_epilog(
             "ncf-pipelines compile --profile gpu-a100 --output pipeline.yaml",
             "ncf-pipelines compile --profile tpu-v3-8 --image us-docker.pkg.dev/P/repo/ncf:1 "
             "--output tpu.yaml",
+            "ncf-pipelines compile --profile cpu --output cpu.yaml "
+            "--publish https://us-central1-kfp.pkg.dev/my-project/ncf",
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -59,6 +64,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         help="short for --param train_batch_size=N (the pipeline's global training batch)",
     )
+    p.add_argument(
+        "--publish",
+        metavar="REPOSITORY_URL",
+        help="also upload the template to this Artifact Registry KFP repository, "
+        "https://LOCATION-kfp.pkg.dev/PROJECT/REPOSITORY (credentials: Application Default "
+        "Credentials)",
+    )
+    p.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        help="a tag for the published template besides v<project version>-<profile> and "
+        "latest-<profile> (repeatable; with --publish)",
+    )
+    p.add_argument(
+        "--registry-endpoint",
+        help="where Artifact Registry requests go instead of Google's hosts (a stand-in, "
+        "http://127.0.0.1:PORT; with --publish)",
+    )
     p.set_defaults(func=run)
 
 
@@ -91,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
             "--image NAME@sha256:DIGEST instead"
         )
     profile = profiles.get_profile(args.profile, args.profiles_file)
+    publish = _publishing(args, profile.name)  # Checked before compiling, as the pins below.
     defaults: dict[str, object] = dict(submit.parse_assignments(args.param, "--param"))
     if args.train_batch_size is not None:
         defaults["train_batch_size"] = args.train_batch_size
@@ -127,4 +152,24 @@ def run(args: argparse.Namespace) -> int:
         f"strategy {profile.strategy}) to {path}\n  images: steps {steps}, training {train}"
     )
     placeholder_values.warn_about_images(path)
+    if publish:
+        from pipelines.commands.templates import publish_template
+
+        publish_template(path, *publish, args.registry_endpoint)
     return 0
+
+
+def _publishing(args: argparse.Namespace, profile: str) -> tuple | None:
+    """(repository, tags) to publish to, or None; refuses a bad URL, tag or endpoint."""
+    from components._image import package_version
+    from pipelines import submit, template_registry
+
+    if not args.publish:
+        if args.tag or args.registry_endpoint:
+            raise UserError("--tag and --registry-endpoint go with --publish REPOSITORY_URL")
+        return None
+    problem = submit.api_endpoint_problem(args.registry_endpoint, submit.REGISTRY_ENDPOINT)
+    if problem:
+        raise UserError(problem)
+    repository = template_registry.parse_repository(args.publish)
+    return repository, template_registry.template_tags(profile, package_version(), args.tag)

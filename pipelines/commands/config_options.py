@@ -10,6 +10,8 @@ here:
   ``%`` needs ``%%``). A field without it is not a command-line option (e.g.
   ``eval_users_multiple``, which only a pipeline sets).
 - ``flag``: the option's name where it is not the field's (``--model`` for ``architecture``).
+- ``aliases``: more names of the option (``--architecture``, the name a Vertex AI tuning trial
+  passes: ``--FIELD=VALUE``).
 - ``choices``, ``metavar``: as argparse takes them.
 - ``type``: a parser of ``TYPES`` by name, where the field's type is not enough.
 - ``action``: ``store_false`` for a ``bool`` field whose flag turns it off (``--include-seen``
@@ -88,7 +90,7 @@ def add_config_options(
         if "metavar" in meta:
             kwargs["metavar"] = meta["metavar"]
         kwargs.update(settings.get(field.name, {}))
-        parser.add_argument(flag(field), **kwargs)
+        parser.add_argument(flag(field), *meta.get("aliases", ()), **kwargs)
 
 
 def given_options(args: argparse.Namespace, config_class: type) -> dict[str, Any]:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from pipelines.cli import example_epilog, options
 from pipelines.commands.config_options import add_config_options
 from pipelines.commands.train import add_strategy_args, strategy_from_args, write_json
+from training_core.data.metadata import SPLIT_TEST, SPLIT_VALIDATION
 from training_core.evaluation import eval_config
 from training_core.training.model_dir import CHECKPOINT_SUBDIR
 
@@ -19,9 +21,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="evaluate a trained model on a prepared dataset",
         description=(
             "Restore the latest checkpoint of --model-dir (written under any strategy) and "
-            "compute HR@10 and NDCG@10 over the eval split of --data: against each user's "
-            "sampled negatives, and against every item the user did not train on (full "
-            "catalog, for --full-catalog-users users)."
+            "compute HR@10 and NDCG@10 over the test split of --data and, where it has one, "
+            "its validation split: against each user's sampled negatives, and against every "
+            "item the user had not interacted with before (full catalog, for "
+            "--full-catalog-users users)."
         ),
         epilog=example_epilog(
             "ncf-pipelines evaluate --data data/ml-1m --model-dir runs/ml-1m "
@@ -56,5 +59,13 @@ def run(args: argparse.Namespace) -> int:
     result = evaluate(args.data, args.model_dir, strategy, checkpoint, eval_options)
     if args.metrics_out:
         write_json(args.metrics_out, result.to_dict())
-    print(json.dumps(result.to_dict()))
+    print(json.dumps(result.to_dict()))  # The test split's unprefixed; "validation" nested.
+    for split, scores in ((SPLIT_TEST, result), (SPLIT_VALIDATION, result.validation)):
+        if scores is not None:  # For people, apart from the JSON on stdout.
+            print(
+                f"{split} split: HR@10 {scores.hr_at_10:.4f} NDCG@10 {scores.ndcg_at_10:.4f} "
+                f"over {scores.eval_users} users (full catalog HR@10 "
+                f"{scores.full_catalog_hr_at_10:.4f})",
+                file=sys.stderr,
+            )
     return 0

@@ -13,12 +13,14 @@ from pipelines.cli import add_param_option, example_epilog
 
 # What a local run changes from the pipeline's defaults: it registers a blessed model in the
 # local registry (--registry), so that the next run has a champion to beat, and writes the batch
-# recommendations; on the embedded sample it also trains small and short (minutes on 2 CPU
-# cores). On --data the pipeline's own model defaults apply: the preset for the data's size
-# (auto) with its epochs, what a submission would train.
+# recommendations, both from a refit on every interaction (the pipeline's refit: on where it
+# registers or recommends; --param refit=false serves the held-out model); on the embedded
+# sample it also trains small and short (minutes on 2 CPU cores). On --data the pipeline's own
+# model defaults apply: the preset for the data's size (auto) with its epochs, what a
+# submission would train.
 # Either way the prepare step prepares as many epochs as training runs (the pipeline's
 # data_epochs 0), so that each epoch draws fresh negatives.
-LOCAL_DEFAULTS = {"register": True, "batch_recommend": True}
+LOCAL_DEFAULTS = {"register": True, "batch_recommend": True, "refit": True}
 SAMPLE_DEFAULTS = {"preset": "quick", "epochs": 4}
 DEFAULT_REGISTRY = "out/registry"
 
@@ -36,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "few minutes); with --data the pipeline's own defaults train (the preset for the "
             "data's size and its epochs; --param preset=... and epochs=... override). Prints "
             "where each artifact is, HR@10 and NDCG@10 beside the popularity baseline's, the "
-            "gate's decision and the exported model's path."
+            "gate's decision and the exported model's path; the last line names the run's report, "
+            "one HTML page of all of it with pictures (docs/run-report.md)."
         ),
         epilog=example_epilog(
             "ncf-pipelines run-local",
@@ -110,7 +113,28 @@ def run(args: argparse.Namespace) -> int:
     except LocalRunFailed as e:
         raise UserError(str(e)) from None
     print(summary(result, time.perf_counter() - started, registry))
+    print(f"Report: {write_report(result, registry)}")  # Last: the line a person looks for.
     return 0
+
+
+def write_report(result, registry: str = "") -> str:
+    """The run's report page (pipelines/run_report.py) in its run folder; returns its path.
+
+    It holds what the summary says and more: the training curve, both splits beside the
+    champion and the popularity baseline, a few users' recommendations, each step's time.
+    """
+    from pipelines import run_report
+
+    exported, examples = result.outputs["exported_model"], result.outputs["examples"]
+    samples, why = run_report.try_sample_users(exported, examples)
+    facts = run_report.facts_from_local_run(
+        os.path.dirname(os.path.dirname(exported)),  # <root>/<pipeline>-<time>/<task>/<name>
+        steps=result.steps,
+        samples=samples,
+        registration=_registration(result, registry),
+        samples_note=why,
+    )
+    return run_report.write(facts, os.path.join(result.pipeline_root, run_report.REPORT_FILE))
 
 
 def summary(result, seconds: float, registry: str = "") -> str:
@@ -121,7 +145,13 @@ def summary(result, seconds: float, registry: str = "") -> str:
     m = result.metrics
     nan = float("nan")
     negatives = read_metadata(result.outputs["examples"]).eval_negatives
-    exported = result.outputs["exported_model"]
+    from pipelines.local_run import served_task
+
+    # The model that serves: the refit's export where the run refit (the gate's is held out).
+    task = served_task(result.artifacts, "export-model")
+    exported = result.artifacts.get(task, {}).get(
+        "exported_model", result.outputs["exported_model"]
+    )
     lines = [
         f"Finished in {seconds:.0f}s. HR@10 {m.get('hr_at_10', nan):.4f}  NDCG@10 "
         f"{m.get('ndcg_at_10', nan):.4f} over {int(m.get('eval_users', 0))} users, each "
@@ -132,6 +162,10 @@ def summary(result, seconds: float, registry: str = "") -> str:
         f"Artifacts under {result.pipeline_root}:",
     ]
     for step, artifacts in result.artifacts.items():
+        folders = {os.path.dirname(path) for path in artifacts.values()}
+        if len(artifacts) > 1 and len(folders) == 1:  # One line a step: its folder, its names.
+            lines.append(f"  {step:15s} {', '.join(artifacts)} in {folders.pop()}/")
+            continue
         for name, path in artifacts.items():
             lines.append(f"  {step:15s} {name:15s} {path}")
     if result.logs:
@@ -198,11 +232,18 @@ def _gate(result, registry: str) -> str:
     """The gate's decision and what came of it, in one line."""
     reason = result.decision.get("reason", "no decision recorded")
     blessed = bool(result.decision.get("blessed"))
-    registered = result.artifacts.get("register-model", {}).get("vertex_model")
-    if registered:
-        outcome = f"registered as version {os.path.basename(registered)} in {registry}"
-    elif blessed:
-        outcome = "not registered (--param register=false)"
-    else:
-        outcome = "nothing registered, the champion stays"
+    outcome = _registration(result, registry)
     return f"Gate: {'blessed' if blessed else 'refused'}, {outcome} ({reason})."
+
+
+def _registration(result, registry: str) -> str:
+    """What came of the gate's decision in the registry, in words."""
+    from pipelines.local_run import served_task
+
+    task = served_task(result.artifacts, "register-model")
+    registered = result.artifacts.get(task, {}).get("vertex_model")
+    if registered:
+        return f"registered as version {os.path.basename(registered)} in {registry}"
+    if result.decision.get("blessed"):
+        return "not registered (--param register=false)"
+    return "nothing registered, the champion stays"

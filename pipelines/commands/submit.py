@@ -36,10 +36,19 @@ def register(sub: argparse._SubParsersAction) -> None:
             "ncf-pipelines submit --template pipeline.yaml --project my-project "
             "--region us-central1 --pipeline-root gs://my-bucket/root "
             "--param data_uri=gs://my-bucket/ml-1m/ --dry-run",
+            "ncf-pipelines submit --template "
+            "https://us-central1-kfp.pkg.dev/my-project/ncf/ncf-pipeline/latest-cpu "
+            "--project my-project --region us-central1 --pipeline-root gs://my-bucket/root "
+            "--param data_uri=gs://my-bucket/ml-1m/",
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--template", required=True, help="compiled pipeline YAML")
+    p.add_argument(
+        "--template",
+        required=True,
+        help="compiled pipeline YAML, or a template in Artifact Registry: "
+        "https://LOCATION-kfp.pkg.dev/PROJECT/REPOSITORY/PACKAGE/TAG (see `templates list`)",
+    )
     p.add_argument("--project", help="Google Cloud project id (default: $GOOGLE_CLOUD_PROJECT)")
     p.add_argument("--region", help="Vertex AI region (default: $GOOGLE_CLOUD_REGION)")
     p.add_argument("--pipeline-root", required=True, help="gs:// folder for the run's artifacts")
@@ -88,6 +97,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "since every request carries your access token",
     )
     p.add_argument(
+        "--registry-endpoint",
+        help="where Artifact Registry requests go instead of Google's hosts (a stand-in, "
+        "http://127.0.0.1:PORT); for a --template URL only",
+    )
+    p.add_argument(
         "--dry-run",
         action="store_true",
         help="print what would be sent, as JSON, and send nothing",
@@ -128,22 +142,26 @@ def run(args: argparse.Namespace) -> int:
         schedule_name=args.schedule_name,
         max_concurrent_runs=args.max_concurrent_runs,
         api_endpoint=args.api_endpoint,
+        registry_endpoint=args.registry_endpoint,
     )
-    warn_about_images(args.template)  # The placeholder repository; the tpu image.
     warning = default_service_account_warning(config.service_account)
     if warning:
         logging.getLogger("ncf-pipelines").warning("%s", warning)
     try:
-        if args.dry_run:
-            config = vs.with_data_fingerprint(config, offline=True)
-            print(json.dumps(vs.describe(config), indent=2))
-            return 0
-        # Input errors, and custom-job requests the service would refuse, surface before
-        # credentials or any request.
-        vs.custom_jobs(config, vs.prepare(config)[1])
-        config = dataclasses.replace(config, credentials=vs.default_credentials())
-        config = vs.with_data_fingerprint(config)
-        result = vs.submit(config)
+        # A registry template is downloaded first (with ADC, even for --dry-run); every check
+        # below reads that copy.
+        with vs.fetched_template(config) as config:
+            warn_about_images(config.template_path)  # The placeholder repository; the tpu image.
+            if args.dry_run:
+                config = vs.with_data_fingerprint(config, offline=True)
+                print(json.dumps(vs.describe(config), indent=2))
+                return 0
+            # Input errors, and custom-job requests the service would refuse, surface before
+            # credentials or any request (but the registry's).
+            vs.custom_jobs(config, vs.prepare(config)[1])
+            config = dataclasses.replace(config, credentials=vs.default_credentials())
+            config = vs.with_data_fingerprint(config)
+            result = vs.submit(config)
     except vs.SubmitError as e:
         raise UserError(str(e)) from e
     if result.kind == "schedule":

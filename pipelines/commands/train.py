@@ -8,6 +8,7 @@ import os
 
 from pipelines.cli import example_epilog, options
 from pipelines.commands.config_options import add_config_options
+from training_core.data.metadata import SPLIT_TEST
 from training_core.training.strategy import ALL_REDUCE_ALGS, STRATEGIES
 from training_core.training.train_config import OPTIONS, TrainOptions, config_for
 from training_core.tune import METRICS, TUNABLE
@@ -82,16 +83,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="train NeuMF on a prepared dataset",
         description=(
             "Train NeuMF (GMF + MLP) on pre-batched TFRecords with a custom training loop, "
-            "evaluating HR@10 and NDCG@10 after every epoch. Checkpoints go to --model-dir every "
-            "epoch (and every --checkpoint-every steps); running again with the same --model-dir "
+            "evaluating HR@10 and NDCG@10 after every epoch on the data's validation split "
+            "(the test split if it has none), which chooses the best epoch and when to stop; "
+            "the test split is scored once at the end, on the final model. Checkpoints go to "
+            "--model-dir every epoch (and every --checkpoint-every steps); running again with "
+            "the same --model-dir "
             "resumes from the latest one. TensorBoard summaries go to $AIP_TENSORBOARD_LOG_DIR "
-            "when set (Vertex AI), else to MODEL_DIR/summaries."
+            "when set (Vertex AI), else to MODEL_DIR/summaries. With --refit-of, on a dataset "
+            "prepared with --refit, it trains an evaluated run's configuration again on every "
+            "interaction, for that run's epochs, evaluating nothing (docs/training.md, Refit)."
         ),
         epilog=example_epilog(
             "ncf-pipelines train --data data/ml-1m --model-dir runs/ml-1m --preset ml-1m "
             "--metrics-out runs/ml-1m/metrics.json",
             "TF_CONFIG='{...}' ncf-pipelines train --data gs://b/ml-20m --model-dir gs://b/run "
             "--preset ml-20m --strategy multi_worker_mirrored",
+            "ncf-pipelines train --data data/ml-1m-refit --model-dir runs/ml-1m-refit "
+            "--refit-of runs/ml-1m",
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -163,13 +171,31 @@ def run(args: argparse.Namespace) -> int:
         write_json(args.metrics_out, payload)
     if args.plots_out:
         with open(args.plots_out, "w") as f:
-            f.write(curve_page.training_plots_html(payload["epochs"], kept_epoch=result.kept_epoch))
+            f.write(curve_page.result_page(payload))
     final = result.final
     if final is not None:
-        kept = f", the model is epoch {final.epoch}'s (the best)" if result.kept_epoch else ""
-        print(
-            f"trained {result.global_step} steps ({len(result.epochs)} epochs{kept}): "
-            f"HR@10 {final.hr_at_10:.4f} NDCG@10 {final.ndcg_at_10:.4f} loss {final.loss:.4f} "
+        print(result_line(result))
+    return 0
+
+
+def result_line(result) -> str:
+    """What a run printed: the chosen epoch's numbers on the split that chose it, the test ones."""
+    final, split, test = result.final, result.selection_split, result.test
+    if result.refit:
+        return (
+            f"trained {result.global_step} steps ({len(result.epochs)} epochs, a refit on every "
+            f"interaction: nothing held out, nothing evaluated): loss {final.loss:.4f} "
             f"{final.examples_per_sec:,.0f} examples/s"
         )
-    return 0
+    kept = f", the model is epoch {final.epoch}'s (the best)" if result.kept_epoch else ""
+    line = (
+        f"trained {result.global_step} steps ({len(result.epochs)} epochs{kept}): "
+        f"{split} HR@10 {final.hr_at_10:.4f} NDCG@10 {final.ndcg_at_10:.4f} loss "
+        f"{final.loss:.4f} {final.examples_per_sec:,.0f} examples/s"
+    )
+    if split != SPLIT_TEST and test is not None:
+        line += (
+            f"; test HR@10 {test.hr_at_10:.4f} NDCG@10 {test.ndcg_at_10:.4f} (scored once, on "
+            "the final model)"
+        )
+    return line

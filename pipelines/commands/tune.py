@@ -16,8 +16,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="search learning rate, sizes, L2 and batch size for the data (Optuna)",
         description=(
             "Run --trials training runs on --data, each with options drawn from the search "
-            "space (Optuna's TPE sampler), each reporting its metric after every epoch; a trial "
-            "below the median of the earlier ones at the same epoch is stopped early. Before the "
+            "space (Optuna's TPE sampler), each reporting its metric after every epoch, "
+            "measured on the data's validation split (the test split for data prepared with "
+            "--no-validation); a trial below the median of the earlier ones at the same epoch "
+            "is stopped early. The best run's test-split number is printed beside it, reported "
+            "and never chosen on. Before the "
             "trials, the preset's own values train once, outside the search (--trials N costs N+1 "
             "trainings): the bar the trials must clear, so the best is never worse than the "
             "preset on this data. The study is kept in --work-dir: run the same command again "

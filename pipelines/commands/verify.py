@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
+import tempfile
+from collections.abc import Iterator
 
 from pipelines import verify
 from pipelines.cli import UserError, add_param_option, example_epilog
@@ -26,7 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "gives them. "
             "Unless --param says otherwise, training is kept small (preset tiny, 1 epoch). "
             "--requests-only builds and checks the custom-job requests without running "
-            "anything. Exits 0 when everything passed, 1 otherwise. See docs/verify.md."
+            "anything. TEMPLATE may be a template in Artifact Registry "
+            "(https://LOCATION-kfp.pkg.dev/...): it is downloaded first, the one request "
+            "verify makes. Exits 0 when everything passed, 1 otherwise. See docs/verify.md."
         ),
         epilog=example_epilog(
             "ncf-pipelines compile --profile gpu-a100-2workers --output pipeline.yaml",
@@ -38,7 +44,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("template", metavar="TEMPLATE", help="compiled pipeline YAML")
+    p.add_argument(
+        "template",
+        metavar="TEMPLATE",
+        help="compiled pipeline YAML, or REPOSITORY_URL/PACKAGE/TAG in Artifact Registry",
+    )
+    p.add_argument(
+        "--registry-endpoint",
+        help="where Artifact Registry requests go instead of Google's hosts (a stand-in, "
+        "http://127.0.0.1:PORT); for a TEMPLATE URL only",
+    )
     p.add_argument("--data", help="local ratings file or folder behind data_uri (default: sample)")
     add_param_option(p)
     p.add_argument("--work-dir", help="folder for the /gcs/ stand-in and logs (default: temp)")
@@ -102,9 +117,46 @@ def run(args: argparse.Namespace) -> int:
             "--pipeline-root": (args.pipeline_root, "bucket"),
         }
     )
+    with _local_template(args) as template:
+        return _verify(args, template)
+
+
+@contextlib.contextmanager
+def _local_template(args: argparse.Namespace) -> Iterator[str]:
+    """The template to verify, as a local file.
+
+    A registry URL is downloaded (with Application Default Credentials) into a folder kept while
+    verify runs.
+    """
+    from pipelines import submit, template_registry
+
+    if not template_registry.is_registry_url(args.template):
+        yield args.template
+        return
+    ref = template_registry.parse_template(args.template)
+    problem = submit.api_endpoint_problem(args.registry_endpoint, submit.REGISTRY_ENDPOINT)
+    if problem:
+        raise UserError(problem)
+    with tempfile.TemporaryDirectory(prefix="ncf-template-") as folder:
+        try:
+            got = template_registry.download(
+                ref,
+                os.path.join(folder, f"{ref.package}.yaml"),
+                credentials=submit.default_credentials(),
+                endpoint=args.registry_endpoint,
+            )
+        except (template_registry.TemplateRegistryError, submit.SubmitError) as e:
+            raise UserError(str(e)) from e
+        print(f"verifying {ref.url} ({got.version})", file=sys.stderr, flush=True)
+        yield got.path
+
+
+def _verify(args: argparse.Namespace, template: str) -> int:
+    from pipelines import submit
+
     try:
         report = verify.verify(
-            args.template,
+            template,
             data_path=args.data,
             parameter_values=submit.parse_assignments(args.param),
             work_dir=args.work_dir,

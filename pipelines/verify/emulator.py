@@ -15,6 +15,11 @@ Two sides of one service, each on the transport its clients use:
   trials one after another. ``ncf-pipelines verify`` starts it for the launcher of every
   custom-job task.
 
+Beside it, one stand-in of another service: ``RegistryStandIn`` (``registry_service.py``), an
+Artifact Registry Kubeflow Pipelines repository (template upload, versions, tags, downloads) for
+kfp's own ``RegistryClient`` (``pipelines/template_registry.py``); its docstring lists what it does
+not emulate.
+
 Each of the service's rules has one home, which both sides and ``submit`` use:
 
 - names (parent, network, service account, context and experiment ids, labels as ``submit``

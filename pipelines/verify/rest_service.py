@@ -23,9 +23,14 @@ Endpoints:
               display_name, description, labels, traffic_split; a split adds up to 100 over
               deployed models the endpoint has, else 400; answers the Endpoint, no operation)
     POST      /v1/.../endpoints/ID:deployModel, :undeployModel (operations; the traffic rules of
-              the v1 reference: a split adds up to 100, a model with traffic is not undeployed)
+              the v1 reference: a split adds up to 100, a model with traffic is not undeployed:
+              400 FAILED_PRECONDITION)
     POST      /v1/.../endpoints/ID:predict, :rawPredict (answered by ``predictor``, a test's
               function that serves the deployed version's artifact the way its container does)
+
+Not emulated for endpoints: the random split of requests by ``trafficSplit`` (every request goes
+to the deployed model with the largest share), ``DeployedModel.status`` (replicas, health), the
+time a deployment takes, and the prediction metrics Cloud Monitoring keeps per deployed model.
     GET       /v1/projects/P/locations/L/metadataStores/default
     POST/GET  /v1/projects/P/locations/L/metadataStores/default/contexts[/ID]
     POST      /v1/.../contexts/ID:addContextChildren
@@ -68,6 +73,7 @@ from typing import Any
 import google_crc32c
 
 from pipelines import vertex_names as names
+from pipelines.verify.loopback import LoopbackService
 
 _STATUS_NAMES = {
     400: "INVALID_ARGUMENT",
@@ -105,12 +111,13 @@ _MODEL_OPERATION = r"projects/[^/]+/locations/[^/]+/(?:models|endpoints)/[^/:]+/
 
 
 class Invalid(Exception):
-    """A request the service would refuse with 400 INVALID_ARGUMENT."""
+    """A request the service would refuse with 400: INVALID_ARGUMENT, or ``status``."""
 
-    def __init__(self, message: str, field: str = ""):
+    def __init__(self, message: str, field: str = "", status: str = "INVALID_ARGUMENT"):
         super().__init__(message)
         self.message = message
         self.field = field
+        self.status = status  # FAILED_PRECONDITION: valid, but not in the resource's state.
 
 
 @dataclasses.dataclass
@@ -130,9 +137,10 @@ class _Failure:
     status: int
     message: str
     path_contains: str
+    method: str
 
 
-class RestStandIn:
+class RestStandIn(LoopbackService):
     """The server; use as a context manager, or call ``start()`` and ``stop()``."""
 
     def __init__(self, access_token: str = "standin-access-token"):
@@ -161,49 +169,23 @@ class RestStandIn:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._generations = itertools.count(1_700_000_000_000_001)
-        self._server: http.server.ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # --- control -----------------------------------------------------------------------------
 
-    def start(self) -> RestStandIn:
-        """Starts serving on a free port of 127.0.0.1."""
-        standin = self
+    def handler_class(self) -> type[http.server.BaseHTTPRequestHandler]:
+        """Its requests' handler (``LoopbackService``)."""
+        return _Handler
 
-        class Handler(_Handler):
-            server_state = standin
+    def fail_next(
+        self, status: int, message: str, path_contains: str = "", method: str = ""
+    ) -> None:
+        """Answers the next matching request with a Google error, before it changes anything.
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.05,), daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stops serving and closes the socket."""
-        if self._server:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> RestStandIn:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT``."""
-        assert self._server, "not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def fail_next(self, status: int, message: str, path_contains: str = "") -> None:
-        """Answers the next request (whose path contains ``path_contains``) with a Google error."""
+        It matches when its path contains ``path_contains`` and, if given, its method is
+        ``method``.
+        """
         with self._lock:
-            self._failures.append(_Failure(status, message, path_contains))
+            self._failures.append(_Failure(status, message, path_contains, method))
 
     def put_object(self, bucket: str, name: str, data: bytes) -> dict:
         """Creates or replaces an object; every write gets a new generation, as in GCS."""
@@ -247,7 +229,7 @@ class RestStandIn:
                 self.rejected.append((req, refused))
                 return _error(401, refused)
             for i, f in enumerate(self._failures):
-                if f.path_contains in req.path:
+                if f.path_contains in req.path and f.method in ("", req.method):
                     del self._failures[i]
                     return _error(f.status, f.message)
         for method, pattern, func in self._routes():
@@ -258,7 +240,7 @@ class RestStandIn:
                         return func(req, **m.groupdict())
                     except Invalid as e:
                         self.rejected.append((req, e.message))
-                        return _error(400, e.message, field=e.field)
+                        return _error(400, e.message, field=e.field, code=e.status)
         return _error(404, f"The stand-in has no route for {req.method} {req.path}.")
 
     def _credentials_problem(self, req: Request) -> str:
@@ -700,10 +682,12 @@ class RestStandIn:
         split = dict(request.traffic_split) or dict(endpoint.get("trafficSplit", {}))
         remaining = [d for d in models if d["id"] != gone]
         if split.get(gone) and remaining:
+            # FAILED_PRECONDITION (400): the request is well formed, the endpoint's state is not.
             raise Invalid(
                 f"DeployedModel {gone} still receives {split[gone]}% of the traffic; move it "
                 "to the other deployed models first.",
                 "traffic_split",
+                status="FAILED_PRECONDITION",
             )
         endpoint["deployedModels"] = remaining
         endpoint["trafficSplit"] = {k: v for k, v in split.items() if k != gone and v}
@@ -810,7 +794,7 @@ class RestStandIn:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server_state: RestStandIn
+    state: RestStandIn
 
     def _serve(self) -> None:
         url = urllib.parse.urlsplit(self.path)
@@ -830,7 +814,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             body=body,
             raw=raw,
         )
-        status, payload = self.server_state.handle(req)
+        status, payload = self.state.handle(req)
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=UTF-8")
@@ -841,14 +825,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = do_PATCH = do_DELETE = _serve
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass  # Quiet: tests read self.server_state.requests instead.
+        pass  # Quiet: tests read self.state.requests instead.
 
 
-def _error(status: int, message: str, field: str = "") -> tuple[int, dict]:
+def _error(status: int, message: str, field: str = "", code: str = "") -> tuple[int, dict]:
+    # code: the google.rpc code's name, where it is not the HTTP status's usual one.
     error: dict[str, Any] = {
         "code": status,
         "message": message,
-        "status": _STATUS_NAMES.get(status, "UNKNOWN"),
+        "status": code or _STATUS_NAMES.get(status, "UNKNOWN"),
     }
     if field:
         error["details"] = [

@@ -96,6 +96,28 @@ class PrepareConfig:
             "choices": sampling.EVAL_SAMPLINGS,
         },
     )
+    # Each user's second-to-last interaction held out as the validation split (users with at
+    # least sampling.VALIDATION_MIN_INTERACTIONS), where every choice is made; off: the reference's
+    # leave-one-out, the test split only (and the same bytes as before validation splits).
+    validation: bool = dataclasses.field(
+        default=True,
+        metadata={
+            "help": "hold out no validation split (each user's second-to-last interaction): "
+            "the reference's leave-one-out, with choices made on the test split",
+            "flag": "--no-validation",
+            "action": "store_false",
+        },
+    )
+    # A refit: every interaction is a training positive (nothing held out of training), for the
+    # model that ships once evaluation is done. The held-out splits' records are written as
+    # without it, but their items were trained on, so they measure nothing (DatasetMetadata.refit).
+    refit: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "train on every interaction, each user's latest included (a refit, for the "
+            "model that ships after evaluation); its held-out records are no measure"
+        },
+    )
     train_batch_size: int = dataclasses.field(
         default=1024,
         metadata={"help": "rows per training record = global training batch (default {default})"},

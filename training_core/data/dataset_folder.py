@@ -4,7 +4,8 @@ Layout (``docs/data-format.md``)::
 
     <output>/metadata.json   the published dataset: every file below is named in it
     <output>/_SUCCESS        written after the first metadata.json
-    <output>/data-<build>/   one build: train/epoch_NNN/*.tfrecord, eval/*.tfrecord, vocab/*.txt
+    <output>/data-<build>/   one build: train/epoch_NNN/*.tfrecord, eval/*.tfrecord,
+                             validation/*.tfrecord (unless --no-validation), vocab/*.txt
     <output>/.lock           held by the one writer (training_core.common.atomic_writes.hold)
 
 A run builds into its own ``data-<build>`` folder, which nothing names until it is complete, and
@@ -38,6 +39,7 @@ from training_core.data.metadata import (
     TRAIN_DIR,
     VOCAB_DIR,
     DatasetMetadata,
+    ShardFile,
     build_folders,
     read_metadata,
 )
@@ -74,10 +76,15 @@ def _ours(name: str) -> bool:
     )
 
 
+def record_files(meta: DatasetMetadata) -> list[ShardFile]:
+    """Every TFRecord file of a dataset: each epoch's training files, then eval, then validation."""
+    files = [f for fs in meta.train_files.values() for f in fs]
+    return files + list(meta.eval_files) + list(meta.validation_files)
+
+
 def published_roots(meta: DatasetMetadata) -> set[str]:
     """Top-level names a dataset's files live under (``data-<build>``, or legacy folders)."""
-    paths = [f.path for fs in meta.train_files.values() for f in fs]
-    paths += [f.path for f in meta.eval_files] + [meta.user_vocab, meta.item_vocab]
+    paths = [f.path for f in record_files(meta)] + [meta.user_vocab, meta.item_vocab]
     return {p.replace("\\", "/").split("/", 1)[0] for p in paths}
 
 
@@ -100,8 +107,7 @@ def problems(out: str, meta: DatasetMetadata) -> list[str]:
     as it reads (each TFRecord frame carries CRC32Cs).
     """
     found = []
-    files = [f for fs in meta.train_files.values() for f in fs] + list(meta.eval_files)
-    for f in files:
+    for f in record_files(meta):
         path = os.path.join(out, f.path)
         try:
             size = os.path.getsize(path)
@@ -179,11 +185,12 @@ def decide(
     return None
 
 
-def begin(out: str, build: str, num_epochs: int = 0) -> str:
+def begin(out: str, build: str, num_epochs: int = 0, validation: bool = True) -> str:
     """Makes ``out/build`` and its folders, after removing what no published dataset names.
 
     ``num_epochs``: the epoch folders to make now; an engine that learns the epochs only later
-    (Beam, in the job) leaves it 0 and makes each as it writes. Call while holding ``out``
+    (Beam, in the job) leaves it 0 and makes each as it writes. ``validation``: whether the
+    build has a validation split (``PrepareConfig.validation``). Call while holding ``out``
     (``publish.hold``). Returns the build folder's path.
     """
     keep = _kept(out)
@@ -199,7 +206,7 @@ def begin(out: str, build: str, num_epochs: int = 0) -> str:
         for name in names:
             if is_partial(name):
                 os.remove(os.path.join(dirpath, name))
-    for sub in build_folders(num_epochs):
+    for sub in build_folders(num_epochs, validation):
         os.makedirs(os.path.join(root, sub), exist_ok=True)
     return root
 
@@ -242,12 +249,12 @@ def holding(out: str):
 
 
 @contextlib.contextmanager
-def building(out: str, build: str, num_epochs: int = 0):
+def building(out: str, build: str, num_epochs: int = 0, validation: bool = True):
     """Makes the build folder (:func:`begin`); a run that fails leaves ``out`` as it found it.
 
     Yields the build folder. Wrap the decision to reuse in :func:`holding` first.
     """
-    root = begin(out, build, num_epochs)
+    root = begin(out, build, num_epochs, validation)
     try:
         yield root
     except BaseException:

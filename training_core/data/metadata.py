@@ -16,10 +16,19 @@ SUCCESS_FILE = "_SUCCESS"
 # The folders of a dataset build, and the files whose place is fixed (metadata.json names every
 # other file by its path under the build).
 TRAIN_DIR = "train"  # train/epoch_NNN/<shard files>
-EVAL_DIR = "eval"  # eval/<shard files>
+EVAL_DIR = "eval"  # eval/<shard files>: the test split, each user's last interaction.
+# validation/<shard files>: each user's second-to-last interaction (users with three or more).
+VALIDATION_DIR = "validation"
 VOCAB_DIR = "vocab"
 USER_VOCAB = f"{VOCAB_DIR}/users.txt"
 ITEM_VOCAB = f"{VOCAB_DIR}/items.txt"
+
+
+# The held-out splits. Every choice (the best epoch, patience, tuning, presets, the gate) is made
+# on ``validation`` when the dataset has one; ``test`` is scored once, for the reported number.
+SPLIT_VALIDATION = "validation"
+SPLIT_TEST = "test"
+SPLITS = (SPLIT_VALIDATION, SPLIT_TEST)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +48,18 @@ class DatasetMetadata:
     Eval layout: each user takes ``1 + eval_negatives`` consecutive rows, the negatives first
     and the held-out positive last. A row whose ``duplicate_mask`` is 1 never counts; a user whose
     positive row is masked is padding and is not evaluated. Ties count against the positive.
+
+    ``eval_*`` are the test split (each user's last interaction). ``validation_*`` are the
+    validation split, in the same layout (each user's second-to-last interaction, for users with
+    at least three); empty in a dataset prepared without one (``--no-validation``, or before
+    validation splits existed), where the test split is also the one choices are made on.
+    ``split(name)`` gives a view whose ``eval_*`` fields are the named split's, so every reader
+    of eval records reads either.
+
+    ``refit``: every interaction is a training positive (``PrepareConfig.refit``), the held-out
+    items too. The splits' records are written as without it, so every reader works, but they
+    measure nothing (``held_out_unseen`` is False): no choice and no reported number comes from
+    them. False in a dataset prepared before refits.
     """
 
     format_version: int
@@ -68,6 +89,11 @@ class DatasetMetadata:
     item_vocab: str = ITEM_VOCAB
     positive_position: str = "last"
     created_by: str = ""
+    validation_files: list[ShardFile] = dataclasses.field(default_factory=list)
+    num_validation_users: int = 0
+    num_validation_elements: int = 0
+    validation_steps: int = 0
+    refit: bool = False
 
     def to_json(self) -> str:
         """Serializes to pretty JSON."""
@@ -97,7 +123,50 @@ class DatasetMetadata:
             epoch: [ShardFile(**f) for f in files] for epoch, files in raw["train_files"].items()
         }
         kwargs["eval_files"] = [ShardFile(**f) for f in raw["eval_files"]]
+        kwargs["validation_files"] = [ShardFile(**f) for f in raw.get("validation_files", [])]
         return cls(**kwargs)
+
+    @property
+    def has_validation(self) -> bool:
+        """Whether the dataset holds a validation split."""
+        return bool(self.validation_files)
+
+    @property
+    def held_out_unseen(self) -> bool:
+        """Whether the held-out splits' items were kept out of training, so scores on them measure.
+
+        False for a refit (``refit``): its model trained on them, so a hit rate there is no
+        estimate of anything; choose and report on the non-refit dataset of the same options.
+        """
+        return not self.refit
+
+    @property
+    def selection_split(self) -> str:
+        """The split choices are made on: validation where there is one, else test."""
+        return SPLIT_VALIDATION if self.has_validation else SPLIT_TEST
+
+    def split(self, name: str) -> DatasetMetadata:
+        """This metadata with ``eval_*`` set to split ``name``'s records (``test``: itself).
+
+        Raises:
+            ValueError: an unknown split, or ``validation`` of a dataset without one.
+        """
+        if name == SPLIT_TEST:
+            return self
+        if name != SPLIT_VALIDATION:
+            raise ValueError(f"unknown split {name!r}; use one of {', '.join(SPLITS)}")
+        if not self.has_validation:
+            raise ValueError(
+                "this dataset has no validation split (prepared with --no-validation, or by an "
+                "older ncf-pipelines); prepare it again to make choices on a validation split"
+            )
+        return dataclasses.replace(
+            self,
+            eval_files=self.validation_files,
+            num_eval_users=self.num_validation_users,
+            num_eval_elements=self.num_validation_elements,
+            eval_steps=self.validation_steps,
+        )
 
     def train_file_paths(self, root: str, epoch: int) -> list[str]:
         """Absolute paths of one epoch's training files (epochs past the prepared ones wrap)."""
@@ -120,14 +189,19 @@ def train_file(epoch: int, name: str) -> str:
 
 
 def eval_file(name: str) -> str:
-    """Where an eval shard file goes, relative to the build."""
+    """Where an eval (test) shard file goes, relative to the build."""
     return os.path.join(EVAL_DIR, name)
 
 
-def build_folders(num_epochs: int) -> list[str]:
+def validation_file(name: str) -> str:
+    """Where a validation shard file goes, relative to the build."""
+    return os.path.join(VALIDATION_DIR, name)
+
+
+def build_folders(num_epochs: int, validation: bool = True) -> list[str]:
     """Every folder a build of ``num_epochs`` epochs has, relative to the build."""
     epochs = [os.path.join(TRAIN_DIR, epoch_dir(e)) for e in range(num_epochs)]
-    return [*epochs, EVAL_DIR, VOCAB_DIR]
+    return [*epochs, EVAL_DIR, *([VALIDATION_DIR] if validation else []), VOCAB_DIR]
 
 
 def _not_prepared(root: str) -> str:

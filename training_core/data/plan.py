@@ -2,7 +2,8 @@
 
 Once the source is hashed and cleaned, both engines (``prepare`` on one machine, ``prepare_beam``
 as a Beam job) take the same global decisions here: the error for data that cleaning emptied, the
-build folder's name, the :class:`Plan` (shards, eval batch, options, fingerprint) and, at the end,
+build folder's name, the :class:`Plan` (shards, eval batch, the held-out split's counts, options,
+fingerprint) and, at the end,
 what records them: the vocabulary files' content and ``metadata.json``.
 """
 
@@ -14,6 +15,7 @@ import json
 import logging
 import math
 import os
+from collections.abc import Sequence
 from importlib import metadata as importlib_metadata
 
 import numpy as np
@@ -102,6 +104,9 @@ class Plan:
     num_epochs: int  # Resolved: PrepareConfig.resolved_epochs.
     options: dict
     fingerprint: str
+    num_validation_users: int  # Users with a validation item; 0 without a validation split.
+    # Interactions less the held-out ones (test and validation items); a refit's: every one.
+    num_train_positives: int
 
     def shard_options(self, config: PrepareConfig) -> ShardOptions:
         """The per-shard options of this plan."""
@@ -113,13 +118,26 @@ class Plan:
             eval_negatives=config.eval_negatives,
             eval_sampling=config.eval_sampling,
             eval_users_per_batch=self.eval_users_per_batch,
+            validation=config.validation,
+            refit=config.refit,
         )
 
 
 def make_plan(
-    config: PrepareConfig, fmt: str, source_sha: str, rows_kept: int, num_users: int, num_items: int
+    config: PrepareConfig,
+    fmt: str,
+    source_sha: str,
+    rows_kept: int,
+    num_users: int,
+    num_items: int,
+    validation_users: int = 0,
 ) -> Plan:
     """Shards, eval batch, options and fingerprint: a pure function of the clean data's counts.
+
+    ``validation_users``: the users with enough interactions for a validation item
+    (``sampling.has_validation_item``); they have one when ``config.validation``. The epochs
+    (``resolved_epochs``) are decided from the training positives that leaves: every
+    interaction in a refit (``config.refit``), which holds nothing out of training.
 
     Raises:
         ValueError: more eval negatives asked for than the items allow.
@@ -136,7 +154,11 @@ def make_plan(
     upb = resolve_eval_users_per_batch(
         config.eval_batch_size, config.eval_negatives, max_shard_users, config.eval_users_multiple
     )
-    num_epochs = config.resolved_epochs(rows_kept - num_users)
+    num_validation_users = validation_users if config.validation else 0
+    num_train_positives = (
+        rows_kept if config.refit else rows_kept - num_users - num_validation_users
+    )
+    num_epochs = config.resolved_epochs(num_train_positives)
     options = {
         "format": fmt,
         "columns": dataclasses.asdict(config.columns),
@@ -150,12 +172,18 @@ def make_plan(
         "seed": config.seed,
         "num_shards": num_shards,
     }
+    if config.validation:  # Absent without: such a dataset keeps the fingerprint it had before.
+        options["validation"] = True
+    if config.refit:  # Likewise absent without: a dataset that is no refit keeps its fingerprint.
+        options["refit"] = True
     fingerprint = hashlib.sha256(
         json.dumps(
             {"v": FORMAT_VERSION, "source": source_sha, "options": options}, sort_keys=True
         ).encode()
     ).hexdigest()
-    return Plan(num_shards, upb, num_epochs, options, fingerprint)
+    return Plan(
+        num_shards, upb, num_epochs, options, fingerprint, num_validation_users, num_train_positives
+    )
 
 
 # Per record beyond the packed ids: the TFRecord frame (16 bytes) and each feature's key and
@@ -214,13 +242,15 @@ def estimate(
     train_row = user_bytes + item_bytes + 2
     eval_row = user_bytes + item_bytes + 1
     batch = config.train_batch_size
-    positives = rows_kept - num_users
+    positives = plan.num_train_positives
     per_shard_train = -(-positives * (1 + config.num_neg) // plan.num_shards)
     train_rows = plan.num_shards * max(1, -(-per_shard_train // batch)) * batch
     per_eval_user = 1 + config.eval_negatives
     upb = plan.eval_users_per_batch
     per_shard_users = -(-num_users // plan.num_shards)
     eval_rows = plan.num_shards * max(1, -(-per_shard_users // upb)) * upb * per_eval_user
+    if config.validation:  # The validation split: at most the test split's size.
+        eval_rows *= 2
     train_records = train_rows // batch
     eval_records = eval_rows // (upb * per_eval_user)
     total = (
@@ -250,6 +280,10 @@ def build_options(config: PrepareConfig) -> dict:
     skip = {"input_path", "output_dir", "workers", "overwrite", "epochs_for"}
     if config.num_epochs is not None:
         skip |= {"train_preset", "train_epochs"}
+    if not config.validation:  # As before validation splits: the same build folder.
+        skip |= {"validation"}
+    if not config.refit:  # Likewise: a dataset that is no refit keeps its build folder.
+        skip |= {"refit"}
     return {k: v for k, v in dataclasses.asdict(config).items() if k not in skip}
 
 
@@ -276,8 +310,11 @@ def build_metadata(
     eval_files: list[ShardFile],
     short_users: tuple[int, int],
     build: str,
+    validation_files: Sequence[ShardFile] = (),
 ) -> DatasetMetadata:
     """``metadata.json`` from the shards' counts; both engines assemble it here.
+
+    ``validation_files``: the validation split's, one per shard when ``config.validation``.
 
     Shard paths are relative to ``build`` (the build folder); metadata names them from the
     dataset folder.
@@ -299,6 +336,7 @@ def build_metadata(
         )
     train_files = {epoch: [_under(build, f) for f in files] for epoch, files in train_files.items()}
     eval_files = [_under(build, f) for f in eval_files]
+    validation_files = [_under(build, f) for f in validation_files]
     first_epoch = train_files[epoch_dir(0)]
     upb = plan.eval_users_per_batch
     return DatasetMetadata(
@@ -313,7 +351,7 @@ def build_metadata(
         eval_negatives=config.eval_negatives,
         eval_sampling=config.eval_sampling,
         seed=config.seed,
-        num_train_positives=stats["rows_kept"] - num_users,
+        num_train_positives=plan.num_train_positives,
         num_train_elements=sum(f.elements for f in first_epoch),
         train_steps_per_epoch=sum(f.batches for f in first_epoch),
         num_eval_users=num_users,
@@ -336,6 +374,11 @@ def build_metadata(
         user_vocab=f"{build}/{USER_VOCAB}",
         item_vocab=f"{build}/{ITEM_VOCAB}",
         created_by=f"ncf-pipelines {package_version()}",
+        validation_files=validation_files,
+        num_validation_users=plan.num_validation_users,
+        num_validation_elements=sum(f.elements for f in validation_files),
+        validation_steps=sum(f.batches for f in validation_files),
+        refit=config.refit,
     )
 
 

@@ -1,9 +1,10 @@
 """Each user's positives, read back from a prepared dataset's records.
 
 ``training_positives``: the items a user trained on (what full-catalog evaluation does not rank).
-``held_out_items``: the one item per user that evaluation holds out (the last row of each user's
-group in the eval records). ``seen_items``: both, every item the data holds for a user (what
-``recommend`` excludes: a user's latest interaction is seen too). Both read the records with
+``held_out_items``: the one item per user that a split holds out (the last row of each user's
+group in its records; ``held_out_items(meta.split(name), ...)`` for either split).
+``seen_items``: all of them, every item the data holds for a user (what ``recommend`` excludes:
+a user's latest interactions are seen too). They read the records with
 ``tf.data``, so they work on any filesystem TensorFlow reads (``gs://`` included); TensorFlow is
 imported when they are called, as ``records.feature_spec`` does, so importing this module stays
 free of it.
@@ -16,7 +17,7 @@ import logging
 import numpy as np
 
 from training_core.data import records
-from training_core.data.metadata import DatasetMetadata
+from training_core.data.metadata import SPLIT_VALIDATION, SPLITS, DatasetMetadata
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,8 @@ def training_positives(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray
     """``(row_splits, items)``: each user's distinct training items (indices), sorted, as CSR.
 
     Read from epoch 0's training records (``labels == 1`` and ``valid_point_mask == 1``): every
-    epoch holds each training positive once. The held-out eval item is not among them.
+    epoch holds each training positive once. The held-out items (test and validation) are not
+    among them, except in a refit (``meta.refit``), which trained on every interaction.
     """
     users, items = [], []
     for batch in _read(meta.train_file_paths(data_dir, 0), meta.train_prebatch_size, True):
@@ -52,8 +54,9 @@ def training_positives(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray
 def held_out_items(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray, np.ndarray]:
     """``(users, items)``: every evaluated user (sorted) and the item held out for them.
 
-    The eval records hold ``1 + eval_negatives`` rows per user, the held-out positive last; a
-    user whose positive row is masked is padding and is left out.
+    The records of ``meta``'s eval files (the test split; ``meta.split(name)`` for another)
+    hold ``1 + eval_negatives`` rows per user, the held-out positive last; a user whose positive
+    row is masked is padding and is left out.
     """
     k = 1 + meta.eval_negatives
     users, items = [], []
@@ -78,15 +81,22 @@ def held_out_items(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray, np
 def seen_items(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray, np.ndarray]:
     """``(row_splits, items)``: every item the data holds for each user, sorted, as CSR.
 
-    The training positives and the held-out item: what a user has interacted with, so what
-    recommendations leave out. Leave-one-out holds out each user's latest interaction, the one a
-    user is least likely to want back.
+    The training positives and the held-out items of every split the dataset has: what a user
+    has interacted with, so what recommendations leave out. The splits hold out each user's
+    latest interactions, the ones a user is least likely to want back. A refit's training
+    positives are already every interaction: they are read alone.
     """
     splits, trained = training_positives(meta, data_dir)
-    users, held_out = held_out_items(meta, data_dir)
+    if meta.refit:
+        return splits, trained
     trained_users = np.repeat(np.arange(meta.num_users, dtype=np.int64), np.diff(splits))
     n = meta.num_items
-    pairs = np.unique(np.concatenate([trained_users * n + trained, users * n + held_out]))
+    keys = [trained_users * n + trained]
+    for name in SPLITS:
+        if name != SPLIT_VALIDATION or meta.has_validation:
+            users, held_out = held_out_items(meta.split(name), data_dir)
+            keys.append(users * n + held_out)
+    pairs = np.unique(np.concatenate(keys))
     row_splits = np.zeros(meta.num_users + 1, np.int64)
     np.cumsum(np.bincount(pairs // n, minlength=meta.num_users), out=row_splits[1:])
     return row_splits, (pairs % n).astype(np.int64)

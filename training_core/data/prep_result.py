@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from training_core.data.dataset_folder import record_files
 from training_core.data.metadata import DatasetMetadata
 
 
@@ -26,16 +27,26 @@ class PrepareResult:
 
 def dataset_bytes(meta: DatasetMetadata) -> int:
     """Bytes of a dataset's TFRecord files."""
-    return sum(f.bytes for fs in meta.train_files.values() for f in fs) + sum(
-        f.bytes for f in meta.eval_files
-    )
+    return sum(f.bytes for f in record_files(meta))
 
 
 def summary(result: PrepareResult) -> str:
     """A few lines a person reads at the end of a run."""
     m = result.metadata
-    files = sum(len(v) for v in m.train_files.values()) + len(m.eval_files)
+    files = len(record_files(m))
     train_rows = m.num_train_elements * m.num_epochs
+    if m.has_validation:
+        validation = (
+            f"  validation: {m.num_validation_users:,} users, {m.num_validation_elements:,} rows, "
+            f"{m.validation_steps:,} batches (choices are made on it)"
+        )
+    else:
+        validation = "  validation: none (choices are made on the test split; --no-validation)"
+    refit = (
+        ["  refit: every interaction is a training positive; the held-out records measure nothing"]
+        if m.refit
+        else []
+    )
     return "\n".join(
         [
             f"{'Reused' if result.reused else 'Prepared'} {result.output_dir}",
@@ -44,7 +55,10 @@ def summary(result: PrepareResult) -> str:
             f"  train: {train_rows:,} rows over {m.num_epochs} epoch(s), "
             f"{m.train_steps_per_epoch:,} batches of {m.train_prebatch_size} per epoch",
             f"  eval:  {m.num_eval_elements:,} rows, {m.eval_steps:,} batches of "
-            f"{m.eval_prebatch_size} ({m.eval_users_per_batch} users x {1 + m.eval_negatives})",
+            f"{m.eval_prebatch_size} ({m.eval_users_per_batch} users x {1 + m.eval_negatives})"
+            " (the test split)",
+            validation,
+            *refit,
             f"  files {files}  bytes {result.total_bytes / 1e6:,.1f} MB  "
             f"time {result.seconds:.1f}s",
         ]
@@ -61,6 +75,9 @@ def artifact_metadata(result: PrepareResult) -> dict:
         "train_steps_per_epoch": m.train_steps_per_epoch,
         "num_epochs": m.num_epochs,
         "num_eval_users": m.num_eval_users,
+        "num_validation_users": m.num_validation_users,
+        "num_train_positives": m.num_train_positives,
+        "refit": m.refit,
         "eval_prebatch_size": m.eval_prebatch_size,
         "fingerprint": m.fingerprint,
         "source_sha256": m.source["sha256"],

@@ -1,8 +1,10 @@
 """Raw interactions to pre-batched NCF TFRecords, on one machine.
 
 Steps: read (``io``), clean and index in memory (duplicates, minimum ratings, contiguous ids),
-split leave-one-out by time, take the global decisions (``plan``), then per shard of users and
-per epoch draw training negatives and eval candidates and write pre-batched records
+split by time (each user's last interaction the test item, the one before it the validation
+item: ``sampling``; a refit trains on every interaction beside the same splits), take the
+global decisions (``plan``), then per shard of users and per epoch
+draw training negatives and the held-out splits' candidates and write pre-batched records
 (``shards``). Shards run in worker processes that die with this one; the output is
 byte-identical for any number of workers. The folder is held by one writer and a run builds in a
 private folder, published in one step (``dataset_folder``): an interrupted or failed run never
@@ -31,6 +33,8 @@ from training_core.data import io as rio
 from training_core.data.config import RUNNER_LOCAL, PrepareConfig, check_runner
 from training_core.data.metadata import (
     ITEM_VOCAB,
+    SPLIT_TEST,
+    SPLIT_VALIDATION,
     USER_VOCAB,
     DatasetMetadata,
     ShardFile,
@@ -58,7 +62,7 @@ class IndexedData:
     user_vocab: np.ndarray  # Raw id of each user index.
     item_vocab: np.ndarray  # Raw id of each item index.
     offsets: np.ndarray  # Per user index, into items.
-    items: np.ndarray  # Item indices, each user's oldest first, held-out last.
+    items: np.ndarray  # Item indices, each user's oldest first, the test item last.
     stats: dict[str, int]
 
     @property
@@ -275,12 +279,14 @@ def _write_train_shard(shard_index: int, epoch: int) -> tuple[ShardFile, float]:
     return shard_file, time.perf_counter() - t0
 
 
-def _write_eval_shard(shard_index: int) -> tuple[ShardFile, tuple[int, int], float]:
+def _write_eval_shard(shard_index: int, split: str) -> tuple[ShardFile, tuple[int, int], float]:
     t0 = time.perf_counter()
     w = _WORK
     shard = make_shard(w["data"], shard_index, w["opts"].num_shards)
     comp = sampling.complement(shard)
-    shard_file, short = shards.write_eval_shard(shard, comp, w["opts"], w["output_dir"])
+    shard_file, short = shards.write_eval_shard(
+        shard, comp, w["opts"], w["output_dir"], split=split
+    )
     short_train = sampling.short_train_users(comp, w["opts"].num_neg)
     return shard_file, (short, short_train), time.perf_counter() - t0
 
@@ -420,6 +426,7 @@ def _prepare(config: PrepareConfig) -> PrepareResult:
         indexed.stats["rows_kept"],
         indexed.num_users,
         indexed.num_items,
+        int(sampling.has_validation_item(np.diff(indexed.offsets)).sum()),
     )
     out = config.output_dir
     build = build_name(config, source.sha256)
@@ -435,7 +442,7 @@ def _prepare(config: PrepareConfig) -> PrepareResult:
             seconds = time.perf_counter() - t0
             return PrepareResult(existing, out, True, seconds, dataset_bytes(existing))
         check_resources(config, plan, size, _worker_count(config, plan))
-        with dataset_folder.building(out, build, plan.num_epochs) as root:
+        with dataset_folder.building(out, build, plan.num_epochs, config.validation) as root:
             meta = _build(config, source, indexed, plan, build, root, timings)
             dataset_folder.publish(out, meta)
     return PrepareResult(meta, out, False, time.perf_counter() - t0, dataset_bytes(meta), timings)
@@ -470,7 +477,7 @@ def check_resources(config: PrepareConfig, plan: Plan, size: Estimate, workers: 
 
 def _worker_count(config: PrepareConfig, plan: Plan) -> int:
     """Worker processes: ``--workers`` (default one per CPU), at most one per file."""
-    files = plan.num_shards * (plan.num_epochs + 1)
+    files = plan.num_shards * (plan.num_epochs + 1 + config.validation)
     return min(config.workers or os.cpu_count() or 1, files)
 
 
@@ -544,7 +551,9 @@ def _build(
     timings: dict,
 ) -> DatasetMetadata:
     """Every file of the build folder ``root``; returns the metadata that publishes them."""
-    train_files, eval_files, short_users = _write_shards(indexed, plan, config, root, timings)
+    train_files, eval_files, validation_files, short_users = _write_shards(
+        indexed, plan, config, root, timings
+    )
     atomic_writes.write_text_atomic(os.path.join(root, USER_VOCAB), vocab_text(indexed.user_vocab))
     atomic_writes.write_text_atomic(os.path.join(root, ITEM_VOCAB), vocab_text(indexed.item_vocab))
     return build_metadata(
@@ -560,21 +569,24 @@ def _build(
         eval_files,
         short_users,
         build,
+        validation_files,
     )
 
 
 def _write_shards(
     indexed: IndexedData, plan: Plan, config: PrepareConfig, root: str, timings: dict
-) -> tuple[dict[str, list[ShardFile]], list[ShardFile], tuple[int, int]]:
-    """Every shard's eval file and per-epoch training files under ``root``, in worker processes.
+) -> tuple[dict[str, list[ShardFile]], list[ShardFile], list[ShardFile], tuple[int, int]]:
+    """Every shard's eval (and validation) file and per-epoch training files, in workers.
 
-    Returns the training files per epoch, the eval files and the counts of short users (eval
-    rows with repeats, training negatives with repeats).
+    Returns the training files per epoch, the eval (test) files, the validation files (none
+    without ``config.validation``) and the counts of short users (test rows with repeats,
+    training negatives with repeats).
     """
     num_shards = plan.num_shards
     _WORK.clear()
     _WORK.update(data=indexed, output_dir=root, opts=plan.shard_options(config))
-    tasks = [(_write_eval_shard, (s,)) for s in range(num_shards)]
+    splits = [SPLIT_TEST, *([SPLIT_VALIDATION] if config.validation else [])]
+    tasks = [(_write_eval_shard, (s, split)) for split in splits for s in range(num_shards)]
     tasks += [
         (_write_train_shard, (s, e)) for e in range(plan.num_epochs) for s in range(num_shards)
     ]
@@ -588,7 +600,7 @@ def _write_shards(
         len(tasks),
         workers,
     )
-    eval_files: list[ShardFile] = []
+    held_out: dict[str, list[ShardFile]] = {split: [] for split in splits}
     train_files: dict[str, list[ShardFile]] = {epoch_dir(e): [] for e in range(plan.num_epochs)}
     short_users = [0, 0]
     written_rows = 0
@@ -602,8 +614,9 @@ def _write_shards(
             for done, ((fn, args), result) in enumerate(zip(tasks, results, strict=True), start=1):
                 if fn is _write_eval_shard:
                     shard_file, short, seconds = result
-                    eval_files.append(shard_file)
-                    short_users = [a + b for a, b in zip(short_users, short, strict=True)]
+                    held_out[args[1]].append(shard_file)
+                    if args[1] == SPLIT_TEST:  # Each split has about the same short users.
+                        short_users = [a + b for a, b in zip(short_users, short, strict=True)]
                     task_seconds["eval"] += seconds
                 else:
                     shard_file, seconds = result
@@ -628,4 +641,9 @@ def _write_shards(
     timings["train_task_seconds"] = task_seconds["train"]
     timings["eval_task_seconds"] = task_seconds["eval"]
     timings["workers"] = workers
-    return train_files, eval_files, (short_users[0], short_users[1])
+    return (
+        train_files,
+        held_out[SPLIT_TEST],
+        held_out.get(SPLIT_VALIDATION, []),
+        (short_users[0], short_users[1]),
+    )

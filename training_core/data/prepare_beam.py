@@ -12,8 +12,9 @@ The pipeline takes the same global decisions with the same functions (``plan``):
    counts drops users who rated every item and yields the sorted vocabularies (contiguous ids in
    ascending raw-id order) and the plan (``plan.make_plan``) as a side input.
 3. **Shard** by ``user_index % num_shards`` (second shuffle); per shard, sort by (time, input
-   order), then ``sampling``'s vectorized eval and training draws and ``shards``' writers, with
-   generators seeded by (seed, shard, purpose, epoch): same seed, same bytes, any worker count.
+   order), then ``sampling``'s vectorized draws (training rows, the test and validation splits)
+   and ``shards``' writers, with generators seeded by (seed, shard, purpose, epoch): same seed,
+   same bytes, any worker count.
 4. The launcher assembles ``metadata.json`` from the shards' counts and publishes it last.
 
 Errors raised inside the job (bad lines, wrong types, too few users) carry a marker that the
@@ -50,7 +51,13 @@ from training_core.data import (
 )
 from training_core.data import io as rio
 from training_core.data.config import PrepareConfig
-from training_core.data.metadata import ITEM_VOCAB, USER_VOCAB, ShardFile, epoch_dir
+from training_core.data.metadata import (
+    ITEM_VOCAB,
+    SPLIT_VALIDATION,
+    USER_VOCAB,
+    ShardFile,
+    epoch_dir,
+)
 
 log = logging.getLogger(__name__)
 
@@ -350,7 +357,13 @@ def summarize(
     stats["rows_kept"] = int(counts[alive].sum())
     user_vocab, item_vocab = users[alive], item_ids[present]
     decided = plan.make_plan(
-        config, fmt, source_sha, stats["rows_kept"], len(user_vocab), len(item_vocab)
+        config,
+        fmt,
+        source_sha,
+        stats["rows_kept"],
+        len(user_vocab),
+        len(item_vocab),
+        int(sampling.has_validation_item(counts[alive]).sum()),
     )
     return Summary(user_vocab, item_vocab, stats, decided)
 
@@ -425,7 +438,7 @@ def build_shard(index: int, parts, num_items: int) -> sampling.Shard:
 
 
 def write_shard(element, summary: Summary, config: PrepareConfig, out: str, remote: bool):
-    """Eval and every epoch's training file of one shard; its counts go to the staging folder."""
+    """A shard's test, validation and every epoch's training files; counts go to the staging."""
     t0 = time.perf_counter()
     index, parts = element
     shard = build_shard(index, parts, len(summary.item_vocab))
@@ -433,6 +446,10 @@ def write_shard(element, summary: Summary, config: PrepareConfig, out: str, remo
     opts = summary.plan.shard_options(config)
     write = _writer(remote)
     eval_file, short = shards.write_eval_shard(shard, comp, opts, out, write)
+    validation = []  # The split's file, when there is one (as many as the eval files: 0 or 1).
+    if config.validation:
+        split_file, _ = shards.write_eval_shard(shard, comp, opts, out, write, SPLIT_VALIDATION)
+        validation.append(dataclasses.asdict(split_file))
     train = [
         dataclasses.asdict(shards.write_train_shard(shard, comp, e, opts, out, write))
         for e in range(summary.plan.num_epochs)
@@ -440,6 +457,7 @@ def write_shard(element, summary: Summary, config: PrepareConfig, out: str, remo
     result = {
         "shard": index,
         "eval": dataclasses.asdict(eval_file),
+        "validation": validation,
         "short_users": short,
         "short_train_users": sampling.short_train_users(comp, opts.num_neg),
         "train": train,
@@ -528,8 +546,16 @@ def _predicted_fingerprint(config: PrepareConfig, out: str, fmt: str, source_sha
     if not same_cleaning:
         return "(different)"
     try:
+        # The users with a validation item are known where the dataset has a validation split;
+        # where it has none, this run's options differ from its options or do not count them.
         decided = plan.make_plan(
-            config, fmt, source_sha, m.source["rows_kept"], m.num_users, m.num_items
+            config,
+            fmt,
+            source_sha,
+            m.source["rows_kept"],
+            m.num_users,
+            m.num_items,
+            m.num_validation_users,
         )
     except ValueError:
         return "(different)"
@@ -578,7 +604,7 @@ def prepare_beam(config: PrepareConfig, beam_config: BeamConfig) -> prep_result.
         num_buckets = beam_config.num_buckets or max(4, min(4096, 2 * len(chunks)))
         # The epochs are the plan's, decided in the job once the data is counted: the workers
         # make the epoch folders as they write (_writer).
-        with dataset_folder.building(out, build) as root:
+        with dataset_folder.building(out, build, validation=config.validation) as root:
             staging = os.path.join(root, dataset_folder.BEAM_STAGING)
             os.makedirs(staging, exist_ok=True)
             log.info(
@@ -650,6 +676,7 @@ def _assemble(
         for e in range(decided.num_epochs)
     }
     eval_files = [ShardFile(**r["eval"]) for r in results]
+    validation_files = [ShardFile(**f) for r in results for f in r["validation"]]
     return plan.build_metadata(
         config,
         decided,
@@ -666,4 +693,5 @@ def _assemble(
             sum(r["short_train_users"] for r in results),
         ),
         build,
+        validation_files,
     )

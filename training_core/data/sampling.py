@@ -8,6 +8,13 @@ distributed (Beam) path that groups the same users produce the same bytes.
 Complement sampling: for a user with sorted interacted items ``p_0 < p_1 < ...`` the r-th item the
 user never touched is ``r + #{j : p_j - j <= r}``; one ``searchsorted`` over all users of the shard
 maps uniform draws in ``[0, num_items - n_u)`` to never-seen items, with no rejection loop.
+
+Held-out items: each user's last interaction is the test item (``eval_rows``); with a validation
+split, the second-to-last of a user with at least ``VALIDATION_MIN_INTERACTIONS`` is the
+validation item (``validation_rows``). Neither is a training positive, except in a refit, where
+every interaction is (``train_rows``; the splits' candidates are drawn as without it). Each split
+draws from its own random stream, so the test split's bytes do not depend on whether there is a
+validation split, or a refit.
 """
 
 from __future__ import annotations
@@ -21,7 +28,17 @@ EVAL_REFERENCE = "reference"
 EVAL_SAMPLINGS = (EVAL_DISTINCT, EVAL_REFERENCE)
 
 _PURPOSE_TRAIN = 1
-_PURPOSE_EVAL = 2
+_PURPOSE_EVAL = 2  # The test split.
+_PURPOSE_VALIDATION = 3
+
+# Interactions a user needs for a validation item: one to train on, the validation item, the test
+# item. A user with two keeps training on the first and has only a test item.
+VALIDATION_MIN_INTERACTIONS = 3
+
+
+def has_validation_item(counts: np.ndarray) -> np.ndarray:
+    """Per user of ``counts`` interactions, whether a validation split holds an item of theirs."""
+    return counts >= VALIDATION_MIN_INTERACTIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +46,8 @@ class Shard:
     """One shard's users and their interactions, grouped by user.
 
     ``items[offsets[k]:offsets[k+1]]`` are user ``users[k]``'s items in time order (oldest first,
-    ties in file order); the last one is the held-out positive.
+    ties in file order); the last one is the test item, the one before it the validation item
+    (``has_validation_item``) when there is a validation split.
     """
 
     index: int
@@ -42,6 +60,18 @@ class Shard:
     def counts(self) -> np.ndarray:
         """Interactions per user."""
         return np.diff(self.offsets)
+
+    def held_out(self, validation: bool) -> np.ndarray:
+        """A mask over ``items``: the test item of each user, and the validation item if asked."""
+        out = np.zeros(len(self.items), dtype=bool)
+        out[self.offsets[1:] - 1] = True
+        if validation:
+            out[self.offsets[self.validation_users() + 1] - 2] = True
+        return out
+
+    def validation_users(self) -> np.ndarray:
+        """Shard-local indices of the users with a validation item (``has_validation_item``)."""
+        return np.flatnonzero(has_validation_item(self.counts))
 
 
 def shard_rng(seed: int, shard: int, purpose: int, epoch: int = 0) -> np.random.Generator:
@@ -171,11 +201,21 @@ class TrainRows:
     labels: np.ndarray  # uint8, 1 for a positive.
 
 
-def train_rows(shard: Shard, comp: Complement, num_neg: int, seed: int, epoch: int) -> TrainRows:
+def train_rows(
+    shard: Shard,
+    comp: Complement,
+    num_neg: int,
+    seed: int,
+    epoch: int,
+    validation: bool = False,
+    refit: bool = False,
+) -> TrainRows:
     """Every training positive plus ``num_neg`` never-seen negatives each, shuffled.
 
-    The held-out (last) interaction of each user is not a training positive, and negatives exclude
-    it as well as every training positive. Each epoch draws afresh.
+    The held-out interactions of each user (the test item, and the validation item when
+    ``validation``: ``Shard.held_out``) are not training positives, and negatives exclude them as
+    well as every training positive. ``refit``: every interaction is a training positive, the
+    held-out ones too (``validation`` then changes nothing here). Each epoch draws afresh.
 
     Row ``j`` before the shuffle is positive ``j`` for ``j < P`` and else negative ``j - P`` of
     positive ``(j - P) // num_neg``; the shuffle is one permutation of those rows.
@@ -183,9 +223,7 @@ def train_rows(shard: Shard, comp: Complement, num_neg: int, seed: int, epoch: i
     rng = shard_rng(seed, shard.index, _PURPOSE_TRAIN, epoch)
     counts = shard.counts
     local = np.arange(len(shard.users), dtype=np.int32)
-    # Training positives: all but the last interaction of each user.
-    keep = np.ones(len(shard.items), dtype=bool)
-    keep[shard.offsets[1:] - 1] = False
+    keep = np.ones(len(shard.items), dtype=bool) if refit else ~shard.held_out(validation)
     pos_rows = np.repeat(local, counts)[keep]
     num_pos = len(pos_rows)
 
@@ -224,30 +262,60 @@ class EvalRows:
 def eval_rows(
     shard: Shard, comp: Complement, eval_negatives: int, seed: int, sampling: str = EVAL_DISTINCT
 ) -> EvalRows:
-    """Eval candidates per user: ``eval_negatives`` negatives, then the held-out positive.
+    """The test split's candidates per user: ``eval_negatives`` negatives, then the test item.
 
-    ``distinct``: negatives are distinct items the user never interacted with (held-out item
+    ``distinct``: negatives are distinct items the user never interacted with (held-out items
     included in the exclusion); a user with fewer such items gets them all, then repeats of the
     first, which are masked. ``reference``: TF Model Garden's sampling, with replacement from items
-    not among the user's *training* positives (so the held-out item can appear as a negative and
-    tie with the positive); repeats after the first occurrence are masked.
+    the user never interacted with plus the split's own held-out item (so it can appear as a
+    negative and tie with the positive, as in the reference); repeats after the first occurrence
+    are masked.
     """
-    rng = shard_rng(seed, shard.index, _PURPOSE_EVAL)
-    n_users = len(shard.users)
+    rows = np.arange(len(shard.users), dtype=np.int64)
     positives = shard.items[shard.offsets[1:] - 1]
+    rng = shard_rng(seed, shard.index, _PURPOSE_EVAL)
+    return _candidates(shard, comp, rows, positives, eval_negatives, rng, sampling)
+
+
+def validation_rows(
+    shard: Shard, comp: Complement, eval_negatives: int, seed: int, sampling: str = EVAL_DISTINCT
+) -> EvalRows:
+    """The validation split's candidates, as :func:`eval_rows` draws the test split's.
+
+    Only users with a validation item (``has_validation_item``) are in it, each with their
+    second-to-last interaction as the positive. Its negatives exclude every interaction of the
+    user (the test item too); with ``reference`` sampling the validation item itself may appear
+    among them, as the test item may among the test split's. Drawn from its own random stream.
+    """
+    rows = shard.validation_users()
+    positives = shard.items[shard.offsets[rows + 1] - 2]
+    rng = shard_rng(seed, shard.index, _PURPOSE_VALIDATION)
+    return _candidates(shard, comp, rows, positives, eval_negatives, rng, sampling)
+
+
+def _candidates(
+    shard: Shard,
+    comp: Complement,
+    rows: np.ndarray,
+    positives: np.ndarray,
+    eval_negatives: int,
+    rng: np.random.Generator,
+    sampling: str,
+) -> EvalRows:
+    """Negatives of the shard-local users ``rows`` (ascending), then ``positives``, one row each."""
     if sampling == EVAL_DISTINCT:
-        negs, dup, short = _distinct_negatives(comp, eval_negatives, rng)
+        negs, dup, short = _distinct_negatives(comp, rows, eval_negatives, rng)
     elif sampling == EVAL_REFERENCE:
-        negs, dup, short = _reference_negatives(shard, comp, positives, eval_negatives, rng)
+        negs, dup, short = _reference_negatives(comp, rows, positives, eval_negatives, rng)
     else:
         raise ValueError(f"unknown eval sampling {sampling!r}; use one of {EVAL_SAMPLINGS}")
     items = np.concatenate([negs, positives[:, None]], axis=1)
-    mask = np.concatenate([dup, np.zeros((n_users, 1), np.int64)], axis=1)
-    return EvalRows(shard.users.copy(), items, mask, short)
+    mask = np.concatenate([dup, np.zeros((len(rows), 1), np.int64)], axis=1)
+    return EvalRows(shard.users[rows], items, mask, short)
 
 
-def _distinct_negatives(comp: Complement, n: int, rng: np.random.Generator):
-    sizes = comp.sizes
+def _distinct_negatives(comp: Complement, users: np.ndarray, n: int, rng: np.random.Generator):
+    sizes = comp.sizes[users]
     n_users = len(sizes)
     ranks = np.zeros((n_users, n), dtype=np.int64)
     dup = np.zeros((n_users, n), dtype=np.int64)
@@ -295,24 +363,24 @@ def _distinct_negatives(comp: Complement, n: int, rng: np.random.Generator):
             todo = todo[np.unique(r)]
         ranks[idx] = draw
 
-    rows = np.repeat(np.arange(n_users, dtype=np.int64), n)
+    rows = np.repeat(users, n)
     items = comp.items(rows, ranks.reshape(-1)).reshape(n_users, n)
     return items, dup, int(short.sum() - (sizes == n).sum())
 
 
 def _reference_negatives(
-    shard: Shard, comp: Complement, positives: np.ndarray, n: int, rng: np.random.Generator
+    comp: Complement, users: np.ndarray, positives: np.ndarray, n: int, rng: np.random.Generator
 ):
-    """With replacement from items outside the user's training positives (held-out item allowed)."""
-    n_users = len(shard.users)
+    """With replacement from the user's never-seen items and the split's held-out item."""
+    n_users = len(users)
     # Never-seen ranks are drawn over the complement plus the held-out item: rank m_u (one past the
     # never-seen set) stands for the held-out item itself.
-    sizes = comp.sizes + 1
-    rows = np.repeat(np.arange(n_users, dtype=np.int64), n)
-    ranks = np.floor(rng.random(len(rows)) * sizes[rows]).astype(np.int64)
+    which = np.repeat(np.arange(n_users, dtype=np.int64), n)
+    rows = users[which]
+    ranks = np.floor(rng.random(len(rows)) * (comp.sizes[rows] + 1)).astype(np.int64)
     is_heldout = ranks == comp.sizes[rows]
     items = comp.items(rows, np.minimum(ranks, comp.sizes[rows] - 1))
-    items = np.where(is_heldout, positives[rows], items).reshape(n_users, n)
+    items = np.where(is_heldout, positives[which], items).reshape(n_users, n)
     # Mask repeats after the first occurrence in each row.
     order = np.argsort(items, axis=1, kind="stable")
     sorted_items = np.take_along_axis(items, order, axis=1)

@@ -1,4 +1,4 @@
-"""One shard's files: its training rows per epoch and its eval candidates, pre-batched.
+"""One shard's files: its training rows per epoch and its held-out splits' candidates, pre-batched.
 
 Both engines write every shard through these functions (``prepare`` in worker processes,
 ``prepare_beam`` in Beam workers), so a shard's bytes depend only on its users and
@@ -15,7 +15,14 @@ import numpy as np
 
 from training_core.common import faults
 from training_core.data import records, sampling
-from training_core.data.metadata import ShardFile, eval_file, train_file
+from training_core.data.metadata import (
+    SPLIT_TEST,
+    SPLIT_VALIDATION,
+    ShardFile,
+    eval_file,
+    train_file,
+    validation_file,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +36,8 @@ class ShardOptions:
     eval_negatives: int
     eval_sampling: str
     eval_users_per_batch: int
+    validation: bool = False  # Whether each user's second-to-last interaction is held out too.
+    refit: bool = False  # Whether every interaction is a training positive (sampling.train_rows).
 
 
 # Writes framed records to a path (through a temporary name) and returns the bytes written.
@@ -52,7 +61,9 @@ def write_train_shard(
     write: RecordWriter = records.write_tfrecord_file,
 ) -> ShardFile:
     """One epoch of one shard's training rows, pre-batched and padded, as one TFRecord file."""
-    rows = sampling.train_rows(shard, comp, opts.num_neg, opts.seed, epoch)
+    rows = sampling.train_rows(
+        shard, comp, opts.num_neg, opts.seed, epoch, opts.validation, opts.refit
+    )
     n = len(rows.users)
     batch = opts.train_batch_size
     total = max(1, -(-n // batch)) * batch
@@ -78,9 +89,16 @@ def write_eval_shard(
     opts: ShardOptions,
     output_dir: str,
     write: RecordWriter = records.write_tfrecord_file,
+    split: str = SPLIT_TEST,
 ) -> tuple[ShardFile, int]:
-    """One shard's eval candidates as one TFRecord file; also returns its short users."""
-    ev = sampling.eval_rows(shard, comp, opts.eval_negatives, opts.seed, opts.eval_sampling)
+    """One shard's candidates of a held-out split as one TFRecord file; also its short users.
+
+    ``split``: ``test`` (``eval/``, every user) or ``validation`` (``validation/``, the users
+    with a validation item; a shard with none holds one record of padding, as any shard's last
+    record is padded to whole records).
+    """
+    rows, place = _SPLITS[split]
+    ev = rows(shard, comp, opts.eval_negatives, opts.seed, opts.eval_sampling)
     upb = opts.eval_users_per_batch
     n_users, width = ev.items.shape
     padded_users = max(1, -(-n_users // upb)) * upb
@@ -95,8 +113,15 @@ def write_eval_shard(
     columns = records.as_columns(
         [users.reshape(-1), items.reshape(-1), mask.reshape(-1)], training=False
     )
-    rel = eval_file(records.shard_name(shard.index, opts.num_shards))
+    rel = place(records.shard_name(shard.index, opts.num_shards))
     path = os.path.join(output_dir, rel)
     with faults.naming(path):
         size = write(path, records.encode_examples(columns, upb * width))
     return ShardFile(rel, padded_users // upb, n_users * width, size), ev.short_users
+
+
+# Each held-out split's candidates and where its files go.
+_SPLITS = {
+    SPLIT_TEST: (sampling.eval_rows, eval_file),
+    SPLIT_VALIDATION: (sampling.validation_rows, validation_file),
+}

@@ -1,10 +1,12 @@
-"""Evaluation: HR@10/NDCG@10 over a prepared dataset's eval split, sampled and full-catalog.
+"""Evaluation: HR@10/NDCG@10 over a prepared dataset's held-out splits, sampled and full-catalog.
 
 ``run_eval`` (with the ``tf.function`` ``make_eval_fn`` builds) scores a model in memory against
 each user's sampled negatives (the eval records); ``full_catalog.FullCatalogEval`` ranks the same
 held-out items against every item the user did not train on. The training loop calls both after
-every epoch. ``evaluate`` does the same for a trained model folder (its latest checkpoint, or one
-named), and ranks the popularity baseline beside it the same way. Only the model's weights are
+every epoch (on the split choices are made on: ``DatasetMetadata.selection_split``) and score
+the test split once at the end. ``evaluate`` does the same for a trained model folder (its latest
+checkpoint, or one named) on the test split and, where the dataset has one, the validation split,
+and ranks the popularity baseline beside it the same way. Only the model's weights are
 restored, so a checkpoint written under any strategy (mirrored, multi-worker, TPU) evaluates
 under any other, one device included.
 """
@@ -16,7 +18,7 @@ import logging
 
 import tensorflow as tf
 
-from training_core.data.metadata import DatasetMetadata, read_metadata
+from training_core.data.metadata import SPLIT_TEST, SPLIT_VALIDATION, DatasetMetadata, read_metadata
 from training_core.evaluation import baselines, full_catalog, metrics
 from training_core.evaluation.eval_config import EvalOptions
 from training_core.training import input_pipeline
@@ -27,21 +29,9 @@ log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
-class EvalResult:
-    """HR@10/NDCG@10 of one checkpoint: over sampled negatives, and over the full catalog.
+class SplitResult:
+    """One held-out split's numbers, with the names ``EvalResult`` gives the test split's."""
 
-    The ``full_catalog_*`` metrics rank the held-out item against every item the user did not
-    train on, for ``full_catalog_users`` users: all of them, or a fixed-seed sample of that many
-    when ``full_catalog_capped``. Recall@10 equals HR@10 (one held-out item per user).
-
-    ``popularity_*``: the popularity baseline (``baselines.Popularity``: items ranked by their
-    training count, whoever the user) ranked by the same code against the same candidates and
-    users; ``beats_popularity`` says whether the model's sampled HR@10 is above the baseline's.
-    A model that does not beat it has learned nothing personal.
-    """
-
-    checkpoint: str
-    step: int
     hr_at_10: float
     ndcg_at_10: float
     eval_users: int
@@ -56,9 +46,45 @@ class EvalResult:
     popularity_full_catalog_ndcg_at_10: float
     beats_popularity: bool
 
+
+@dataclasses.dataclass(frozen=True)
+class EvalResult(SplitResult):
+    """HR@10/NDCG@10 of one checkpoint: over sampled negatives, and over the full catalog.
+
+    The unprefixed numbers are the test split's (each user's last interaction): the reported
+    result. ``validation`` holds the same numbers for the validation split (each user's
+    second-to-last), where the dataset has one, else ``None``; ``metrics()`` gives both, the
+    validation ones prefixed ``validation_``.
+
+    The ``full_catalog_*`` metrics rank the held-out item against every item the user did not
+    train on, for ``full_catalog_users`` users: all of them, or a fixed-seed sample of that many
+    when ``full_catalog_capped``. Recall@10 equals HR@10 (one held-out item per user).
+
+    ``popularity_*``: the popularity baseline (``baselines.Popularity``: items ranked by their
+    training count, whoever the user) ranked by the same code against the same candidates and
+    users; ``beats_popularity`` says whether the model's sampled HR@10 is above the baseline's.
+    A model that does not beat it has learned nothing personal.
+    """
+
+    checkpoint: str
+    step: int
+    validation: SplitResult | None = None
+
     def to_dict(self) -> dict:
-        """JSON-ready."""
+        """JSON-ready (``validation`` nested, or ``None``)."""
         return dataclasses.asdict(self)
+
+    def metrics(self) -> dict[str, float | int | bool]:
+        """The numbers, flat: the test split's as named, ``validation_*`` where there is one."""
+        out = {k: v for k, v in self.to_dict().items() if k not in ("checkpoint", "validation")}
+        if self.validation is not None:
+            out.update(
+                {
+                    f"{SPLIT_VALIDATION}_{k}": v
+                    for k, v in dataclasses.asdict(self.validation).items()
+                }
+            )
+        return out
 
 
 def make_eval_fn(
@@ -109,7 +135,7 @@ def rank_popularity(
     """The popularity baseline's sampled and full-catalog metrics.
 
     Ranked as ``full_eval``'s model is: the same users, candidates and code; the records it read
-    are reused.
+    are reused. ``meta``: the view of the split ``full_eval`` ranks (``DatasetMetadata.split``).
     """
     popularity = baselines.Popularity(full_eval.training_item_counts(), meta.num_users)
     return run_eval(popularity, strategy, meta, data_dir), full_eval.for_model(popularity)()
@@ -139,7 +165,11 @@ def evaluate(
     checkpoint: str | None = None,
     options: EvalOptions | None = None,
 ) -> EvalResult:
-    """HR@10 and NDCG@10 of a trained model on ``data_dir``'s eval split, sampled and full."""
+    """HR@10 and NDCG@10 of a trained model on ``data_dir``'s held-out splits.
+
+    The test split, and the validation split where the dataset has one: sampled and full
+    catalog, with the popularity baseline's beside them.
+    """
     options = options or EvalOptions()
     strategy = strategy or tf.distribute.get_strategy()
     meta = read_metadata(data_dir)
@@ -149,18 +179,37 @@ def evaluate(
             f"the model has {model.num_users} users and {model.num_items} items but {data_dir} "
             f"has {meta.num_users} and {meta.num_items}; evaluate on the data it was trained on"
         )
-    with input_pipeline.naming_damaged_files(meta.eval_file_paths(data_dir)):
-        result: metrics.RankingMetrics = run_eval(model, strategy, meta, data_dir)
+    log.info("evaluating %s (step %d)", path, step)
+    validation = (
+        score_split(model, strategy, meta, data_dir, SPLIT_VALIDATION, options)
+        if meta.has_validation
+        else None
+    )
+    test = score_split(model, strategy, meta, data_dir, SPLIT_TEST, options)
+    return EvalResult(**dataclasses.asdict(test), checkpoint=path, step=step, validation=validation)
+
+
+def score_split(
+    model: NeuMF,
+    strategy: tf.distribute.Strategy,
+    meta: DatasetMetadata,
+    data_dir: str,
+    split: str,
+    options: EvalOptions,
+) -> SplitResult:
+    """One split's sampled and full-catalog metrics, the popularity baseline's beside them."""
+    view = meta.split(split)
+    with input_pipeline.naming_damaged_files(view.eval_file_paths(data_dir)):
+        result: metrics.RankingMetrics = run_eval(model, strategy, view, data_dir)
     full_eval = full_catalog.FullCatalogEval(
-        model, strategy, meta, data_dir, options.full_catalog_users
+        model, strategy, meta, data_dir, options.full_catalog_users, split=split
     )
     full = full_eval(show_progress=True)
-    pop, pop_full = rank_popularity(full_eval, strategy, meta, data_dir)
+    pop, pop_full = rank_popularity(full_eval, strategy, view, data_dir)
     log.info(
-        "%s (step %d): HR@10 %.4f NDCG@10 %.4f over %d users against %d sampled negatives; "
+        "%s split: HR@10 %.4f NDCG@10 %.4f over %d users against %d sampled negatives; "
         "full catalog HR@10 %.4f NDCG@10 %.4f over %s (%d scores in %.1fs)",
-        path,
-        step,
+        split,
         result.hr,
         result.ndcg,
         result.users,
@@ -173,7 +222,9 @@ def evaluate(
     )
     beats = result.hr > pop.hr
     (log.info if beats else log.warning)(
-        "popularity baseline: HR@10 %.4f NDCG@10 %.4f (full catalog %.4f / %.4f): the model %s",
+        "%s split, popularity baseline: HR@10 %.4f NDCG@10 %.4f (full catalog %.4f / %.4f): "
+        "the model %s",
+        split,
         pop.hr,
         pop.ndcg,
         pop_full.metrics.hr,
@@ -182,9 +233,7 @@ def evaluate(
         if beats
         else "does NOT beat it: it has learned nothing personal (train longer, check the data)",
     )
-    return EvalResult(
-        path,
-        step,
+    return SplitResult(
         result.hr,
         result.ndcg,
         result.users,

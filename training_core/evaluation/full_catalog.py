@@ -6,9 +6,16 @@ user never saw that data prep sampled for the eval records (999 by default). Kri
 models differently from the ranking a user is shown, so evaluation also reports this one: for
 batches of users, the model scores user x every item on the device (``score_grid``: each item's
 share once, NeuMF's first layer split per side; any scorer with that interface works), the
-user's training positives are masked out, and the
-held-out item's rank among the rest gives the metrics (``metrics.full_catalog_sums``; ties count
-against it, as in the sampled ones).
+items the user interacted with before the held-out one are masked out, and the held-out item's
+rank among the rest gives the metrics (``metrics.full_catalog_sums``; ties count against it, as
+in the sampled ones).
+
+Which items are masked depends on the split ranked (``excluded_items``): for the ``test`` split
+(each user's last interaction) the training positives and, where the dataset has one, the user's
+validation item (the second-to-last interaction, made before the test one); for the
+``validation`` split only the training positives. The test item is a later interaction, not yet
+made when the validation one was, so it stays a candidate there: masking it would tell the
+ranking which item the future holds.
 
 The cost is users x items scores (ml-20m: 138k x 27k = 3.7G), so ``max_users`` caps the users: a
 fixed-seed sample, the same users for every model and every epoch of one dataset. The result
@@ -27,7 +34,7 @@ import tensorflow as tf
 
 from training_core.common import console
 from training_core.data import positives
-from training_core.data.metadata import DatasetMetadata
+from training_core.data.metadata import SPLIT_TEST, SPLIT_VALIDATION, DatasetMetadata
 from training_core.evaluation import metrics
 from training_core.training import input_pipeline
 
@@ -95,12 +102,14 @@ class FullCatalogEval:
     Args:
         model: a scorer with NeuMF's interface (``item_side``, ``score_grid``, ``num_items``).
         strategy: the strategy ``model`` lives under; users are split over its replicas.
-        meta: the prepared dataset.
+        meta: the prepared dataset, as ``read_metadata`` gives it (not a ``split`` view).
         data_dir: its folder.
         max_users: users to rank at most (a fixed-seed sample); 0: every user.
         dtype: the compute dtype of ``score``. float32 unless you know better: among thousands
             of items, float16 or bfloat16 logits tie often, and ties count against the positive.
         pairs_per_step: scores per replica per step (users per step: this over the items).
+        split: the held-out split ranked (``SPLITS``): ``test``, or ``validation`` where the
+            dataset has one.
     """
 
     def __init__(
@@ -112,20 +121,23 @@ class FullCatalogEval:
         max_users: int,
         dtype: tf.DType = tf.float32,
         pairs_per_step: int = PAIRS_PER_STEP,
+        split: str = SPLIT_TEST,
     ):
         self.model = model
         self.strategy = strategy
         self.meta = meta
+        self.split = split
+        self.split_meta = meta.split(split)  # Refuses an unknown split, or a missing one.
         self.data_dir = data_dir
         self.max_users = max_users
         self.dtype = dtype
         self.pairs_per_step = pairs_per_step
         replicas = strategy.num_replicas_in_sync
         self.num_items = meta.num_items
-        self.users_per_step = max(
-            1, min(pairs_per_step // meta.num_items, math.ceil(meta.num_eval_users / replicas))
-        )
+        per_replica = math.ceil(self.split_meta.num_eval_users / replicas)
+        self.users_per_step = max(1, min(pairs_per_step // meta.num_items, per_replica))
         self._ranked: _RankedUsers | None = None
+        self._trained: tuple[np.ndarray, np.ndarray] | None = None  # Shared with for_split's.
         self._loop = metrics.summing_loop(strategy, self._step)
 
     def __call__(self, show_progress: bool = False) -> FullCatalogMetrics:
@@ -172,8 +184,18 @@ class FullCatalogEval:
         The records are read once, by whichever of the two ranks first.
         """
         other = FullCatalogEval(model, self.strategy, self.meta, self.data_dir, self.max_users,
-                                self.dtype, self.pairs_per_step)  # fmt: skip
+                                self.dtype, self.pairs_per_step, self.split)  # fmt: skip
         other._ranked = self._users()
+        return other
+
+    def for_split(self, split: str) -> FullCatalogEval:
+        """The same model ranked on another held-out split.
+
+        Its users are read on its first call; the training positives are this one's.
+        """
+        other = FullCatalogEval(self.model, self.strategy, self.meta, self.data_dir, self.max_users,
+                                self.dtype, self.pairs_per_step, split)  # fmt: skip
+        other._trained = self._training_positives()
         return other
 
     def _users(self) -> _RankedUsers:
@@ -181,13 +203,18 @@ class FullCatalogEval:
             self._ranked = self._read_users()
         return self._ranked
 
+    def _training_positives(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._trained is None:
+            train_files = self.meta.train_file_paths(self.data_dir, 0)
+            with input_pipeline.naming_damaged_files(train_files):
+                self._trained = positives.training_positives(self.meta, self.data_dir)
+        return self._trained
+
     def _read_users(self) -> _RankedUsers:
-        """The ranked users, their held-out items, and their training positives as CSR."""
-        train_files = self.meta.train_file_paths(self.data_dir, 0)
-        with input_pipeline.naming_damaged_files(train_files):
-            all_splits, all_items = positives.training_positives(self.meta, self.data_dir)
-        with input_pipeline.naming_damaged_files(self.meta.eval_file_paths(self.data_dir)):
-            users, held_out = positives.held_out_items(self.meta, self.data_dir)
+        """The ranked users, their held-out items, and the items masked for them as CSR."""
+        trained = self._training_positives()
+        users, held_out = _held_out(self.split_meta, self.data_dir)
+        all_splits, all_items = excluded_items(self.meta, self.data_dir, self.split, trained)
         keep = select_users(users, self.max_users)
         starts = all_splits[users[keep]]
         lengths = all_splits[users[keep] + 1] - starts
@@ -195,7 +222,7 @@ class FullCatalogEval:
         np.cumsum(lengths, out=splits[1:-1])
         splits[-1] = splits[-2]
         items = all_items[_ranges(starts, lengths)]
-        counts = np.bincount(all_items, minlength=self.num_items)
+        counts = np.bincount(trained[1], minlength=self.num_items)  # Training positives only.
         return _RankedUsers(users[keep], held_out[keep], splits, items, len(users), counts)
 
     def _dataset_fn(self, ranked: _RankedUsers, steps: int):
@@ -234,6 +261,38 @@ class FullCatalogEval:
         return metrics.full_catalog_sums(
             scores, batch["excluded"], batch["positive"], batch["evaluated"]
         )
+
+
+def excluded_items(
+    meta: DatasetMetadata,
+    data_dir: str,
+    split: str,
+    trained: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(row_splits, items)``: per user, the items not ranked when ranking ``split``, as CSR.
+
+    The training positives (``trained``, read if not given), and for the ``test`` split of a
+    dataset with a validation split also each user's validation item (the module's docstring
+    says why the test item stays a candidate of the validation split).
+    """
+    if trained is None:
+        trained = positives.training_positives(meta, data_dir)
+    splits, items = trained
+    if split != SPLIT_TEST or not meta.has_validation:
+        return splits, items
+    users, earlier = _held_out(meta.split(SPLIT_VALIDATION), data_dir)
+    n = meta.num_items
+    owners = np.repeat(np.arange(meta.num_users, dtype=np.int64), np.diff(splits))
+    pairs = np.unique(np.concatenate([owners * n + items, users * n + earlier]))
+    row_splits = np.zeros(meta.num_users + 1, np.int64)
+    np.cumsum(np.bincount(pairs // n, minlength=meta.num_users), out=row_splits[1:])
+    return row_splits, (pairs % n).astype(np.int64)
+
+
+def _held_out(split_meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray, np.ndarray]:
+    """``positives.held_out_items`` of one split's view, naming a damaged file."""
+    with input_pipeline.naming_damaged_files(split_meta.eval_file_paths(data_dir)):
+        return positives.held_out_items(split_meta, data_dir)
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

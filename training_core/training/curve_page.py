@@ -1,12 +1,16 @@
 """A self-contained HTML page plotting loss, HR@10 and NDCG@10 per epoch (inline SVG, no scripts).
 
-Vertex AI shows an HTML artifact as is, so the page needs nothing from the network.
+Vertex AI shows an HTML artifact as is, so the page needs nothing from the network. The page
+names the split the epochs were measured on (validation where the dataset has one) and, apart,
+the test split's result for the final model, so that neither passes for the other.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
+
+from training_core.data.metadata import SPLIT_TEST
 
 _W, _H, _PAD = 360, 220, 40
 
@@ -48,19 +52,29 @@ def training_plots_html(
     epochs: Sequence[Mapping[str, float]],
     title: str = "NCF training",
     kept_epoch: int | None = None,
+    split: str = SPLIT_TEST,
+    test: Mapping[str, float] | None = None,
+    refit: bool = False,
 ) -> str:
     """One page with a chart per metric, from per-epoch records (``epoch``, ``loss``, ...).
 
+    ``refit``: a run on a refit dataset, which measures nothing held out: the loss alone.
+
     ``kept_epoch``: the epoch whose weights the model holds when it is not the last (patience);
-    its row is marked and a line above the table says so.
+    its row is marked and a line above the table says so. ``split``: the split the epochs'
+    HR@10 and NDCG@10 were measured on (``TrainResult.selection_split``). ``test``: the test
+    split's result for the final model (``TrainResult.to_dict()["test"]``), shown apart when it
+    was scored apart (``split`` is not the test split).
     """
     xs = [float(e["epoch"]) for e in epochs]
+    if refit:
+        return _refit_page(title, xs, epochs)
     charts = "".join(
         _chart(name, xs, [float(e[key]) for e in epochs])
         for name, key in (
             ("Training loss", "loss"),
-            ("HR@10", "hr_at_10"),
-            ("NDCG@10", "ndcg_at_10"),
+            (f"{split} HR@10", "hr_at_10"),
+            (f"{split} NDCG@10", "ndcg_at_10"),
         )
     )
     bold = " style='font-weight:bold'"
@@ -70,16 +84,60 @@ def training_plots_html(
         f"<td>{e['ndcg_at_10']:.4f}</td><td>{e['examples_per_sec']:.0f}</td></tr>"
         for e in epochs
     )
-    kept = (
-        f"<p>The model is epoch {kept_epoch}'s weights (the best HR@10; the epochs after it "
-        "brought no better one), not the last epoch's.</p>"
+    notes = (
+        f"<p>The model is epoch {kept_epoch}'s weights (the best {html.escape(split)} HR@10; the "
+        "epochs after it brought no better one), not the last epoch's.</p>"
         if kept_epoch is not None
         else ""
     )
+    if test is not None and split != SPLIT_TEST:
+        notes += (
+            f"<p>Test split, scored once on the final model: HR@10 {test['hr_at_10']:.4f}, "
+            f"NDCG@10 {test['ndcg_at_10']:.4f} over {int(test['eval_users'])} users; full "
+            f"catalog HR@10 {test['full_catalog_hr_at_10']:.4f}, NDCG@10 "
+            f"{test['full_catalog_ndcg_at_10']:.4f}. The epochs below were measured on the "
+            f"{html.escape(split)} split, which chose the model.</p>"
+        )
     return (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        "<style>body{font-family:sans-serif}div{display:inline-block;margin:8px}"
-        "td,th{padding:2px 10px;text-align:right}</style></head><body>"
-        f"<h2>{html.escape(title)}</h2>{charts}{kept}<table><tr><th>epoch</th><th>loss</th>"
-        f"<th>HR@10</th><th>NDCG@10</th><th>examples/s</th></tr>{rows}</table></body></html>\n"
+        f"{_STYLE}</head><body>"
+        f"<h2>{html.escape(title)}</h2>{charts}{notes}<table><tr><th>epoch</th><th>loss</th>"
+        f"<th>{html.escape(split)} HR@10</th><th>{html.escape(split)} NDCG@10</th>"
+        f"<th>examples/s</th></tr>{rows}</table></body></html>\n"
+    )
+
+
+_STYLE = (
+    "<style>body{font-family:sans-serif}div{display:inline-block;margin:8px}"
+    "td,th{padding:2px 10px;text-align:right}</style>"
+)
+
+
+def _refit_page(title: str, xs: list[float], epochs: Sequence[Mapping[str, float]]) -> str:
+    """A refit's page: its loss per epoch, and why nothing else is shown."""
+    rows = "".join(
+        f"<tr><td>{int(e['epoch'])}</td><td>{e['loss']:.4f}</td>"
+        f"<td>{e['examples_per_sec']:.0f}</td></tr>"
+        for e in epochs
+    )
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"{_STYLE}</head><body><h2>{html.escape(title)}</h2>"
+        f"{_chart('Training loss', xs, [float(e['loss']) for e in epochs])}"
+        "<p>A refit: every interaction was trained on, the held-out ones too, so nothing was "
+        "measured; the evaluated run's numbers are the model's (docs/training.md, Refit).</p>"
+        "<table><tr><th>epoch</th><th>loss</th><th>examples/s</th></tr>"
+        f"{rows}</table></body></html>\n"
+    )
+
+
+def result_page(result: Mapping, title: str = "NCF training") -> str:
+    """The page of a run, from ``TrainResult.to_dict()``: its epochs, kept epoch, splits."""
+    return training_plots_html(
+        result["epochs"],
+        title,
+        kept_epoch=result.get("kept_epoch"),
+        split=result.get("selection_split", SPLIT_TEST),
+        test=result.get("test"),
+        refit=bool(result.get("refit")),
     )

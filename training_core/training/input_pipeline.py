@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 import tensorflow as tf
 
 from training_core.data import records
-from training_core.data.metadata import DatasetMetadata
+from training_core.data.metadata import SPLIT_VALIDATION, DatasetMetadata
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,8 @@ def check_files(meta: DatasetMetadata, data_dir: str, epochs: int) -> None:
         ValueError: a file's size or the record counts disagree with the metadata.
     """
     groups = {"eval": meta.eval_files}
+    if meta.has_validation:
+        groups[SPLIT_VALIDATION] = meta.validation_files
     for epoch in range(min(epochs, meta.num_epochs)):
         key = f"epoch_{epoch:03d}"
         if key not in meta.train_files:
@@ -134,7 +136,9 @@ def check_files(meta: DatasetMetadata, data_dir: str, epochs: int) -> None:
                     "damaged or was changed after preparation, prepare it again"
                 )
         total = sum(f.batches for f in files)
-        want = meta.eval_steps if name == "eval" else meta.train_steps_per_epoch
+        want = {"eval": meta.eval_steps, SPLIT_VALIDATION: meta.validation_steps}.get(
+            name, meta.train_steps_per_epoch
+        )
         if total != want:
             raise ValueError(f"{name} files hold {total} records, metadata.json says {want}")
 

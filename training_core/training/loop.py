@@ -7,6 +7,18 @@ steps, and stops early once HR@10 reaches the preset's threshold. The data posit
 step: epoch ``step // steps_per_epoch``, and the epoch's dataset skips the steps already done, so a
 run killed at any point and restarted ends with the same step count and result.
 
+Every epoch is measured on the dataset's selection split (``DatasetMetadata.selection_split``):
+the validation split where the dataset has one, else the test split. Those numbers make every
+choice: the best epoch, patience, the target, and what ``on_epoch`` sees (tuning). The test split
+is scored once, after the loop, on the weights the model ends with (``TrainResult.test``); a
+dataset without a validation split has its test numbers from the kept epoch, not scored twice.
+A rerun of a finished run scores it again (the same weights, the same numbers).
+
+A refit dataset (``DatasetMetadata.refit``, docs/training.md "Refit") trained on its held-out
+items, so nothing is measured or chosen on them: no per-epoch evaluation, no target, no
+patience, no kept best epoch and no test result; the run trains exactly ``model.epochs`` epochs
+(``--refit-of`` sets them to the evaluated run's) and resumes as any other.
+
 A preset with ``patience`` also stops once that many epochs in a row bring no better HR@10, and
 the model it leaves is the best epoch's: each new best epoch's weights are saved (``best_dir``)
 before its checkpoint, and at the end they are read back and checkpointed as the final step, so a
@@ -31,7 +43,7 @@ from typing import Any
 import tensorflow as tf
 
 from training_core.common import atomic_writes, console, faults
-from training_core.data.metadata import DatasetMetadata, read_metadata
+from training_core.data.metadata import SPLIT_TEST, DatasetMetadata, read_metadata
 from training_core.evaluation.eval_config import CURVE_FULL_CATALOG_USERS
 from training_core.evaluation.evaluate import make_eval_fn, run_eval
 from training_core.evaluation.full_catalog import FullCatalogEval
@@ -55,6 +67,8 @@ from training_core.training.train_step import make_train_loop
 log = logging.getLogger(__name__)
 
 DENSE_TABLE_LIMIT = 1 << 22  # Embedding elements (both tables) up to which auto picks dense.
+# The held-out metrics TensorBoard and the curve get, per epoch (and the test split's once).
+_CURVE_METRICS = ("hr_at_10", "ndcg_at_10", "full_catalog_hr_at_10", "full_catalog_ndcg_at_10")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -63,7 +77,11 @@ class NonFiniteLossError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class EpochResult:
-    """One epoch's record (also the rows of the metrics JSON)."""
+    """One epoch's record (also the rows of the metrics JSON).
+
+    The metrics are the selection split's (``TrainResult.selection_split``): validation where
+    the dataset has one. A refit's epochs measure nothing: ``eval_users`` 0 and zero metrics.
+    """
 
     epoch: int
     step: int
@@ -80,8 +98,27 @@ class EpochResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class TestResult:
+    """The test split's numbers for the weights a run ended with (the reported result)."""
+
+    hr_at_10: float
+    ndcg_at_10: float
+    eval_users: int
+    full_catalog_hr_at_10: float  # Over the same fixed-seed sample of users as the epochs'.
+    full_catalog_ndcg_at_10: float
+    full_catalog_users: int
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainResult:
-    """What a run produced."""
+    """What a run produced.
+
+    ``epochs`` were measured on ``selection_split``; ``test`` is the test split's result for the
+    model's final weights (scored after training where the selection split is validation; the
+    final epoch's own numbers where it is the test split). ``None`` when no epoch ran.
+    ``refit``: trained on a refit dataset, so no epoch was measured, none is ``best`` and
+    ``test`` is ``None``; ``selection_split`` is empty.
+    """
 
     epochs: list[EpochResult]
     global_step: int
@@ -91,6 +128,9 @@ class TrainResult:
     strategy: str
     is_chief: bool = True  # False on the other workers of a multi-worker run: they publish nothing.
     kept_epoch: int | None = None  # The epoch whose weights the model holds, when not the last.
+    selection_split: str = SPLIT_TEST
+    test: TestResult | None = None
+    refit: bool = False
 
     @property
     def last(self) -> EpochResult | None:
@@ -99,8 +139,8 @@ class TrainResult:
 
     @property
     def best(self) -> EpochResult | None:
-        """The epoch with the highest HR@10 (the first of equals)."""
-        return best_epoch(self.epochs)
+        """The epoch with the highest HR@10 (the first of equals); ``None`` in a refit."""
+        return None if self.refit else best_epoch(self.epochs)
 
     @property
     def final(self) -> EpochResult | None:
@@ -119,6 +159,9 @@ class TrainResult:
             "steps_per_epoch": self.steps_per_epoch,
             "stopped_early": self.stopped_early,
             "kept_epoch": self.kept_epoch,
+            "selection_split": self.selection_split,
+            "test": dataclasses.asdict(self.test) if self.test is not None else None,
+            "refit": self.refit,
             "num_replicas": self.num_replicas,
             "strategy": self.strategy,
         }
@@ -135,21 +178,24 @@ def epochs_without_better(history: list[EpochResult]) -> int:
     return history[-1].epoch - best.epoch if best else 0
 
 
-def stop_reason(model: NeuMFConfig, history: list[EpochResult]) -> str | None:
+def stop_reason(
+    model: NeuMFConfig, history: list[EpochResult], split: str = SPLIT_TEST
+) -> str | None:
     """Why a run with this history stops early (the target reached, or patience), else None.
 
     The one rule: checked after each epoch, and on a resume against the restored history.
+    ``split``: the split the history was measured on, for the message.
     """
     if not history:
         return None
     last, target = history[-1], model.hr_threshold
     if target is not None and last.hr_at_10 >= target:
-        return f"HR@10 {last.hr_at_10:.4f} reached the target {target:.4f}: stopping"
+        return f"{split} HR@10 {last.hr_at_10:.4f} reached the target {target:.4f}: stopping"
     if model.patience is not None and epochs_without_better(history) >= model.patience:
         best = best_epoch(history)
         return (
             f"no better HR@10 than epoch {best.epoch}'s {best.hr_at_10:.4f} for "
-            f"{model.patience} epochs: stopping"
+            f"{model.patience} epochs on the {split} split: stopping"
         )
     return None
 
@@ -242,6 +288,9 @@ class _Trainer:
         self.config = config
         self.strategy = strategy
         self.meta = read_metadata(config.data_dir)
+        self.refit = not self.meta.held_out_unseen  # Nothing to measure on: see the docstring.
+        self.split = "" if self.refit else self.meta.selection_split  # What epochs measure.
+        self.selection_meta = self.meta.split(self.split or SPLIT_TEST)
         self.layout = input_pipeline.train_layout(
             self.meta, config.model.batch_size, strategy.num_replicas_in_sync
         )
@@ -274,9 +323,16 @@ class _Trainer:
         self.eval_fn = make_eval_fn(
             self.model, strategy, input_pipeline.eval_items_per_user(self.meta), self.dtype
         )
-        self.full_catalog = FullCatalogEval(
-            self.model, strategy, self.meta, config.data_dir, CURVE_FULL_CATALOG_USERS
-        )
+        self.full_catalog = None
+        if not self.refit:
+            self.full_catalog = FullCatalogEval(
+                self.model,
+                strategy,
+                self.meta,
+                config.data_dir,
+                CURVE_FULL_CATALOG_USERS,
+                split=self.split,
+            )
         self.writer = self._summary_writer()
 
     # -- construction -------------------------------------------------------------------------
@@ -355,6 +411,14 @@ class _Trainer:
     def _current_step(self) -> int:
         return int(self.step.numpy())
 
+    @property
+    def _summary_group(self) -> str:
+        """TensorBoard's group of the per-epoch metrics: the selection split's name.
+
+        ``eval`` for the test split, as it was named before validation splits existed.
+        """
+        return "eval" if self.split == SPLIT_TEST else self.split
+
     # -- checkpoints and history --------------------------------------------------------------
 
     def _history_path(self, step: int) -> str:
@@ -427,9 +491,59 @@ class _Trainer:
         self.best_checkpoint.read(path).assert_existing_objects_matched()
         self._save()
         log.info(
-            "the model holds epoch %d's weights, the best (HR@10 %.4f)", best.epoch, best.hr_at_10
+            "the model holds epoch %d's weights, the best (%s HR@10 %.4f)",
+            best.epoch,
+            self.split,
+            best.hr_at_10,
         )
         return best.epoch
+
+    def _score_test(self, final: EpochResult | None) -> TestResult | None:
+        """The test split's result for the model's current weights, ``final`` the epoch they are.
+
+        Scored here only where the epochs were measured on another split; else ``final``'s own.
+        """
+        if final is None or self.refit:
+            return None
+        if self.split == SPLIT_TEST:
+            return TestResult(
+                final.hr_at_10,
+                final.ndcg_at_10,
+                final.eval_users,
+                final.full_catalog_hr_at_10,
+                final.full_catalog_ndcg_at_10,
+                final.full_catalog_users,
+            )
+        cfg = self.config
+        with console.progress("test split evaluation"):
+            sampled = run_eval(
+                self.model, self.strategy, self.meta, cfg.data_dir, self.dtype, self.eval_fn
+            )
+            full = self.full_catalog.for_split(SPLIT_TEST)()
+        log.info(
+            "test split, scored once on the model's final weights (epoch %d's): HR@10 %.4f "
+            "NDCG@10 %.4f (%d users); full catalog HR@10 %.4f NDCG@10 %.4f over %s",
+            final.epoch,
+            sampled.hr,
+            sampled.ndcg,
+            sampled.users,
+            full.metrics.hr,
+            full.metrics.ndcg,
+            full.users_text,
+        )
+        test = TestResult(
+            sampled.hr,
+            sampled.ndcg,
+            sampled.users,
+            full.metrics.hr,
+            full.metrics.ndcg,
+            full.metrics.users,
+        )
+        with self.writer.as_default():
+            for name in _CURVE_METRICS:
+                tf.summary.scalar(f"{SPLIT_TEST}/{name}", getattr(test, name), step=final.step)
+        self.writer.flush()
+        return test
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -462,14 +576,26 @@ class _Trainer:
         check_model_folder(cfg.model_dir, cfg.model, self.meta)
         partial = self._restore()
         if self.is_chief:  # Only once the folder's checkpoint, if any, was restored into it.
-            write_model_config(cfg.model_dir, cfg.model, self.meta)
+            write_model_config(cfg.model_dir, cfg.model, self.meta, cfg.data_dir)
         history = self.history
         spe = layout.steps_per_epoch
-        patience = cfg.model.patience
-        stopped = stop_reason(cfg.model, history) is not None
+        patience = None if self.refit else cfg.model.patience
+        stopped = not self.refit and stop_reason(cfg.model, history, self.split) is not None
+        if self.refit:
+            if on_epoch is not None:
+                raise ValueError(
+                    f"{cfg.data_dir} is a refit dataset: its held-out items are training data, so "
+                    "no epoch is measured for a tuning trial (or any caller) to see"
+                )
+            log.info(
+                "a refit: %s trains on every interaction, the held-out ones too, so no epoch is "
+                "evaluated and nothing stops it early; training exactly %d epochs",
+                cfg.data_dir,
+                cfg.model.epochs,
+            )
         log.info(
             "training: %d replicas, global batch %d (%d per replica), %d steps per epoch, "
-            "%d epochs, compute dtype %s, %s embedding updates",
+            "%d epochs, compute dtype %s, %s embedding updates; epochs measured on the %s split",
             layout.num_replicas,
             layout.global_batch,
             layout.per_replica_batch,
@@ -477,6 +603,7 @@ class _Trainer:
             cfg.model.epochs,
             self.dtype.name,
             "dense" if self.dense else "sparse-row",
+            self.split or "no (a refit)",
         )
         reused_negatives_warning(cfg.model.epochs, self.meta.num_epochs, cfg.data_dir)
         with self.writer.as_default():
@@ -487,20 +614,24 @@ class _Trainer:
                 history.append(result)
                 if patience is not None and best_epoch(history) is result:
                     self._save_best(result.epoch)  # Before the epoch's checkpoint: see above.
-                tf.summary.scalar("eval/hr_at_10", result.hr_at_10, step=result.step)
-                tf.summary.scalar("eval/ndcg_at_10", result.ndcg_at_10, step=result.step)
-                for name in ("full_catalog_hr_at_10", "full_catalog_ndcg_at_10"):
-                    tf.summary.scalar(f"eval/{name}", getattr(result, name), step=result.step)
+                for name in () if self.refit else _CURVE_METRICS:
+                    tf.summary.scalar(
+                        f"{self._summary_group}/{name}", getattr(result, name), step=result.step
+                    )
                 self._save()
+                if self.refit:
+                    log.info("epoch %d done: loss %.4f", epoch + 1, result.loss)
+                    continue
                 log.info(
-                    "epoch %d done: loss %.4f HR@10 %.4f NDCG@10 %.4f (%d users)",
+                    "epoch %d done: loss %.4f %s HR@10 %.4f NDCG@10 %.4f (%d users)",
                     epoch + 1,
                     result.loss,
+                    self.split,
                     result.hr_at_10,
                     result.ndcg_at_10,
                     result.eval_users,
                 )
-                reason = stop_reason(cfg.model, history)
+                reason = stop_reason(cfg.model, history, self.split)
                 if reason is not None:
                     log.info("%s", reason)
                     stopped = True
@@ -511,7 +642,7 @@ class _Trainer:
         kept = None
         if patience is not None and history and best_epoch(history) is not history[-1]:
             kept = self._keep_best(best_epoch(history))
-        return TrainResult(
+        result = TrainResult(
             epochs=history,
             global_step=self._current_step(),
             steps_per_epoch=spe,
@@ -520,7 +651,11 @@ class _Trainer:
             strategy=type(self.strategy).__name__,
             is_chief=self.is_chief,
             kept_epoch=kept,
+            selection_split=self.split,
+            refit=self.refit,
         )
+        # After the best epoch's weights are back: the test split sees only the final model.
+        return dataclasses.replace(result, test=self._score_test(result.final))
 
     def _steps(
         self,
@@ -591,14 +726,24 @@ class _Trainer:
         ):
             bar.update(start)
             loss_sum, trained, seconds = self._steps(iter(dist), epoch, start, partial, bar)
-        with console.progress(f"{what} evaluation"):
+        loss = loss_sum / trained if trained else float("nan")
+        rate = trained * layout.global_batch / seconds if seconds else 0.0
+        if self.refit:  # Nothing held out to measure on.
+            return EpochResult(epoch + 1, self._current_step(), loss, 0.0, 0.0, rate, 0)
+        with console.progress(f"{what} evaluation ({self.split} split)"):
             metrics_ = run_eval(
-                self.model, self.strategy, self.meta, cfg.data_dir, self.dtype, self.eval_fn
+                self.model,
+                self.strategy,
+                self.selection_meta,
+                cfg.data_dir,
+                self.dtype,
+                self.eval_fn,
             )
             full = self.full_catalog()
         log.info(
-            "epoch %d full catalog: HR@10 %.4f NDCG@10 %.4f over %s (%.1fs)",
+            "epoch %d full catalog: %s HR@10 %.4f NDCG@10 %.4f over %s (%.1fs)",
             epoch + 1,
+            self.split,
             full.metrics.hr,
             full.metrics.ndcg,
             full.users_text,
@@ -607,10 +752,10 @@ class _Trainer:
         return EpochResult(
             epoch=epoch + 1,
             step=self._current_step(),
-            loss=loss_sum / trained if trained else float("nan"),
+            loss=loss,
             hr_at_10=metrics_.hr,
             ndcg_at_10=metrics_.ndcg,
-            examples_per_sec=trained * layout.global_batch / seconds if seconds else 0.0,
+            examples_per_sec=rate,
             eval_users=metrics_.users,
             full_catalog_hr_at_10=full.metrics.hr,
             full_catalog_ndcg_at_10=full.metrics.ndcg,
@@ -619,20 +764,40 @@ class _Trainer:
 
 
 def summary_metrics(result: TrainResult) -> dict[str, float]:
-    """A run's headline numbers (of the epoch the model is), as a Metrics artifact records them."""
+    """A run's headline numbers (of the epoch the model is), as a Metrics artifact records them.
+
+    Measured on a validation split, the epoch's numbers are named ``validation_*`` (the best
+    epoch's ``best_validation_hr_at_10``) and the test split's, scored once on the final weights,
+    ``test_*``: no key is both. Measured on the test split (a dataset without validation), the
+    names are unprefixed, as they always were, and the test numbers are the epoch's own. A
+    refit's are ``refit`` 1 and the run's facts only: it measured nothing.
+    """
     final = result.final
     if final is None:
         return {"epochs": 0}
-    return {
+    chosen = {
         "hr_at_10": final.hr_at_10,
         "ndcg_at_10": final.ndcg_at_10,
+        "full_catalog_hr_at_10": final.full_catalog_hr_at_10,
+        "full_catalog_ndcg_at_10": final.full_catalog_ndcg_at_10,
+    }
+    run = {
         "loss": final.loss,
         "examples_per_sec": final.examples_per_sec,
         "epochs": len(result.epochs),
-        "best_hr_at_10": result.best.hr_at_10,
-        "full_catalog_hr_at_10": final.full_catalog_hr_at_10,
-        "full_catalog_ndcg_at_10": final.full_catalog_ndcg_at_10,
         "global_step": result.global_step,
+    }
+    if result.refit:
+        return {"refit": 1, **run}
+    if result.selection_split == SPLIT_TEST:
+        return {**chosen, **run, "best_hr_at_10": result.best.hr_at_10}
+    split = result.selection_split
+    test = dataclasses.asdict(result.test) if result.test else {}
+    return {
+        **{f"{split}_{k}": v for k, v in chosen.items()},
+        f"best_{split}_hr_at_10": result.best.hr_at_10,
+        **{f"{SPLIT_TEST}_{k}": test[k] for k in chosen if k in test},
+        **run,
     }
 
 
@@ -656,3 +821,48 @@ def train(
         return _Trainer(config, strategy).run(on_epoch)
     with atomic_writes.hold(config.model_dir, "train", wait=False):
         return _Trainer(config, strategy).run(on_epoch)
+
+
+def train_step(
+    data_dir: str, model_dir: str, parameters: dict[str, Any]
+) -> tuple[TrainConfig, TrainResult]:
+    """A training component's run: its parameters (``locals()``) to a config, a strategy, a run.
+
+    ``train_model`` and ``refit_model`` (``refit_of`` set) both call it: the options through
+    ``train_config.from_parameters``, the strategy from ``distribution_strategy``,
+    ``tpu_address`` and ``expect_accelerator``/``_count``; a full disk or too little memory
+    is reported in one paragraph.
+    """
+    from training_core.training import strategy as st
+    from training_core.training.train_config import from_parameters
+
+    config = from_parameters(data_dir, model_dir, parameters)
+    strategy = st.build_strategy(
+        st.strategy_config(
+            name=parameters["distribution_strategy"],
+            tpu_address=parameters["tpu_address"],
+            expect_accelerator=parameters["expect_accelerator"],
+            expect_accelerator_count=parameters["expect_accelerator_count"],
+        )
+    )
+    with faults.reported():
+        return config, train(config, strategy)
+
+
+def step_outputs(
+    config: TrainConfig, result: TrainResult
+) -> tuple[dict[str, float], str, dict[str, Any]]:
+    """What a training component publishes: its metrics, its curve page, the model's metadata.
+
+    The metadata names the preset as it trained (auto's pick for the data; its values are in
+    ``model_config.json``; a refit's is its evaluated run's, none by name) and says a refit.
+    """
+    from training_core.training import curve_page
+
+    facts = {
+        "framework": "tensorflow",
+        "preset": config.preset or "",
+        "global_step": result.global_step,
+        "refit": result.refit,
+    }
+    return summary_metrics(result), curve_page.result_page(result.to_dict()), facts

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import hashlib
 import json
 import os
 import re
@@ -53,8 +54,32 @@ def config_path(model_dir: str) -> str:
     return os.path.join(model_dir, MODEL_CONFIG_FILE)
 
 
-def write_model_config(model_dir: str, config: NeuMFConfig, meta: DatasetMetadata) -> None:
+# model_config.json's record of the vocabularies the model's rows stand for.
+VOCAB_DIGEST = "vocab_sha256"
+
+
+def vocab_digest(data_dir: str, meta: DatasetMetadata) -> str:
+    """The SHA-256 of a prepared dataset's user and item vocabularies (any filesystem TF reads).
+
+    Equal for the datasets of one raw file prepared with the same reading and filtering options,
+    a refit's included: what a model's embedding rows mean.
+    """
+    import tensorflow as tf
+
+    digest = hashlib.sha256()
+    for rel in (meta.user_vocab, meta.item_vocab):
+        with tf.io.gfile.GFile(os.path.join(data_dir, rel), "rb") as f:
+            digest.update(f.read())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def write_model_config(
+    model_dir: str, config: NeuMFConfig, meta: DatasetMetadata, data_dir: str | None = None
+) -> None:
     """Records what ``evaluate``/``export`` need to rebuild the model.
+
+    With ``data_dir``, also its vocabularies' digest, which ``train --refit-of`` checks.
 
     A partial copy a killed run left (``atomic_writes.atomic_output``'s private name) is removed
     first.
@@ -66,6 +91,8 @@ def write_model_config(model_dir: str, config: NeuMFConfig, meta: DatasetMetadat
         "num_items": meta.num_items,
         "dataset_fingerprint": meta.fingerprint,
     }
+    if data_dir is not None:
+        payload[VOCAB_DIGEST] = vocab_digest(data_dir, meta)
     atomic_writes.write_text_atomic(config_path(model_dir), json.dumps(payload, indent=2))
 
 
@@ -110,6 +137,12 @@ def read_model_config(model_dir: str) -> tuple[NeuMFConfig, int, int]:
     model = dict(raw["model"])
     model["layers"] = tuple(model["layers"])
     return NeuMFConfig(**model), raw["num_users"], raw["num_items"]
+
+
+def recorded_vocab_digest(model_dir: str) -> str | None:
+    """The vocabularies' digest a model folder records (None: written before it was)."""
+    with open(config_path(model_dir)) as f:
+        return json.load(f).get(VOCAB_DIGEST)
 
 
 def checkpoint_dir(model_dir: str) -> str:

@@ -8,12 +8,15 @@ prepared data, every value checked first with a message naming the option. "Not 
 for ``batch_size`` the data's pre-batch size). One switch stops training early: ``target_hr``
 (``None``: the preset's target; 0 or less: never), which also turns off the preset's
 ``patience`` (stop after epochs without a better HR@10, keeping the best one's weights).
+``refit_of`` (a refit, docs/training.md) takes the hyperparameters and the epochs from an
+evaluated run's model folder instead (``refit_model``).
 ``with_training_epochs`` hands data prep, which does not know the presets, the epochs a run trains.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 from collections.abc import Mapping
@@ -141,6 +144,18 @@ class TrainOptions:
             + ", else none; 0: never)"
         },
     )
+    # A refit (docs/training.md, "Refit"): the evaluated run whose configuration and chosen
+    # number of epochs are trained again, on a refit dataset (prepare-data --refit).
+    refit_of: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "metavar": "MODEL_DIR",
+            "help": "train MODEL_DIR's configuration again, for the epochs whose weights it kept, "
+            "on --data prepared with --refit from the same raw data (every interaction a "
+            "training positive): the model to serve. Takes the hyperparameters from MODEL_DIR, "
+            "so no hyperparameter option may be given with it; nothing is evaluated",
+        },
+    )
 
 
 OPTIONS = tuple(f.name for f in dataclasses.fields(TrainOptions))
@@ -247,6 +262,11 @@ _OPTION_RULES: dict[str, tuple[str, str, Any]] = {
         lambda v: v >= 0,
     ),
     "keep_checkpoints": ("keep_checkpoints", "must be >= 1", lambda v: v >= 1),
+    "refit_of": (
+        "--refit-of",
+        "must name the evaluated run's model folder",
+        lambda v: isinstance(v, str) and bool(v),
+    ),
     "precision": (
         "--precision",
         f"must be one of {', '.join(PRECISIONS)}",
@@ -313,7 +333,8 @@ def config_for(
 
     Every value is checked first (``check_options``), before the data is read; then the preset
     is resolved (``auto``: by the data's training positives, ``presets.resolve_preset``),
-    ``batch_size`` defaulting to the data's pre-batch size. ``summaries_dir``
+    ``batch_size`` defaulting to the data's pre-batch size; with ``refit_of``, the evaluated
+    run's hyperparameters and kept epochs instead (``refit_model``). ``summaries_dir``
     defaults to ``$AIP_TENSORBOARD_LOG_DIR`` when Vertex AI sets it, else ``model_dir/summaries``.
 
     Raises:
@@ -322,7 +343,6 @@ def config_for(
         FileNotFoundError: ``data_dir`` holds no prepared dataset.
     """
     from training_core.data.metadata import read_metadata
-    from training_core.training.presets import get_preset, resolve_preset
 
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
@@ -337,6 +357,30 @@ def config_for(
     )
     opts = TrainOptions(**{"preset": preset or TrainOptions.preset, **given})
     meta = read_metadata(data_dir)
+    if opts.refit_of is not None:
+        model, preset_name = refit_model(opts.refit_of, data_dir, meta, given), None
+    else:
+        model, preset_name = _model_for(opts, meta)
+    return TrainConfig(
+        data_dir=data_dir,
+        model_dir=model_dir,
+        model=model,
+        seed=opts.seed,
+        steps_per_loop=opts.steps_per_loop,
+        checkpoint_every_steps=opts.checkpoint_every_steps,
+        keep_checkpoints=keep_checkpoints,
+        precision=opts.precision,
+        dense_gradients=EMBEDDING_UPDATES[opts.embedding_updates],
+        summaries_dir=summaries_dir or os.environ.get(SUMMARIES_ENV) or None,
+        jit_compile=jit_compile,
+        preset=preset_name,
+    )
+
+
+def _model_for(opts: TrainOptions, meta: Any) -> tuple[NeuMFConfig, str]:
+    """The hyperparameters these options give on this data, and the preset they start from."""
+    from training_core.training.presets import get_preset, resolve_preset
+
     preset_name = resolve_preset(opts.preset, meta.num_train_positives)
     model = get_preset(
         preset_name,
@@ -354,19 +398,93 @@ def config_for(
         model = dataclasses.replace(model, hr_threshold=None, patience=None)
     if opts.patience is not None:  # Set: it wins over the preset's and over target_hr's "never".
         model = dataclasses.replace(model, patience=opts.patience if opts.patience > 0 else None)
-    return TrainConfig(
-        data_dir=data_dir,
-        model_dir=model_dir,
-        model=model,
-        seed=opts.seed,
-        steps_per_loop=opts.steps_per_loop,
-        checkpoint_every_steps=opts.checkpoint_every_steps,
-        keep_checkpoints=keep_checkpoints,
-        precision=opts.precision,
-        dense_gradients=EMBEDDING_UPDATES[opts.embedding_updates],
-        summaries_dir=summaries_dir or os.environ.get(SUMMARIES_ENV) or None,
-        jit_compile=jit_compile,
-        preset=preset_name,
+    return model, preset_name
+
+
+# What a refit takes from the evaluated run (``refit_of``): every option that shapes the model
+# or decides its epochs. The others (the seed, how the run runs) are the refit's own.
+REFIT_TAKES = (
+    "preset",
+    "architecture",
+    "epochs",
+    "batch_size",
+    "learning_rate",
+    "l2_regularization",
+    "num_factors",
+    "mlp_layers",
+    "target_hr",
+    "patience",
+)
+
+
+def kept_epoch(epochs: list[Mapping[str, Any]], patience: int | None) -> int:
+    """The epoch whose weights a finished run kept, from its history rows (``epoch``, HR@10).
+
+    The loop's rule (``loop._Trainer._run``): with patience the best HR@10 (the first of
+    equals), else the last.
+    """
+    if patience is not None:
+        return max(epochs, key=lambda e: e["hr_at_10"])["epoch"]
+    return epochs[-1]["epoch"]
+
+
+def refit_model(refit_of: str, data_dir: str, meta: Any, given: Mapping[str, Any]) -> NeuMFConfig:
+    """The evaluated run's hyperparameters, for the epochs it kept, to train on a refit dataset.
+
+    The model ``refit_of`` holds decides everything the gate's evidence is about: its shape,
+    optimizer and batch from its ``model_config.json``, and its epochs from its history (the
+    epoch it kept). Nothing is evaluated in a refit, so nothing stops it early.
+
+    Raises:
+        ValueError: ``data_dir`` is no refit dataset, or not one of the evaluated run's users and
+            items; a hyperparameter option was given too (naming it); ``refit_of`` never
+            finished an epoch.
+        FileNotFoundError: ``refit_of`` is no training output folder.
+    """
+    from training_core.training.model_dir import (
+        history_files,
+        read_model_config,
+        recorded_vocab_digest,
+        vocab_digest,
+    )
+
+    taken = [k for k in REFIT_TAKES if given.get(k, DEFAULTS[k]) not in (None, DEFAULTS[k])]
+    if taken:
+        raise ValueError(
+            f"--refit-of takes the configuration of {refit_of}; leave out "
+            + ", ".join(_OPTION_RULES[k][0] if k in _OPTION_RULES else f"--{k}" for k in taken)
+        )
+    if not meta.refit:
+        raise ValueError(
+            f"--refit-of needs a refit dataset, and {data_dir} is not one: prepare the same raw "
+            "data with the same options and --refit (ncf-pipelines prepare-data --refit)"
+        )
+    evaluated, num_users, num_items = read_model_config(refit_of)
+    if (num_users, num_items) != (meta.num_users, meta.num_items):
+        raise ValueError(
+            f"{data_dir} holds {meta.num_users} users and {meta.num_items} items, but {refit_of} "
+            f"was trained on {num_users} users and {num_items} items: prepare the refit from the "
+            "evaluated run's raw data with its options, adding --refit"
+        )
+    recorded = recorded_vocab_digest(refit_of)
+    if recorded is not None and recorded != vocab_digest(data_dir, meta):
+        raise ValueError(
+            f"{data_dir} holds other users or items than {refit_of} was trained on (their "
+            "vocabularies differ): prepare the refit from the evaluated run's raw data with its "
+            "options, adding --refit"
+        )
+    found = history_files(refit_of)
+    epochs = []
+    if found:
+        with open(found[max(found)]) as f:
+            epochs = json.load(f)["epochs"]
+    if not epochs:
+        raise ValueError(f"{refit_of} finished no epoch: train it (and evaluate it) first")
+    return dataclasses.replace(
+        evaluated,
+        epochs=kept_epoch(epochs, evaluated.patience),
+        hr_threshold=None,
+        patience=None,
     )
 
 

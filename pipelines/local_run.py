@@ -27,7 +27,7 @@ import re
 import sys
 import time
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
 from pipelines.local_conditions import conditions_enabled
@@ -157,17 +157,6 @@ def _run(pipeline_func, arguments: dict[str, Any], root: str, display: StepDispl
             where = f"its error is above, its whole log in {failed}"
         message = _ANSI.sub("", str(e)).rstrip(".")
         raise LocalRunFailed(f"{message}; {where}; the run's outputs are under {root}") from None
-
-
-def served_task(tasks: Iterable[str], task: str) -> str:
-    """The task of ``task``'s step for the model that serves: its refit's where one ran.
-
-    A component used twice in one pipeline gets the task name ``TASK-2`` the second time: the
-    refit's export, registration and recommendations (pipelines/pipeline.py, ``_refit``) are
-    those of the model a refit run serves; without a refit, ``task`` itself.
-    """
-    refit = f"{task}-2"
-    return refit if refit in tasks else task
 
 
 def _artifacts(exported_model: str) -> dict[str, dict[str, str]]:

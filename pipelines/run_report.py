@@ -24,7 +24,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 NOT_IN_RUN = "not in this run"
@@ -120,11 +120,20 @@ class RunFacts:
 # --- collecting a run's facts -----------------------------------------------------------------
 
 
+def served_task(tasks: Iterable[str], task: str) -> str:
+    """The task of ``task``'s step for the model that serves: its refit's where one ran.
+
+    A component used twice in one pipeline gets the task name ``TASK-2`` the second time: the
+    refit's export, registration and recommendations (pipelines/pipeline.py, ``_refit``) are
+    those of the model a refit run serves; without a refit, ``task`` itself.
+    """
+    refit = f"{task}-2"
+    return refit if refit in tasks else task
+
+
 def local_artifacts(run_dir: str) -> dict[str, Artifact]:
     """Role -> artifact of a kfp.local run folder, from each task's ``executor_output.json``."""
     found: dict[str, Artifact] = {}
-    from pipelines.local_run import served_task
-
     tasks = os.listdir(run_dir) if os.path.isdir(run_dir) else []
     for role, (task, name) in LOCAL_ARTIFACTS.items():
         if role in SERVED_ROLES:

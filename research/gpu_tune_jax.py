@@ -96,7 +96,9 @@ _DATA: dict = {}
 def _eval_shard(shard_index: int):
     d = _DATA
     shard = prepare.make_shard(d["data"], shard_index, d["num_shards"])
-    rows = sampling.eval_rows(
+    # The split prepare-data's defaults choose on: validation (the tune chooses, so never test).
+    draw = sampling.validation_rows if PREP.validation else sampling.eval_rows
+    rows = draw(
         shard, sampling.complement(shard), PREP.eval_negatives, PREP.seed, PREP.eval_sampling
     )
     return rows.users.astype(np.int32), rows.items.astype(np.int32), rows.duplicate_mask > 0
@@ -107,7 +109,9 @@ def _train_shard(task: tuple[int, int]):
     shard_index, epoch = task
     d = _DATA
     shard = prepare.make_shard(d["data"], shard_index, d["num_shards"])
-    rows = sampling.train_rows(shard, sampling.complement(shard), PREP.num_neg, PREP.seed, epoch)
+    rows = sampling.train_rows(
+        shard, sampling.complement(shard), PREP.num_neg, PREP.seed, epoch, PREP.validation
+    )
     p = d["prebatch"]
     n = len(rows.users)
     total = max(1, -(-n // p)) * p

@@ -52,10 +52,12 @@ def test_the_tune_s_rows_are_the_prepared_records_in_reading_order(tmp_path):
             np.testing.assert_array_equal(valid[k], rec["valid_point_mask"].reshape(-1))
     assert not np.array_equal(tuned["train"][0][1], tuned["train"][1][1])  # Fresh negatives.
 
-    # Eval: per user (by index), the 999 negatives and the held-out item last, duplicates masked.
+    # Eval: per user (by index), the 999 negatives and the held-out item last, duplicates masked,
+    # of the split the tune chooses on (validation: prepare-data's default).
     n = 1 + meta.eval_negatives
     by_user = {}
-    for path in meta.eval_file_paths(out):
+    assert meta.selection_split == "validation"
+    for path in meta.split(meta.selection_split).eval_file_paths(out):
         for data in records.read_tfrecord_file(path):
             rec = records.decode_example(data)
             u = rec["user_id"].reshape(-1, n)[:, 0]

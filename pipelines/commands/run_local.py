@@ -145,7 +145,7 @@ def summary(result, seconds: float, registry: str = "") -> str:
     m = result.metrics
     nan = float("nan")
     negatives = read_metadata(result.outputs["examples"]).eval_negatives
-    from pipelines.local_run import served_task
+    from pipelines.run_report import served_task
 
     # The model that serves: the refit's export where the run refit (the gate's is held out).
     task = served_task(result.artifacts, "export-model")
@@ -238,7 +238,7 @@ def _gate(result, registry: str) -> str:
 
 def _registration(result, registry: str) -> str:
     """What came of the gate's decision in the registry, in words."""
-    from pipelines.local_run import served_task
+    from pipelines.run_report import served_task
 
     task = served_task(result.artifacts, "register-model")
     registered = result.artifacts.get(task, {}).get("vertex_model")

@@ -11,6 +11,7 @@ import argparse
 import difflib
 import importlib
 import logging
+import os
 import sys
 import traceback
 
@@ -49,6 +50,21 @@ MACHINE_FAULT_EXIT = 1
 
 class UserError(Exception):
     """An error caused by input or options: printed as one clear message, no traceback."""
+
+
+def project_and_region(args: argparse.Namespace) -> tuple[str, str]:
+    """``--project`` and ``--region``, else ``GOOGLE_CLOUD_PROJECT``/``GOOGLE_CLOUD_REGION``.
+
+    Raises:
+        UserError: either is missing, naming the option and the variable.
+    """
+    project = args.project or os.environ.get("GOOGLE_CLOUD_PROJECT")
+    region = args.region or os.environ.get("GOOGLE_CLOUD_REGION")
+    if not project:
+        raise UserError("no project: pass --project or set GOOGLE_CLOUD_PROJECT")
+    if not region:
+        raise UserError("no region: pass --region or set GOOGLE_CLOUD_REGION")
+    return project, region
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -268,22 +268,31 @@ def tiny_csv(tmp_path_factory, tiny_interactions):
     return str(path)
 
 
-@pytest.fixture(scope="session")
-def tiny_data(tmp_path_factory, tiny_csv):
-    """The tiny synthetic ratings, prepared once per session (2 epochs, 99 eval negatives)."""
-    out = str(tmp_path_factory.mktemp("prepared") / "tiny")
+# tiny_data's options; other preparations of the tiny ratings change one of them.
+TINY_PREPARE = dict(min_ratings=0, num_epochs=2, eval_negatives=99, train_batch_size=256, workers=1)
+
+
+def prepare_tiny(tiny_csv: str, out: str, **options) -> str:
+    """The tiny ratings prepared into ``out`` with tiny_data's options, ``options`` replaced."""
     prepare.prepare(
-        PrepareConfig(
-            input_path=tiny_csv,
-            output_dir=out,
-            min_ratings=0,
-            num_epochs=2,
-            eval_negatives=99,
-            train_batch_size=256,
-            workers=1,
-        )
+        PrepareConfig(input_path=tiny_csv, output_dir=out, **{**TINY_PREPARE, **options})
     )
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory, tiny_csv):
+    """The tiny synthetic ratings, prepared once per session (2 epochs, 99 eval negatives, a
+    validation split: prepare-data's default)."""
+    return prepare_tiny(tiny_csv, str(tmp_path_factory.mktemp("prepared") / "tiny"))
+
+
+@pytest.fixture(scope="session")
+def tiny_data_without_validation(tmp_path_factory, tiny_csv):
+    """``tiny_data`` prepared with ``--no-validation`` (the reference's leave-one-out)."""
+    return prepare_tiny(
+        tiny_csv, str(tmp_path_factory.mktemp("prepared") / "tiny-loo"), validation=False
+    )
 
 
 # --- a trained tiny model and its export --------------------------------------------------------

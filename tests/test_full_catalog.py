@@ -14,8 +14,7 @@ from conftest import ROOT, WORKER, communicate, read_split
 from ncf_numpy import full_catalog_reference, leave_one_out_from_raw, neumf_scores
 
 from training_core.common import console
-from training_core.data import positives, prepare
-from training_core.data.config import PrepareConfig
+from training_core.data import positives
 from training_core.data.metadata import SPLIT_TEST, SPLIT_VALIDATION, read_metadata
 from training_core.evaluation import baselines, eval_config, full_catalog, metrics
 from training_core.evaluation.evaluate import evaluate, load_model, run_eval
@@ -379,43 +378,21 @@ def test_a_long_ranking_reports_progress_and_the_chunks_sum_to_the_whole(
 # --- which items each split leaves out ------------------------------------------------------
 
 
-def _prepared(tiny_csv, folder, validation: bool) -> str:
-    """The tiny ratings prepared with or without a validation split (whatever the default)."""
-    out = str(folder / "tiny")
-    prepare.prepare(
-        PrepareConfig(
-            input_path=tiny_csv, output_dir=out, min_ratings=0, num_epochs=1,
-            eval_negatives=99, train_batch_size=256, workers=1, validation=validation,
-        )
-    )  # fmt: skip
-    return out
-
-
-@pytest.fixture(scope="module")
-def validated(tiny_csv, tmp_path_factory):
-    return _prepared(tiny_csv, tmp_path_factory.mktemp("validated"), validation=True)
-
-
-@pytest.fixture(scope="module")
-def unvalidated(tiny_csv, tmp_path_factory):
-    return _prepared(tiny_csv, tmp_path_factory.mktemp("unvalidated"), validation=False)
-
-
 def test_the_test_split_leaves_the_validation_item_out_the_validation_split_keeps_the_test_item(
-    validated,
+    tiny_data,
 ):
     """Ranking the test item, the validation item (an earlier interaction) is no candidate;
     ranking the validation item, the test item (a later one) is. Each split against NumPy."""
-    meta = read_metadata(validated)
+    meta = read_metadata(tiny_data)
     strategy = tf.distribute.get_strategy()
-    users, test_items = positives.held_out_items(meta, validated)
-    val_users, val_items = positives.held_out_items(meta.split(SPLIT_VALIDATION), validated)
+    users, test_items = positives.held_out_items(meta, tiny_data)
+    val_users, val_items = positives.held_out_items(meta.split(SPLIT_VALIDATION), tiny_data)
     np.testing.assert_array_equal(users, np.arange(meta.num_users))
     assert len(val_users) > 100 and (val_items != test_items[val_users]).all()
 
     def ranked(table, split):
         scorer = TableScorer(table)
-        return full_catalog.FullCatalogEval(scorer, strategy, meta, validated, 0, split=split)()
+        return full_catalog.FullCatalogEval(scorer, strategy, meta, tiny_data, 0, split=split)()
 
     table = np.random.default_rng(5).random((meta.num_users, meta.num_items))
     # The validation item above the test item for every user: it must not count against it.
@@ -431,7 +408,7 @@ def test_the_test_split_leaves_the_validation_item_out_the_validation_split_keep
     assert (got.hits, got.users) == (len(val_users), len(val_users))
     assert got.ndcg == pytest.approx(1 / np.log2(3))
     # And on random scores, each equals NumPy with its own excluded sets.
-    splits, trained = positives.training_positives(meta, validated)
+    splits, trained = positives.training_positives(meta, tiny_data)
     train_sets = [set(trained[splits[u] : splits[u + 1]].tolist()) for u in users]
     earlier = [set(s) for s in train_sets]
     for u, item in zip(val_users, val_items, strict=True):
@@ -447,15 +424,20 @@ def test_the_test_split_leaves_the_validation_item_out_the_validation_split_keep
 
 
 def test_without_a_validation_split_the_test_split_leaves_out_the_training_items_only(
-    unvalidated,
+    tiny_data_without_validation,
 ):
-    meta = read_metadata(unvalidated)
+    meta = read_metadata(tiny_data_without_validation)
     assert not meta.has_validation
-    trained = positives.training_positives(meta, unvalidated)
-    excluded = full_catalog.excluded_items(meta, unvalidated, SPLIT_TEST)
+    trained = positives.training_positives(meta, tiny_data_without_validation)
+    excluded = full_catalog.excluded_items(meta, tiny_data_without_validation, SPLIT_TEST)
     for a, b in zip(trained, excluded, strict=True):
         np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match="has no validation split"):
         full_catalog.FullCatalogEval(
-            None, tf.distribute.get_strategy(), meta, unvalidated, 0, split=SPLIT_VALIDATION
+            None,
+            tf.distribute.get_strategy(),
+            meta,
+            tiny_data_without_validation,
+            0,
+            split=SPLIT_VALIDATION,
         )

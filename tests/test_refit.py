@@ -14,9 +14,8 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import checkpoint_values, read_split
+from conftest import checkpoint_values, prepare_tiny, read_split
 
-from training_core.data.config import PrepareConfig
 from training_core.data.metadata import read_metadata
 from training_core.training import model_dir as model_dir_module
 from training_core.training import train_config
@@ -31,22 +30,9 @@ from training_core.training.model_dir import (
 @pytest.fixture(scope="module")
 def refit_data(tmp_path_factory, tiny_csv):
     """``tiny_data``'s raw ratings and options, prepared as a refit."""
-    from training_core.data import prepare
-
-    out = str(tmp_path_factory.mktemp("prepared") / "tiny-refit")
-    prepare.prepare(
-        PrepareConfig(
-            input_path=tiny_csv,
-            output_dir=out,
-            min_ratings=0,
-            num_epochs=2,
-            eval_negatives=99,
-            train_batch_size=256,
-            workers=1,
-            refit=True,
-        )
+    return prepare_tiny(
+        tiny_csv, str(tmp_path_factory.mktemp("prepared") / "tiny-refit"), refit=True
     )
-    return out
 
 
 @pytest.fixture(scope="module")

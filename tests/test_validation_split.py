@@ -14,8 +14,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training_core.data import prepare
-from training_core.data.config import PrepareConfig
 from training_core.data.metadata import SPLIT_TEST, SPLIT_VALIDATION, read_metadata
 from training_core.evaluation import eval_config, full_catalog
 from training_core.evaluation import evaluate as ev
@@ -38,29 +36,6 @@ OLD_EVALUATE = {
 CURVE_EPOCHS = 7
 PATIENCE = 2
 ALL_USERS = eval_config.EvalOptions(full_catalog_users=CURVE_FULL_CATALOG_USERS)  # >= 200 users.
-
-
-def _prepared(tiny_csv, folder, validation: bool) -> str:
-    out = str(folder / "tiny")
-    prepare.prepare(
-        PrepareConfig(
-            input_path=tiny_csv, output_dir=out, min_ratings=0, num_epochs=2,
-            eval_negatives=99, train_batch_size=256, workers=1, validation=validation,
-        )
-    )  # fmt: skip
-    return out
-
-
-@pytest.fixture(scope="module")
-def validated(tiny_csv, tmp_path_factory):
-    """The tiny ratings (tiny_data's options) with a validation split."""
-    return _prepared(tiny_csv, tmp_path_factory.mktemp("validated"), validation=True)
-
-
-@pytest.fixture(scope="module")
-def unvalidated(tiny_csv, tmp_path_factory):
-    """The tiny ratings (tiny_data's options) without one (``--no-validation``)."""
-    return _prepared(tiny_csv, tmp_path_factory.mktemp("unvalidated"), validation=False)
 
 
 def _config(data, model_dir, **model):
@@ -94,7 +69,7 @@ def _splits(meta):
 
 
 @pytest.fixture(scope="module")
-def curve(validated, tmp_path_factory):
+def curve(tiny_data, tmp_path_factory):
     """Every epoch of a run without early stopping, with ``evaluate`` of each epoch's checkpoint.
 
     Returns ``(the run's TrainResult, [EvalResult per epoch])``: the per-epoch validation and
@@ -102,10 +77,10 @@ def curve(validated, tmp_path_factory):
     data follows this curve until it stops).
     """
     model_dir = str(tmp_path_factory.mktemp("curve") / "model")
-    result = loop.train(_config(validated, model_dir), tf.distribute.get_strategy())
+    result = loop.train(_config(tiny_data, model_dir), tf.distribute.get_strategy())
     evaluated = [
         ev.evaluate(
-            validated,
+            tiny_data,
             model_dir,
             checkpoint=f"{checkpoint_dir(model_dir)}/ckpt-{e.step}",
             options=ALL_USERS,
@@ -140,7 +115,7 @@ def test_each_epoch_is_measured_on_validation_and_the_end_on_test(curve):
 
 @pytest.mark.slow
 def test_patience_keeps_the_best_epoch_by_validation_and_scores_test_once(
-    curve, validated, tmp_path, monkeypatch
+    curve, tiny_data, tmp_path, monkeypatch
 ):
     """The curve's validation and test numbers disagree on the best epoch: the patient run stops
     and keeps by validation, ``on_epoch`` sees validation, and the test split is scored once,
@@ -153,10 +128,10 @@ def test_patience_keeps_the_best_epoch_by_validation_and_scores_test_once(
     by_test = int(np.argmax(test[: stop + 1]))
     assert best != by_test, f"validation {val} and test {test} agree on the best epoch"
 
-    calls = EvalCalls(monkeypatch, validated)
+    calls = EvalCalls(monkeypatch, tiny_data)
     seen = []
     model_dir = str(tmp_path / "patient")
-    config = _config(validated, model_dir, patience=PATIENCE)
+    config = _config(tiny_data, model_dir, patience=PATIENCE)
     result = loop.train(config, tf.distribute.get_strategy(), on_epoch=seen.append)
     assert [e.hr_at_10 for e in result.epochs] == pytest.approx(val[: stop + 1], abs=1e-9)
     assert [e.hr_at_10 for e in seen] == [e.hr_at_10 for e in result.epochs]
@@ -186,7 +161,7 @@ def test_patience_keeps_the_best_epoch_by_validation_and_scores_test_once(
 
 
 @pytest.mark.slow
-def test_the_target_stops_when_validation_reaches_it(curve, validated, tmp_path):
+def test_the_target_stops_when_validation_reaches_it(curve, tiny_data, tmp_path):
     """A target that validation reaches in another epoch than test stops on validation's."""
     _, evaluated = curve
     val = [e.validation.hr_at_10 for e in evaluated]
@@ -197,19 +172,21 @@ def test_the_target_stops_when_validation_reaches_it(curve, validated, tmp_path)
 
     target = next((t for t in sorted(set(val)) if first(val, t) != first(test, t)), None)
     assert target is not None, f"validation {val} and test {test} reach every target together"
-    config = _config(validated, str(tmp_path / "target"), hr_threshold=target)
+    config = _config(tiny_data, str(tmp_path / "target"), hr_threshold=target)
     result = loop.train(config, tf.distribute.get_strategy())
     assert result.stopped_early and len(result.epochs) == first(val, target) + 1
 
 
 def test_a_dataset_without_validation_trains_and_reports_as_before(
-    unvalidated, tmp_path, monkeypatch
+    tiny_data_without_validation, tmp_path, monkeypatch
 ):
     """Epochs measured on the test split, the test result the final epoch's own (not scored a
     second time), and the names every reader knew."""
-    calls = EvalCalls(monkeypatch, unvalidated)
+    calls = EvalCalls(monkeypatch, tiny_data_without_validation)
     model_dir = str(tmp_path / "model")
-    config = train_config.config_for(unvalidated, model_dir, "tiny", epochs=2, steps_per_loop=50)
+    config = train_config.config_for(
+        tiny_data_without_validation, model_dir, "tiny", epochs=2, steps_per_loop=50
+    )
     result = loop.train(config, tf.distribute.get_strategy())
     assert result.selection_split == SPLIT_TEST and calls.splits == [SPLIT_TEST] * 2
     last = result.last
@@ -222,29 +199,29 @@ def test_a_dataset_without_validation_trains_and_reports_as_before(
     assert (summary["hr_at_10"], summary["best_hr_at_10"]) == (last.hr_at_10, result.best.hr_at_10)
     assert "Test split" not in curve_page.result_page(result.to_dict())
 
-    evaluated = ev.evaluate(unvalidated, model_dir, options=ALL_USERS)
+    evaluated = ev.evaluate(tiny_data_without_validation, model_dir, options=ALL_USERS)
     assert evaluated.validation is None and set(evaluated.metrics()) == OLD_EVALUATE
     assert evaluated.hr_at_10 == pytest.approx(last.hr_at_10, abs=1e-9)
     assert evaluated.full_catalog_hr_at_10 == pytest.approx(last.full_catalog_hr_at_10, abs=1e-9)
 
 
 @pytest.mark.slow
-def test_evaluate_reports_both_splits_each_as_its_own_ranking(validated, tmp_path):
+def test_evaluate_reports_both_splits_each_as_its_own_ranking(tiny_data, tmp_path):
     """``evaluate``'s test numbers are ``run_eval``'s and ``FullCatalogEval``'s on the test
     split, its validation numbers theirs on the validation split, the popularity baseline too;
     the flat metrics keep the test split's names and prefix the validation split's."""
     model_dir = str(tmp_path / "model")
-    config = train_config.config_for(validated, model_dir, "tiny", epochs=1, steps_per_loop=50)
+    config = train_config.config_for(tiny_data, model_dir, "tiny", epochs=1, steps_per_loop=50)
     trained = loop.train(config, tf.distribute.get_strategy())
-    result = ev.evaluate(validated, model_dir, options=ALL_USERS)
+    result = ev.evaluate(tiny_data, model_dir, options=ALL_USERS)
     strategy = tf.distribute.get_strategy()
     model, _, _ = ev.load_model(model_dir, strategy)
-    meta = read_metadata(validated)
+    meta = read_metadata(tiny_data)
     for split, got in ((SPLIT_TEST, result), (SPLIT_VALIDATION, result.validation)):
-        sampled = ev.run_eval(model, strategy, meta.split(split), validated)
-        ranking = full_catalog.FullCatalogEval(model, strategy, meta, validated, 0, split=split)
+        sampled = ev.run_eval(model, strategy, meta.split(split), tiny_data)
+        ranking = full_catalog.FullCatalogEval(model, strategy, meta, tiny_data, 0, split=split)
         full = ranking()
-        pop, pop_full = ev.rank_popularity(ranking, strategy, meta.split(split), validated)
+        pop, pop_full = ev.rank_popularity(ranking, strategy, meta.split(split), tiny_data)
         assert (got.hr_at_10, got.eval_users) == (sampled.hr, sampled.users), split
         assert got.ndcg_at_10 == pytest.approx(sampled.ndcg, rel=1e-6), split
         assert got.full_catalog_hr_at_10 == full.metrics.hr, split
@@ -297,12 +274,12 @@ def test_summary_metrics_name_each_split_and_never_one_for_the_other():
     assert reason is not None and reason.startswith("validation HR@10 0.4000 reached the target")
 
 
-def test_a_missing_validation_file_is_named_before_training(validated, tmp_path):
+def test_a_missing_validation_file_is_named_before_training(tiny_data, tmp_path):
     import os
     import shutil
 
     data = str(tmp_path / "data")
-    shutil.copytree(validated, data)
+    shutil.copytree(tiny_data, data)
     gone = os.path.join(data, read_metadata(data).validation_files[0].path)
     os.remove(gone)
     config = train_config.config_for(data, str(tmp_path / "model"), "tiny", epochs=1)

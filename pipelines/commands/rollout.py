@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 
-from pipelines.cli import UserError, example_epilog
+from pipelines.cli import example_epilog, project_and_region
 
 ACTIONS = ("status", "promote", "rollback")
 
@@ -68,12 +67,7 @@ def run(args: argparse.Namespace) -> int:
     """Reads the rollout's state and prints it; promotes or rolls back when asked."""
     from training_core.serving import deploy
 
-    project = args.project or os.environ.get("GOOGLE_CLOUD_PROJECT")
-    region = args.region or os.environ.get("GOOGLE_CLOUD_REGION")
-    if not project:
-        raise UserError("no project: pass --project or set GOOGLE_CLOUD_PROJECT")
-    if not region:
-        raise UserError("no region: pass --region or set GOOGLE_CLOUD_REGION")
+    project, region = project_and_region(args)
     endpoint, model = deploy.open_rollout(
         project, region, args.endpoint, args.model, args.model_display_name
     )

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 
-from pipelines.cli import UserError, add_param_option, example_epilog
+from pipelines.cli import UserError, add_param_option, example_epilog, project_and_region
 from pipelines.placeholder_values import default_service_account_warning, warn_about_images
 
 
@@ -116,12 +115,7 @@ def run(args: argparse.Namespace) -> int:
 
     from pipelines import submit as vs
 
-    project = args.project or os.environ.get("GOOGLE_CLOUD_PROJECT")
-    region = args.region or os.environ.get("GOOGLE_CLOUD_REGION")
-    if not project:
-        raise UserError("no project: pass --project or set GOOGLE_CLOUD_PROJECT")
-    if not region:
-        raise UserError("no region: pass --region or set GOOGLE_CLOUD_REGION")
+    project, region = project_and_region(args)
     problem = vs.region_problem(region, "--region" if args.region else "GOOGLE_CLOUD_REGION")
     if problem:
         raise UserError(problem)

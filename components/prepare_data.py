@@ -11,6 +11,14 @@ def prepare_data(
     raw_data: Input[Dataset],
     examples: Output[Dataset],
     data_format: str = "auto",
+    user_col: str = "",
+    item_col: str = "",
+    time_col: str = "",
+    rating_col: str = "",
+    event_col: str = "",
+    id_type: str = "auto",
+    min_rating: float = 0.0,
+    positive_events: str = "",
     min_ratings: int = 20,
     num_epochs: int = 0,
     train_preset: str = "auto",
@@ -32,7 +40,9 @@ def prepare_data(
     """Held-out splits by time, negative sampling and pre-batched TFRecords (training_core.data).
 
     The options are ``training_core.data.config.PrepareConfig``'s, with its defaults (a test
-    holds them equal); 0 is "not set" (training_core.common.not_set): ``eval_batch_size`` 0 picks
+    holds them equal); 0 or "" is "not set" (training_core.common.not_set): the columns ""
+    (``user_col`` ... ``event_col``, the config's ``columns``) are detected, ``min_rating`` 0
+    keeps every row a positive, ``eval_batch_size`` 0 picks
     whole users, a multiple of ``eval_users_multiple`` (the training replica count);
     ``num_epochs`` 0 prepares one epoch of fresh negatives per epoch the train step runs, which
     ``train_preset`` and ``train_epochs`` say (the train step's ``preset`` and ``epochs``: the
@@ -53,16 +63,21 @@ def prepare_data(
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
     from components._image import with_worker_image
-    from training_core.common import faults
+    from training_core.common import faults, hints
     from training_core.data import config, prep_result, prepare
+    from training_core.data import io as rio
     from training_core.training.train_config import with_training_epochs
 
-    # The epochs training runs (train_preset, train_epochs) decide the epochs prepared.
-    settings = with_training_epochs(
-        config.from_parameters(raw_data.path, examples.path, parameters)
-    )
-    beam_args = with_worker_image(beam_pipeline_args or (), worker_image)
-    with faults.reported():  # A full disk or too little memory: one paragraph.
-        result = prepare.run(settings, runner, beam_args)
+    # Messages name the pipeline's parameters (--param user_col=...), not the command line's.
+    with hints.in_pipeline():
+        names = (user_col, item_col, time_col, rating_col, event_col)
+        columns = rio.Columns(*(name or None for name in names))  # "": detect.
+        # The epochs training runs (train_preset, train_epochs) decide the epochs prepared.
+        settings = with_training_epochs(
+            config.from_parameters(raw_data.path, examples.path, {**parameters, "columns": columns})
+        )
+        beam_args = with_worker_image(beam_pipeline_args or (), worker_image)
+        with faults.reported():  # A full disk or too little memory: one paragraph.
+            result = prepare.run(settings, runner, beam_args)
     print(prep_result.summary(result))
     examples.metadata.update(prep_result.artifact_metadata(result))

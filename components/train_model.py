@@ -32,6 +32,7 @@ def train_model(
     l2_regularization: float = 0.0,
     num_factors: int = 0,
     mlp_layers: str = "",
+    warm_start_uri: str = "",
 ):
     """Trains NeuMF (training_core.training.loop); ``model`` holds checkpoints, model_config.json.
 
@@ -52,6 +53,8 @@ def train_model(
     ``expect_accelerator``/``expect_accelerator_count`` (the profile's accelerator) make the step
     fail with a clear message when the accelerator is not visible, instead of training on the
     CPU. On a multi-worker job only the chief writes ``metrics`` and ``plots``.
+    ``warm_start_uri``: the champion to start from (its export, the registry's ``champion_uri``;
+    the CLI's ``--warm-start-from``, docs/weekly-runs.md); "" trains cold.
     """
     parameters = dict(locals())
     from training_core.common import console
@@ -83,13 +86,16 @@ def refit_model(
     expect_accelerator: str = "",
     expect_accelerator_count: int = 0,
     checkpoint_every_steps: int = 0,
+    warm_start_uri: str = "",
 ):
     """Trains ``evaluated_model``'s configuration again on every interaction (a refit).
 
     ``examples`` were prepared with ``refit`` from the evaluated run's raw data and options; the
     run takes that model's hyperparameters and the epochs it kept (the CLI's ``train
     --refit-of``; docs/training.md, "Refit") and evaluates nothing: metrics are ``refit`` 1 and
-    the run's loss, epochs and speed. The other parameters are ``train_model``'s.
+    the run's loss, epochs and speed. The other parameters are ``train_model``'s; a held-out
+    run that was warm-started is refit from the same ``warm_start_uri`` (its epochs were chosen
+    for that start).
     """
     parameters = dict(locals())
     parameters["refit_of"] = evaluated_model.path

@@ -14,6 +14,14 @@ def validate_data(
     anomalies: Output[Artifact],
     report: Output[HTML],
     data_format: str = "auto",
+    user_col: str = "",
+    item_col: str = "",
+    time_col: str = "",
+    rating_col: str = "",
+    event_col: str = "",
+    id_type: str = "auto",
+    min_rating: float = 0.0,
+    positive_events: str = "",
     baseline_schema_uri: str = "",
     baseline_statistics_uri: str = "",
     drift: list = None,
@@ -32,21 +40,31 @@ def validate_data(
     computes) only keys the cache, so changed data behind an unchanged path is checked again.
     ``worker_image`` (the compiled Dataflow worker image) becomes the job's
     ``--sdk_container_image`` on Dataflow unless the options name one.
+    The reader's options are ``prepare_data``'s (a pipeline passes both the same values): the
+    columns (``user_col`` ... ``event_col``, "" detects), ``id_type``, ``min_rating`` (0: not
+    set) and ``positive_events`` ("": every event).
     See training_core.data.validate and docs/validation.md.
     """
     from training_core.common import console
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
     from components._image import with_worker_image
-    from training_core.common import faults
+    from training_core.common import faults, hints
+    from training_core.data import io as rio
     from training_core.data import validate as v
 
-    with faults.reported():  # A full disk or too little memory: one paragraph.
+    # Messages name the pipeline's parameters (--param user_col=...), not the command line's.
+    with hints.in_pipeline(), faults.reported():  # faults: a full disk, too little memory.
+        names = (user_col, item_col, time_col, rating_col, event_col)
         result = v.validate(
             v.ValidateConfig(
                 input_path=raw_data.path,
                 outputs=v.OutputPaths(statistics.path, schema.path, anomalies.path, report.path),
                 format=data_format,
+                columns=rio.Columns(*(name or None for name in names)),  # "": detect.
+                id_type=id_type,
+                min_rating=min_rating or None,  # 0: not set.
+                positive_events=positive_events,
                 baseline_schema=baseline_schema_uri or None,
                 baseline_statistics=baseline_statistics_uri or None,
                 drift=tuple(v.parse_drift(s) for s in drift or ()),

@@ -145,10 +145,16 @@ def unrecognized(unknown: list[str], command: argparse.ArgumentParser) -> str:
     return f"unrecognized arguments: {' '.join(said)}"
 
 
-def add_input_arguments(parser: argparse.ArgumentParser, required: bool, help_text: str) -> None:
-    """The raw-input options that data prep and validation share (--input, --format, columns)."""
+def add_input_arguments(
+    parser: argparse.ArgumentParser, required: bool, help_text: str, id_type: bool = False
+) -> None:
+    """The raw-input options that data prep and validation share (--input, --format, columns).
+
+    ``id_type``: add ``--id-type`` too, for a command that does not take ``PrepareConfig``'s
+    options (prepare-data has it as the ``id_type`` field's option, with the same help).
+    """
     parser.add_argument("--input", required=required, help=help_text)
-    from training_core.data.io import FORMAT_ALIASES
+    from training_core.data.io import EVENT_ALIASES, FORMAT_ALIASES, RATING_ALIASES
 
     parser.add_argument(
         "--format",
@@ -158,6 +164,29 @@ def add_input_arguments(parser: argparse.ArgumentParser, required: bool, help_te
     parser.add_argument("--user-col", help="user id column of a csv/parquet table")
     parser.add_argument("--item-col", help="item id column of a csv/parquet table")
     parser.add_argument("--time-col", help="timestamp column of a csv/parquet table")
+    parser.add_argument(
+        "--rating-col",
+        help="rating column of a csv/parquet table, read for --min-rating (default: the first "
+        f"of {', '.join(RATING_ALIASES)}; MovieLens files: their rating)",
+    )
+    parser.add_argument(
+        "--event-col",
+        help="event column of a csv/parquet table, read for --positive-events (default: the "
+        f"first of {', '.join(EVENT_ALIASES)})",
+    )
+    if id_type:
+        import dataclasses
+
+        from training_core.data.config import PrepareConfig
+
+        (field,) = [f for f in dataclasses.fields(PrepareConfig) if f.name == "id_type"]
+        parser.add_argument(
+            "--id-type",
+            dest="id_type",
+            default=field.default,
+            choices=field.metadata["choices"],
+            help=field.metadata["help"],
+        )
 
 
 def add_beam_pipeline_args(parser: argparse.ArgumentParser, what: str) -> None:
@@ -191,7 +220,7 @@ def input_columns(args: argparse.Namespace):
     """The ``training_core.data.io.Columns`` the input options name."""
     from training_core.data import io as rio
 
-    return rio.Columns(args.user_col, args.item_col, args.time_col)
+    return rio.Columns(args.user_col, args.item_col, args.time_col, args.rating_col, args.event_col)
 
 
 def add_param_option(

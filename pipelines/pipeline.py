@@ -53,6 +53,7 @@ REFIT_TASK = "refit-model"  # The compiled task name of refit_model (KFP derives
 # The pipeline's parameters default to the steps' own option defaults (their one home); "not set"
 # is the zero value in KFP parameters (training_core.common.not_set).
 PREP = prepare_options.DEFAULTS
+COLUMNS = PREP["columns"]  # Each column's default ("" in KFP: detect).
 TRAIN = train_options.DEFAULTS
 LOCAL_PROFILE = "cpu"
 # Steps that only read their inputs and publish outputs last: safe to retry.
@@ -398,6 +399,7 @@ def _validate_and_prepare(
     data_uri: Param,
     data_fingerprint: Param,
     data_format: Param,
+    reader: dict[str, Param],
     fail_on_anomalies: Param,
     baseline_schema_uri: Param,
     baseline_statistics_uri: Param,
@@ -415,8 +417,10 @@ def _validate_and_prepare(
 ) -> tuple[dsl.PipelineTask, dsl.PipelineTask, dict[str, Param]]:
     """Imports the raw interactions, gates them (TFDV) and prepares the training records.
 
-    Returns the validate and prepare tasks (the prepare task's ``examples`` feed every later
-    step), and ``prepare_data``'s arguments (a refit prepares the same, ``_refit``).
+    ``reader``: how both steps read the raw file (its columns, id type, which rows are
+    positives), as the pipeline's parameters of the same names. Returns the validate and prepare
+    tasks (the prepare task's ``examples`` feed every later step), and ``prepare_data``'s
+    arguments (a refit prepares the same, ``_refit``).
     """
     raw = dsl.importer(artifact_uri=data_uri, artifact_class=Dataset, reimport=False)
     raw.set_display_name("Import raw interactions")
@@ -424,6 +428,7 @@ def _validate_and_prepare(
     validate = validate_data(
         raw_data=raw.output,
         data_format=data_format,
+        **reader,
         fail_on_anomalies=fail_on_anomalies,
         baseline_schema_uri=baseline_schema_uri,
         baseline_statistics_uri=baseline_statistics_uri,
@@ -437,6 +442,7 @@ def _validate_and_prepare(
     data = dict(
         raw_data=raw.output,
         data_format=data_format,
+        **reader,
         min_ratings=min_ratings,
         num_epochs=data_epochs,
         train_preset=preset,
@@ -469,11 +475,13 @@ def _train(
     patience: Param,
     tune_trials: Param,
     tune_parallel_trials: Param,
+    warm_start_uri: Param,
 ) -> dsl.PipelineTask:
     """Trains NeuMF on ``examples``, with the best trial's options when the profile tunes.
 
     Training is a plain task or a custom job, as ``placement`` decided; a tuning job runs only on
-    Vertex AI (``_tuning``). Returns the train task (its ``model``).
+    Vertex AI (``_tuning``). ``warm_start_uri``: an export to start from ("" cold; docs/
+    weekly-runs.md). Returns the train task (its ``model``).
     """
     tuned = {}
     if b.profile.tune and not b.local:
@@ -488,6 +496,7 @@ def _train(
         seed=seed,
         target_hr=target_hr,
         patience=patience,
+        warm_start_uri=warm_start_uri,
         **tuned,
         **b.place.train_arguments,
     )
@@ -503,6 +512,7 @@ class _Gated(NamedTuple):
     compare: dsl.PipelineTask
     model: Param  # The held-out model the gate judged (the train task's).
     top_k: Param  # The export's top_k, for a refit's export (``_refit``).
+    warm_start_uri: Param  # What the held-out model started from; its refit starts there too.
 
 
 def _evaluate_export_and_gate(
@@ -511,6 +521,7 @@ def _evaluate_export_and_gate(
     model: Param,
     *,
     top_k: Param,
+    warm_start_uri: Param,
     champion_uri: Param,
     register: Param,
     model_display_name: Param,
@@ -546,7 +557,7 @@ def _evaluate_export_and_gate(
     # which no cache key sees (a cached verdict would be against an earlier champion).
     compare.set_caching_options(False)
     b.placed(compare, "compare", "Compare with the champion")
-    return _Gated(evaluate, export, compare, model, top_k)
+    return _Gated(evaluate, export, compare, model, top_k, warm_start_uri)
 
 
 class _Serving(NamedTuple):
@@ -619,6 +630,7 @@ def _refit(b: _Build, gated: _Gated, data: dict[str, Param]) -> Param:
         examples=examples,
         evaluated_model=gated.model,
         seed=data["seed"],
+        warm_start_uri=gated.warm_start_uri,
         **b.place.refit_arguments,
     )
     b.placed(train, "refit", f"{what}: train ({b.profile.name})")
@@ -775,6 +787,14 @@ def build_pipeline(
         data_uri: str,
         data_fingerprint: str = "",
         data_format: str = PREP["format"],
+        user_col: str = kfp_default(COLUMNS.user, str),
+        item_col: str = kfp_default(COLUMNS.item, str),
+        time_col: str = kfp_default(COLUMNS.timestamp, str),
+        rating_col: str = kfp_default(COLUMNS.rating, str),
+        event_col: str = kfp_default(COLUMNS.event, str),
+        id_type: str = PREP["id_type"],
+        min_rating: float = kfp_default(PREP["min_rating"], float),
+        positive_events: str = PREP["positive_events"],
         min_ratings: int = PREP["min_ratings"],
         data_epochs: int = kfp_default(PREP["num_epochs"], int),
         num_neg: int = PREP["num_neg"],
@@ -801,6 +821,7 @@ def build_pipeline(
         batch_recommend: bool = False,
         recommend_format: str = batch_options.DEFAULT_FORMAT,
         champion_uri: str = "",
+        warm_start_uri: str = kfp_default(TRAIN["warm_start_uri"], str),
         gate_metric: str = gate.DEFAULT_METRIC,
         gate_tolerance: float = gate.DEFAULT_TOLERANCE,
         refit: bool = b.deploys,
@@ -811,6 +832,16 @@ def build_pipeline(
             data_uri=data_uri,
             data_fingerprint=data_fingerprint,
             data_format=data_format,
+            reader=dict(
+                user_col=user_col,
+                item_col=item_col,
+                time_col=time_col,
+                rating_col=rating_col,
+                event_col=event_col,
+                id_type=id_type,
+                min_rating=min_rating,
+                positive_events=positive_events,
+            ),
             fail_on_anomalies=fail_on_anomalies,
             baseline_schema_uri=baseline_schema_uri,
             baseline_statistics_uri=baseline_statistics_uri,
@@ -838,12 +869,14 @@ def build_pipeline(
             patience=patience,
             tune_trials=tune_trials,
             tune_parallel_trials=tune_parallel_trials,
+            warm_start_uri=warm_start_uri,
         )
         gated = _evaluate_export_and_gate(
             b,
             examples,
             train.outputs["model"],
             top_k=top_k,
+            warm_start_uri=warm_start_uri,
             champion_uri=champion_uri,
             register=register,
             model_display_name=model_display_name,

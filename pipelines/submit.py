@@ -327,6 +327,8 @@ _PREPARE_FIELDS = {
     "train_batch_size": "train_batch_size",
     "eval_batch_size": "eval_batch_size",  # 0 (not set, training_core.common.not_set): automatic.
 }
+# Text parameters that data prep takes as they are, checked by the same rules.
+_PREPARE_TEXT_FIELDS = ("id_type", "positive_events")
 _PRESET = "preset"
 _EPOCHS = "epochs"  # 0 (not set, training_core.common.not_set): the preset's epochs.
 
@@ -364,6 +366,11 @@ def parameter_problems(values: Mapping[str, Any]) -> list[str]:
                     f"parameter {name!r}: unknown preset {value!r}{hint}; choose one of "
                     f"{', '.join(presets)}"
                 )
+        elif name in _PREPARE_TEXT_FIELDS:
+            config = PrepareConfig("", "", **from_kfp({name: str(value)}, DEFAULTS))
+            problems += [
+                f"parameter {name!r} {rule}, got {value!r}" for _, rule in config.problems()
+            ]
         elif name in _PREPARE_FIELDS or name == _EPOCHS:
             number = coerce_value(Parameter(name, "NUMBER_INTEGER"), value)
             if name == _EPOCHS:

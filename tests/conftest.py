@@ -272,6 +272,50 @@ def tiny_csv(tmp_path_factory, tiny_interactions):
 TINY_PREPARE = dict(min_ratings=0, num_epochs=2, eval_negatives=99, train_batch_size=256, workers=1)
 
 
+# The embedded sample as a shop's event table would hold it (issue 40): string ids (a
+# customer's UUID-like key, an ISBN-like product code, some ending in X), its own column names,
+# ISO-8601 times. The same interactions as the sample, so a pipeline run on it prepares the same
+# users and items under other names.
+EVENT_COLUMNS = ("customer_id", "product_id", "stars", "event_time")
+# Its product codes mix all-digit codes with codes ending in X, as ISBNs do: read as strings.
+EVENT_PARAMS = {
+    "user_col": "customer_id",
+    "item_col": "product_id",
+    "time_col": "event_time",
+    "id_type": "string",
+}
+
+
+def customer_key(user: int) -> str:
+    """The string user id the events sample gives integer user ``user``."""
+    return f"c-{user * 2654435761 % 2**32:08x}-{user:05d}"
+
+
+def product_code(item: int) -> str:
+    """The string item id the events sample gives integer item ``item`` (ISBN-like)."""
+    return f"08{item:07d}" + "0123456789X"[item % 11]
+
+
+def write_events_sample(path: str) -> str:
+    """Writes the embedded sample as ``EVENT_COLUMNS`` with string ids; returns ``path``."""
+    import datetime
+    import gzip
+
+    from training_core.data.sample_data import sample_path
+
+    with gzip.open(sample_path(), "rt") as src, open(path, "w", encoding="utf-8") as out:
+        next(src)
+        out.write(",".join(EVENT_COLUMNS) + "\n")
+        for line in src:
+            user, item, rating, ts = line.rstrip("\n").split(",")
+            when = datetime.datetime.fromtimestamp(int(ts), datetime.UTC)
+            out.write(
+                f"{customer_key(int(user))},{product_code(int(item))},{rating},"
+                f"{when.strftime('%Y-%m-%dT%H:%M:%SZ')}\n"
+            )
+    return path
+
+
 def prepare_tiny(tiny_csv: str, out: str, **options) -> str:
     """The tiny ratings prepared into ``out`` with tiny_data's options, ``options`` replaced."""
     prepare.prepare(
@@ -420,13 +464,21 @@ def verified(tmp_path_factory, verify_cache):
     once per run (``once``); its ``VerifyReport``, whose ``work_dir`` holds the outputs.
 
     ``preempt_first_job``: the first custom job fails as a preempted one would (``PREEMPTED``)
-    and the task is retried under its ``retryPolicy``. Whoever verifies the same template with
-    the same parameters over ``verify_cache`` (the docs' ``verify`` commands) asks for this
-    first, so that this run's tasks ran here, not from the cache, and the later one is served.
+    and the task is retried under its ``retryPolicy``. ``events``: on the sample as an event
+    table (``write_events_sample``, with ``EVENT_PARAMS``) instead. Whoever verifies the same
+    template with the same parameters over ``verify_cache`` (the docs' ``verify`` commands) asks
+    for this first, so that this run's tasks ran here, not from the cache, and the later one is
+    served.
     """
 
-    def run(name: str, preempt_first_job: bool = False):
+    def run(name: str, preempt_first_job: bool = False, events: bool = False):
         def compute(folder: pathlib.Path):
+            data = {}
+            if events:  # The sample as an event table: string ids, its columns named.
+                data = dict(
+                    data_path=write_events_sample(str(folder / "events.csv")),
+                    parameter_values=EVENT_PARAMS,
+                )
             from pipelines import pipeline, profiles, verify
 
             with _COMPILING:
@@ -438,12 +490,13 @@ def verified(tmp_path_factory, verify_cache):
                 work_dir=str(folder / "work"),
                 cache_dir=verify_cache,
                 retries=preempt_first_job,
+                **data,
             ) as verification:
                 if preempt_first_job:
                     verification.job_service.fail_next_job(PREEMPTED)
                 return verification.run()
 
-        suffix = "-preempted" if preempt_first_job else ""
+        suffix = ("-preempted" if preempt_first_job else "") + ("-events" if events else "")
         return once(tmp_path_factory, f"verified-{name}{suffix}", compute)
 
     return run
@@ -455,6 +508,11 @@ def verified(tmp_path_factory, verify_cache):
 def read_split(root: str, meta: DatasetMetadata, training: bool, epoch: int = 0):
     """All rows of a prepared split, concatenated, via our own decoder (TF is tested separately)."""
     paths = meta.train_file_paths(root, epoch) if training else meta.eval_file_paths(root)
+    return read_records(paths, training)
+
+
+def read_records(paths: list[str], training: bool) -> dict[str, np.ndarray]:
+    """All rows of these record files (training or eval layout), concatenated, by feature."""
     cols: dict[str, list[np.ndarray]] = {n: [] for n in records.feature_names(training)}
     for p in paths:
         for rec in records.read_tfrecord_file(p):

@@ -7,8 +7,8 @@ REQUESTS_JSON is a list of TF Serving REST predict bodies, each
 Vertex AI's prebuilt TensorFlow container receives. Each is converted as TensorFlow Serving does
 (every instance's named values batched along a new first axis, cast to the signature's dtypes; a
 missing or extra input name is an error) and the outputs are returned in TF Serving's row format
-(``{"predictions": [{output: value, ...}, ...]}``). OUT_JSON gets
-``{"signatures": {...}, "responses": [...], "modules": [...]}``.
+(``{"predictions": [{output: value, ...}, ...]}``; a string id, in or out, is a JSON string).
+OUT_JSON gets ``{"signatures": {...}, "responses": [...], "modules": [...]}``.
 
 Run it with ``-I`` from a folder outside the repository. This project is installed editable (a
 ``.pth`` file puts the repository on ``sys.path``), so the script also drops that path and refuses
@@ -51,9 +51,16 @@ def to_tensors(signature, instances):
     }
 
 
+def _json_value(value):
+    """A tensor's value as TF Serving's REST API writes it: a ``tf.string`` as a JSON string."""
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
 def to_predictions(outputs):
     """Named output tensors to TF Serving's row-format ``predictions`` list."""
-    arrays = {k: v.numpy().tolist() for k, v in outputs.items()}
+    arrays = {k: _json_value(v.numpy().tolist()) for k, v in outputs.items()}
     n = len(next(iter(arrays.values())))
     return [{k: arrays[k][i] for k in sorted(arrays)} for i in range(n)]
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import operator
 
 import pytest
 import yaml
@@ -21,9 +22,11 @@ import yaml
 from components.evaluate_model import evaluate_model
 from components.prepare_data import prepare_data
 from components.train_model import train_model
+from components.validate_data import validate_data
 from pipelines import cli
 from training_core.common import not_set
 from training_core.data import config as prep_config
+from training_core.data import io as rio
 from training_core.data.metadata import read_metadata
 from training_core.evaluation import eval_config
 from training_core.serving.batch_recommend import RecommendConfig
@@ -65,12 +68,33 @@ STEPS = {
     "evaluate_model": (evaluate_model, eval_config.DEFAULTS, {}),
 }
 _KFP_TYPES = {"Integer": int, "Float": float, "String": str, "Boolean": bool}
+# The parameters that name the raw table's columns (the steps' ``user_col`` ...): each is a field
+# of data prep's ``columns`` option (training_core.data.io.Columns), whose default is the field's.
+COLUMN_PARAMETERS = {
+    "user_col": "user",
+    "item_col": "item",
+    "time_col": "timestamp",
+    "rating_col": "rating",
+    "event_col": "event",
+}
+# How the raw table is read: the parameters validate_data takes as prepare_data does.
+READER_PARAMETERS = (*COLUMN_PARAMETERS, "id_type", "min_rating", "positive_events")
 
 
 def _option(step: str, parameter: str) -> str | None:
+    """The option a component parameter sets (``columns.user`` for ``user_col``), or None."""
     _, defaults, renames = STEPS[step]
+    if step == "prepare_data" and parameter in COLUMN_PARAMETERS:
+        return f"columns.{COLUMN_PARAMETERS[parameter]}"
     by_parameter = {renames.get(o, o): o for o in defaults}
     return by_parameter.get(parameter)
+
+
+def _default(step: str, option: str):
+    """The config's default of ``option`` (a field of ``columns`` too: ``columns.user``)."""
+    _, defaults, _ = STEPS[step]
+    name, _, field = option.partition(".")
+    return getattr(defaults[name], field) if field else defaults[name]
 
 
 @pytest.mark.parametrize("step", sorted(STEPS))
@@ -84,15 +108,15 @@ def test_every_component_parameter_is_an_option_with_its_default(step):
         if option is None:
             assert name in NOT_OPTIONS[step], f"{step}.{name} is neither an option nor listed"
             continue
-        seen.add(option)
+        seen.add(option.partition(".")[0])
         spec = inputs[name]
-        expected = not_set.kfp_default(defaults[option], _KFP_TYPES[spec.type])
+        expected = not_set.kfp_default(_default(step, option), _KFP_TYPES[spec.type])
         assert spec.default == expected, f"{step}.{name}: {spec.default!r} != {expected!r}"
         assert type(spec.default) is type(expected), f"{step}.{name}"
     assert not set(NOT_OPTIONS[step]) - set(inputs) - set(outputs), "stale NOT_OPTIONS entries"
     # Options a component does not offer are the ones only a command line has.
     only_cli = {
-        "prepare_data": {"columns", "num_shards", "workers", "overwrite"},
+        "prepare_data": {"num_shards", "workers", "overwrite"},
         "train_model": {
             "steps_per_loop",
             "precision",
@@ -102,6 +126,22 @@ def test_every_component_parameter_is_an_option_with_its_default(step):
         "evaluate_model": set(),
     }[step]
     assert set(defaults) - seen == only_cli
+    if step == "prepare_data":  # Every column, not only some.
+        assert {_option(step, p) for p in COLUMN_PARAMETERS} == {
+            f"columns.{f.name}" for f in dataclasses.fields(defaults["columns"])
+        }
+
+
+def test_validate_data_reads_the_table_as_prepare_data_does():
+    """The reader's parameters: the same names, types and defaults on both steps (a pipeline
+    passes both the same values)."""
+    validate, prepare = (c.component_spec.inputs for c in (validate_data, prepare_data))
+    for name in READER_PARAMETERS:
+        assert (validate[name].type, validate[name].default) == (
+            prepare[name].type,
+            prepare[name].default,
+        ), name
+        assert type(validate[name].default) is type(prepare[name].default), name
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +163,6 @@ def test_pipeline_parameters_default_to_what_the_steps_they_feed_default_to(comp
         step = step.replace("-", "_")
         if step not in STEPS:
             continue
-        _, defaults, _ = STEPS[step]
         for name, binding in task["inputs"].get("parameters", {}).items():
             pipeline_param = binding.get("componentInputParameter")
             option = _option(step, name)
@@ -135,12 +174,20 @@ def test_pipeline_parameters_default_to_what_the_steps_they_feed_default_to(comp
                 "STRING": str,
                 "BOOLEAN": bool,
             }[declared[pipeline_param]["parameterType"]]
-            expected = not_set.kfp_default(defaults[option], kfp_type)
+            expected = not_set.kfp_default(_default(step, option), kfp_type)
             got = declared[pipeline_param].get("defaultValue")
             assert got == expected, f"{pipeline_param} -> {task_name}.{name}"
             checked[pipeline_param] = option
     assert checked == {
         "data_format": "format",
+        "user_col": "columns.user",
+        "item_col": "columns.item",
+        "time_col": "columns.timestamp",
+        "rating_col": "columns.rating",
+        "event_col": "columns.event",
+        "id_type": "id_type",
+        "min_rating": "min_rating",
+        "positive_events": "positive_events",
         "min_ratings": "min_ratings",
         "data_epochs": "num_epochs",
         "num_neg": "num_neg",
@@ -154,6 +201,7 @@ def test_pipeline_parameters_default_to_what_the_steps_they_feed_default_to(comp
         "epochs": "epochs",
         "target_hr": "target_hr",
         "patience": "patience",
+        "warm_start_uri": "warm_start_uri",
     }
 
 
@@ -162,6 +210,14 @@ def test_pipeline_parameters_default_to_what_the_steps_they_feed_default_to(comp
 
 PREP_VALUES = {
     "data_format": ("format", "ml-1m"),
+    "user_col": ("columns.user", "customer_id"),
+    "item_col": ("columns.item", "product_id"),
+    "time_col": ("columns.timestamp", "event_time"),
+    "rating_col": ("columns.rating", "stars"),
+    "event_col": ("columns.event", "action"),
+    "id_type": ("id_type", "string"),
+    "min_rating": ("min_rating", 4.0),
+    "positive_events": ("positive_events", "purchase,add_to_cart"),
     "min_ratings": ("min_ratings", 3),
     "num_epochs": ("num_epochs", 2),
     "train_preset": ("train_preset", "ml-1m"),
@@ -178,17 +234,85 @@ PREP_VALUES = {
 }
 
 
-def test_each_prepare_data_parameter_reaches_the_config():
+@pytest.fixture
+def prepare_data_config(monkeypatch, tmp_path):
+    """The ``PrepareConfig`` the prepare_data component builds for its parameters (not run)."""
+    from kfp.dsl import Dataset
+
+    from training_core.data import prepare
+
+    seen = []
+
+    def capture(config, runner, beam_args):
+        seen.append(config)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(prepare, "run", capture)
+
+    def built(**parameters):
+        with pytest.raises(SystemExit):
+            prepare_data.python_func(
+                raw_data=Dataset(uri="in"), examples=Dataset(uri=str(tmp_path / "e")), **parameters
+            )
+        return seen[-1]
+
+    return built
+
+
+def test_each_prepare_data_parameter_reaches_the_config(prepare_data_config):
     names = set(prepare_data.component_spec.inputs) - set(NOT_OPTIONS["prepare_data"])
     assert names == set(PREP_VALUES)
-    default = prep_config.from_parameters("in", "out", {})
+    default = prepare_data_config()
+    assert default == prep_config.prepare_config(default.input_path, default.output_dir)
     for name, (field, value) in PREP_VALUES.items():
-        config = prep_config.from_parameters("in", "out", {name: value})
-        assert getattr(config, field) == value != getattr(default, field), name
-    # "Not set" in KFP: the zero value of an option whose default is None.
-    assert prep_config.from_parameters("in", "out", {"eval_batch_size": 0}).eval_batch_size is None
-    assert prep_config.from_parameters("in", "out", {"num_epochs": 0}).num_epochs is None
-    assert prep_config.from_parameters("in", "out", {"train_epochs": 0}).train_epochs is None
+        config = prepare_data_config(**{name: value})
+        got, was = (operator.attrgetter(field)(c) for c in (config, default))
+        assert got == value != was, name
+    # "Not set" in KFP: the zero value of an option whose default is None; "" detects a column.
+    not_set_values = {
+        "eval_batch_size": 0,
+        "num_epochs": 0,
+        "train_epochs": 0,
+        "min_rating": 0.0,
+        **{name: "" for name in COLUMN_PARAMETERS},
+    }
+    assert prepare_data_config(**not_set_values) == default
+    assert default.eval_batch_size is None and default.min_rating is None
+    assert default.columns == rio.Columns()
+
+
+def test_each_reader_parameter_of_validate_data_reaches_its_config(monkeypatch, tmp_path):
+    """The reader's parameters (those prepare_data takes too) in the ``ValidateConfig``."""
+    from kfp.dsl import HTML, Artifact, Dataset
+
+    from training_core.data import validate
+
+    seen = []
+
+    def capture(config):
+        seen.append(config)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(validate, "validate", capture)
+
+    def built(**parameters):
+        names = ("statistics", "schema", "anomalies")
+        outputs = {n: Artifact(uri=str(tmp_path / n)) for n in names}
+        outputs["report"] = HTML(uri=str(tmp_path / "report.html"))
+        with pytest.raises(SystemExit):
+            validate_data.python_func(raw_data=Dataset(uri="in"), **outputs, **parameters)
+        return seen[-1]
+
+    default = built()
+    for name in READER_PARAMETERS:
+        field, value = PREP_VALUES[name]
+        got, was = (operator.attrgetter(field)(c) for c in (built(**{name: value}), default))
+        assert got == value != was, name
+    assert default.columns == rio.Columns() and default.min_rating is None
+    assert (default.id_type, default.positive_events) == (
+        prep_config.DEFAULTS["id_type"],
+        prep_config.DEFAULTS["positive_events"],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -221,6 +345,7 @@ def test_each_train_model_parameter_reaches_the_config(data_dir):
         ),
         "num_factors": ({"num_factors": 5}, lambda c: c.model.num_factors == 5),
         "mlp_layers": ({"mlp_layers": "12,6"}, lambda c: c.model.layers == (12, 6)),
+        "warm_start_uri": ({"warm_start_uri": "champ"}, lambda c: c.warm_start_from == "champ"),
     }
     names = set(train_model.component_spec.inputs) - set(NOT_OPTIONS["train_model"])
     assert names == set(cases)
@@ -289,6 +414,11 @@ def test_each_prepare_data_flag_reaches_the_config(monkeypatch, tmp_path):
         "--user-col": (["u"], lambda c: c.columns.user == "u"),
         "--item-col": (["i"], lambda c: c.columns.item == "i"),
         "--time-col": (["t"], lambda c: c.columns.timestamp == "t"),
+        "--rating-col": (["r"], lambda c: c.columns.rating == "r"),
+        "--event-col": (["e"], lambda c: c.columns.event == "e"),
+        "--id-type": (["string"], lambda c: c.id_type == "string"),
+        "--min-rating": (["3.5"], lambda c: c.min_rating == 3.5),
+        "--positive-events": (["purchase"], lambda c: c.positive_events == "purchase"),
         "--min-ratings": (["3"], lambda c: c.min_ratings == 3),
         "--num-epochs": (["2"], lambda c: c.num_epochs == 2),
         "--train-preset": (["ml-1m"], lambda c: c.train_preset == "ml-1m"),
@@ -359,6 +489,7 @@ def test_each_train_flag_reaches_the_config(monkeypatch, data_dir, tmp_path):
         "--target-hr": (["0.4"], lambda c: c.model.hr_threshold == 0.4),
         "--no-early-stop": ([], lambda c: c.model.hr_threshold is None),
         "--patience": (["5"], lambda c: c.model.patience == 5),
+        "--warm-start-from": (["champ"], lambda c: c.warm_start_from == "champ"),
     }
     not_config = {  # Paths, outputs, and the strategy's flags (strategy_config).
         "--data",
@@ -443,8 +574,8 @@ def test_summaries_go_where_vertex_ai_asks_whichever_way_the_run_starts(monkeypa
 
 
 def test_options_that_are_not_options_are_refused():
-    with pytest.raises(TypeError, match="not data prep options: min_rating"):
-        prep_config.prepare_config("in", "out", min_rating=3)
+    with pytest.raises(TypeError, match="not data prep options: min_rate;"):
+        prep_config.prepare_config("in", "out", min_rating=3, min_rate=3)
     with pytest.raises(TypeError, match="not training options: epoch"):
         train_config.config_for("/nonexistent", "m", epoch=3)
     with pytest.raises(TypeError, match="not evaluation options: full_catalog"):

@@ -46,6 +46,10 @@ def test_every_movielens_layout_detected_from_folder_and_file(tmp_path, small, l
         got = rio.read_interactions(given)
         assert got.format == fmt
         _same(got, small)
+        # Integer ids read as before: int64 arrays, every row a positive.
+        assert got.users.dtype == got.items.dtype == np.int64
+        assert (got.user_id_type, got.item_id_type) == ("int64", "int64")
+        assert got.positive is None and got.rule_counts == {}
     # Given explicitly by alias too.
     assert rio.read_interactions(path, layout).format == fmt
 
@@ -119,16 +123,23 @@ def test_malformed_line_names_file_and_line(tmp_path):
 def test_non_integer_id_names_line_and_column(tmp_path):
     p = tmp_path / "events.csv"
     p.write_text("user_id,item_id,timestamp\n1,2,100\n1,3,101\nalice,4,102\n")
-    with pytest.raises(rio.DataError, match=r"events\.csv:4: user id 'alice' in column 'user_id'"):
-        rio.read_interactions(str(p))
+    with pytest.raises(
+        rio.DataError,
+        match=r"events\.csv:4: user id 'alice' in column 'user_id' is not an integer.*"
+        r"--id-type string",
+    ) as e:
+        rio.read_interactions(str(p), id_type="int64")
+    assert "map string ids" not in str(e.value)  # No longer the advice: strings are read.
 
 
 def test_non_integer_id_column_in_parquet(tmp_path):
     pq.write_table(
         pa.table({"user_id": ["a"], "item_id": [1], "timestamp": [1]}), tmp_path / "x.parquet"
     )
-    with pytest.raises(rio.DataError, match="column 'user_id' .* not integer"):
-        rio.read_interactions(str(tmp_path / "x.parquet"))
+    with pytest.raises(rio.DataError, match="column 'user_id' .* not integer.*--id-type string"):
+        rio.read_interactions(str(tmp_path / "x.parquet"), id_type="int64")
+    got = rio.read_interactions(str(tmp_path / "x.parquet"))  # auto: the column's type decides.
+    assert (got.user_id_type, got.item_id_type) == ("string", "int64")
 
 
 def test_missing_column_lists_columns_and_flag(tmp_path):

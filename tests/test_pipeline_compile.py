@@ -375,6 +375,64 @@ def test_pipeline_parameters_and_artifact_wiring(compiled):
         }, name
 
 
+# How the raw table is read (its columns, id type, which rows are positives): pipeline
+# parameters passed to validation, data prep and the refit's data prep alike.
+READER = (
+    "user_col",
+    "item_col",
+    "time_col",
+    "rating_col",
+    "event_col",
+    "id_type",
+    "min_rating",
+    "positive_events",
+)
+
+
+def _all_tasks(spec):
+    """Every task of the compiled pipeline, inside conditions too: name -> task."""
+    dags = [spec["root"]["dag"]]
+    dags += [c["dag"] for c in spec["components"].values() if "dag" in c]
+    return {name: task for dag in dags for name, task in dag["tasks"].items()}
+
+
+def test_the_reader_parameters_reach_validation_data_prep_and_the_refit(compiled):
+    spec = compiled["cpu"]
+    declared = spec["root"]["inputDefinitions"]["parameters"]
+    reading = {
+        name: task
+        for name, task in _all_tasks(spec).items()
+        if task["componentRef"]["name"].startswith(("comp-validate-data", "comp-prepare-data"))
+    }
+    assert sorted(reading) == ["prepare-data", "prepare-data-2", "validate-data"]
+    for param in READER:
+        assert declared[param]["isOptional"], param  # Not set: detect, every row positive.
+        for name, task in reading.items():
+            binding = task["inputs"]["parameters"][param]["componentInputParameter"]
+            # Inside a condition KFP names the pipeline's parameter pipelinechannel--NAME.
+            assert binding in (param, f"pipelinechannel--{param}"), (name, param)
+
+
+def test_every_parameter_a_message_names_is_a_pipeline_parameter(compiled):
+    """A step's message says ``--param NAME=VALUE`` (training_core.common.hints): each NAME is
+    a parameter of the compiled pipeline, and each flag one that a command line takes."""
+    from training_core.common import hints
+
+    declared = compiled["cpu"]["root"]["inputDefinitions"]["parameters"]
+    for flag, assignment in hints.PIPELINE_PARAMETERS.items():
+        name, _, value = assignment.partition("=")
+        assert name in declared and value, flag
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    flags = {
+        flag
+        for command in ("prepare-data", "validate", "train")
+        for action in commands[command]._actions
+        for flag in action.option_strings
+    }
+    assert set(hints.PIPELINE_PARAMETERS) <= flags
+
+
 def test_image_override_reaches_every_component_and_custom_job(tmp_path):
     out = tmp_path / "p.yaml"
     image = "europe-docker.pkg.dev/acme/ml/ncf:7"

@@ -307,3 +307,173 @@ def test_multi_processing_workers_and_many_chunks_match(tmp_path):
     )
     assert tree_bytes(local.output_dir) == tree_bytes(beam.output_dir)
     assert np.isclose(beam.metadata.num_train_elements, local.metadata.num_train_elements)
+
+
+# ---------------------------------------------------------------------------------------------
+# String ids and seen-only rows (issue 40): the Beam path decides as the single path does.
+# ---------------------------------------------------------------------------------------------
+
+
+def _write_rows(path, header, rows) -> str:
+    path.write_text("\n".join([header, *(",".join(map(str, r)) for r in rows)]) + "\n")
+    return str(path)
+
+
+def _string_rows(digits_only_items: bool):
+    """Users with text ids (non-ASCII among them), items ISBN-like; 40 users, 30 items.
+
+    ``digits_only_items``: half the items are all digits (``--id-type string`` reads them).
+
+    Ids whose str order differs from their numeric order ("u10" < "u2"); repeated pairs, the
+    later row newer.
+    """
+    rows = []
+    for u in range(40):
+        user = f"u{u}" if u % 3 else f"ü-{u:x}"
+        for k in range(3 + u % 5):
+            i = (u * 7 + k * 11) % 30
+            item = f"08065{i:04d}" + ("0" if digits_only_items and i % 2 else "X")
+            rows.append((user, item, 1000 + (u * 13 + k * 5) % 17))
+    rows += [("u1", "080650008X", 5), ("u1", "080650008X", 900)]  # Repeats of a pair.
+    return rows
+
+
+def _both(tmp_path, src, range_bytes=256, **kw):
+    """The single path's and the Beam path's results for ``src``; their trees are equal."""
+    kw = {"eval_negatives": 5, "num_shards": 3, **kw}
+    name = os.path.basename(str(src))
+    local = prepare.prepare(_config(src, tmp_path / f"l-{name}", workers=1, **kw))
+    beam = _beam(_config(src, tmp_path / f"b-{name}", **kw), THREADS, range_bytes, num_buckets=3)
+    assert tree_bytes(local.output_dir) == tree_bytes(beam.output_dir)
+    assert beam.metadata == local.metadata
+    return local, beam
+
+
+@pytest.mark.parametrize("id_type", ["auto", "string"])
+def test_string_ids_match_across_chunks(tmp_path, id_type):
+    """Text ids cut into many chunks: the same vocabularies (str order), records and metadata.
+
+    ``string``: items that are all digits ("0806500120") stay text, as written.
+    """
+    rows = _string_rows(digits_only_items=id_type == "string")
+    src = _write_rows(tmp_path / "events.csv", "user_id,item_id,timestamp", rows)
+    _, beam = _both(tmp_path, src, id_type=id_type)
+    m = beam.metadata
+    assert (m.user_id_type, m.item_id_type) == ("string", "string")
+    users = list(metadata.read_vocab(os.path.join(beam.output_dir, m.user_vocab), "string"))
+    assert users == sorted(users) and users.index("u10") < users.index("u2") and "ü-0" in users
+    items = metadata.read_vocab(os.path.join(beam.output_dir, m.item_vocab), "string")
+    assert all(isinstance(i, str) for i in items) and list(items) == sorted(items)
+
+
+def test_integer_users_with_string_items_match(tmp_path):
+    rows = [
+        (100 + u, f"sku-{(u * 5 + k * 3) % 25}", 10 * k + u % 4)
+        for u in range(30)
+        for k in range(4)
+    ]
+    src = _write_rows(tmp_path / "skus.csv", "user_id,item_id,timestamp", rows)
+    _, beam = _both(tmp_path, src, range_bytes=200)
+    assert (beam.metadata.user_id_type, beam.metadata.item_id_type) == ("int64", "string")
+
+
+def _rated_rows():
+    """Ratings 1-5; users 0-29 rate 6 of 20 items, the latest row of a pair deciding.
+
+    User 30 rated every item, half of them low (seen only): dropped once item 19, held as a
+    positive by them alone, goes with them. User 31 has one positive.
+    """
+    rows = []
+    for u in range(30):
+        for k in range(6):
+            i = (u * 3 + k * 7) % 19
+            rows.append((u, i, 1 + (u + k) % 5, 100 + k))
+    rows += [(3, (3 * 3) % 19, 1, 50), (4, (4 * 3) % 19, 5, 200)]  # Older low, newer high.
+    rows += [(30, i, 5 if i % 2 else 1, 300 + i) for i in range(20)]
+    rows += [(31, 1, 5, 10), (31, 2, 1, 11)]
+    return rows
+
+
+def test_min_rating_seen_only_pairs_match(tmp_path):
+    src = _write_rows(tmp_path / "rated.csv", "user_id,item_id,rating,timestamp", _rated_rows())
+    local, beam = _both(tmp_path, src, min_rating=3.0)
+    m = beam.metadata
+    assert m.source["below_min_rating"] > 0 and m.source["seen_only_pairs"] > 0
+    assert m.num_seen_only == m.source["seen_only_pairs"] and len(m.seen_only_files) == 3
+    assert m.source["users_with_every_item"] == 1  # User 30.
+
+
+def test_positive_events_match(tmp_path):
+    events = ("view", "purchase", "cart")
+    rows = [
+        (f"c{u}", f"p{(u * 5 + k * 3) % 23}", events[(u + k) % 3], 10 * k + u % 3)
+        for u in range(30)
+        for k in range(7)
+    ]
+    src = _write_rows(tmp_path / "events.csv", "user_id,item_id,event,timestamp", rows)
+    _, beam = _both(tmp_path, src, positive_events="purchase,cart")
+    assert beam.metadata.source["not_positive_event"] > 0
+
+
+# SipHash of the UTF-8 bytes under pandas' fixed key: the same in every process.
+PINNED_HASHES = [18107720543730588847, 6689755093696353227, 17743511936029191595]
+
+
+def test_string_ids_are_bucketed_by_a_hash_of_their_bytes():
+    """Never Python's ``hash`` (salted per process): every worker must agree on a user's bucket."""
+    ids = np.asarray(["c-0001", "ü", "080652121X"], dtype=object)
+    assert prepare_beam._id_hash(ids).tolist() == [
+        prepare_beam._id_hash(np.asarray([s], dtype=object))[0] for s in ids
+    ]
+    assert prepare_beam._id_hash(ids).tolist() == PINNED_HASHES
+
+
+@pytest.mark.slow
+def test_mixed_and_bad_ids_fail_as_on_the_single_path(tmp_path):
+    """Errors that name data rows count them from the file's first row, not the chunk's."""
+    good = [(f"u{u % 7}", f"i{u % 11}", u) for u in range(60)]
+    cases = {
+        "mixed": good + [("u1", "42", 99)],
+        "padded": good + [("u1", " i2", 99)],
+    }
+    for what, rows in cases.items():
+        src = _write_rows(tmp_path / f"{what}.csv", "user_id,item_id,timestamp", rows)
+        with pytest.raises(ValueError) as local:
+            prepare.prepare(_config(src, tmp_path / "o-local", eval_negatives=2))
+        with pytest.raises(ValueError) as beam:
+            _beam(_config(src, tmp_path / "o-beam", eval_negatives=2), range_bytes=64)
+        assert str(beam.value) == str(local.value), what
+        assert f"{what}.csv:62" in str(local.value), what  # The line of the bad row.
+
+
+def test_parquet_row_groups_with_text_and_integer_ids_as_strings_match(tmp_path):
+    """``--id-type string``: a Parquet integer column's ids are their decimal text ("10" < "9")."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = _string_rows(digits_only_items=False)
+    table = pa.table(
+        {
+            "user_id": [u for u, _, _ in rows],
+            "item_id": [int(i[5:9]) for _, i, _ in rows],
+            "timestamp": [t for _, _, t in rows],
+        }
+    )
+    src = tmp_path / "events.parquet"
+    pq.write_table(table, src, row_group_size=40)
+    _, beam = _both(tmp_path, src, id_type="string")
+    items = metadata.read_vocab(os.path.join(beam.output_dir, beam.metadata.item_vocab), "string")
+    assert beam.metadata.item_id_type == "string" and list(items) == sorted(map(str, items))
+
+
+def test_users_covering_every_item_with_seen_only_pairs_drop_in_rounds(tmp_path):
+    """Dropping user 1 (items 0-4, three seen only) removes item 4, which only they rated
+    high; then user 2 (items 0-3, two seen only), with fewer items than there were, covers
+    every item left: only the users :func:`covering_bound` singles out send their items."""
+    rows = [(1, 4, 5, 1), (1, 0, 5, 2), (1, 1, 1, 3), (1, 2, 1, 4), (1, 3, 1, 5)]
+    rows += [(2, 0, 5, 1), (2, 1, 5, 2), (2, 2, 1, 3), (2, 3, 1, 4)]
+    rows += [(u, (u + k) % 4, 4, k) for u in range(3, 9) for k in range(2)]
+    src = _write_rows(tmp_path / "rated.csv", "user_id,item_id,rating,timestamp", rows)
+    _, beam = _both(tmp_path, src, min_rating=3.0, eval_negatives=1, num_shards=2)
+    assert beam.metadata.source["users_with_every_item"] == 2
+    assert beam.metadata.num_items == 4 and beam.metadata.num_users == 6

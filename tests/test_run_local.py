@@ -1,6 +1,8 @@
+import dataclasses
 import io
 import logging
 import os
+from collections.abc import Callable
 
 import pytest
 from kfp.local import logging_utils, status
@@ -8,10 +10,34 @@ from kfp.local import logging_utils, status
 from pipelines import cli
 from pipelines.local_run import StepDisplay
 from training_core.common import console
-from training_core.data import metadata
+from training_core.data import ids, metadata
 from training_core.serving import batch_recommend, local_registry
 
 MAX_LINES = 60  # What a successful run-local may print (issue 17).
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleRun:
+    """What the whole-pipeline run reads: run-local's arguments, and the sample's user ids."""
+
+    args: tuple[str, ...]
+    user: Callable[[int], str]  # The run's raw id of the sample's user.
+
+
+@pytest.fixture
+def sample_run(tmp_path) -> SampleRun:
+    """The embedded sample as a shop's event table holds it (issue 40: string ids, its own
+    column names, conftest's ``write_events_sample``), the columns named with ``--param
+    user_col=...``, with the preset run-local trains the embedded sample with (the test gives
+    the epochs). ``make run`` and ``make report-check`` run the embedded sample itself."""
+    from conftest import EVENT_PARAMS, customer_key, write_events_sample
+
+    from pipelines.commands.run_local import SAMPLE_DEFAULTS
+
+    path = write_events_sample(str(tmp_path / "events.csv"))
+    params = {"preset": SAMPLE_DEFAULTS["preset"], **EVENT_PARAMS}
+    args = ["--data", path, *(a for k, v in params.items() for a in ("--param", f"{k}={v}"))]
+    return SampleRun(tuple(args), customer_key)
 
 
 def _printed_lines(text: str) -> list[str]:
@@ -20,11 +46,13 @@ def _printed_lines(text: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_run_local_whole_pipeline_on_the_embedded_sample(tmp_path, capsys):
+def test_run_local_whole_pipeline_on_an_event_table_with_string_ids(tmp_path, capsys, sample_run):
     registry = tmp_path / "registry"
+    users = [sample_run.user(1), sample_run.user(2)]
     code = cli.main(
         [
             "run-local",
+            *sample_run.args,
             "--pipeline-root",
             str(tmp_path),
             "--registry",
@@ -65,13 +93,16 @@ def test_run_local_whole_pipeline_on_the_embedded_sample(tmp_path, capsys):
     )
     prepared = metadata.read_metadata(examples)
     assert prepared.eval_negatives == 100
+    # The columns named with --param, ids read as strings (the product codes keep leading zeros).
+    assert (prepared.user_id_type, prepared.item_id_type) == (ids.ID_STRING, ids.ID_STRING)
+    assert prepared.num_users == 943 and prepared.num_items == 1682  # As the sample's.
     # data_epochs not set: the prepare step prepared one epoch per epoch the train step ran.
     assert prepared.num_epochs == 2 and len(prepared.train_files) == 2
     # The gate's true branch ran under kfp.local: no champion, blessed, registered as version 1.
     assert f"Gate: blessed, registered as version 1 in {registry} (no champion" in out
     champion = local_registry.find_champion(str(registry), "ncf-neumf")
     assert champion.version_id == "1"
-    assert _recommend(champion.path) == _recommend(exported)
+    assert _recommend(champion.path, users) == _recommend(exported, users)
     # Batch recommendations for every user of the sample, from the blessed model.
     recs = next(
         line.split()[-1]
@@ -80,8 +111,9 @@ def test_run_local_whole_pipeline_on_the_embedded_sample(tmp_path, capsys):
     )
     rows = batch_recommend.read(recs)
     assert len(rows) == metadata.read_metadata(examples).num_users
-    first = min(rows, key=lambda r: r["user_id"])
-    assert first["user_id"] == 1 and first["item_ids"] == _recommend(exported)[:10]
+    first = next(row for row in rows if row["user_id"] == users[0])
+    assert first["item_ids"] == _recommend(exported, users)[:10]
+    assert all(isinstance(item, str) and item.startswith("08") for item in first["item_ids"])
     # Refit, on by default here (run-local registers and recommends): after the gate, the same
     # configuration trained on every interaction is what was registered and recommends; the
     # held-out model, which the gate judged, serves nothing.
@@ -111,8 +143,8 @@ def test_run_local_whole_pipeline_on_the_embedded_sample(tmp_path, capsys):
 
     # A worse challenger (1 epoch) against that champion: the false branch, nothing registered.
     code = cli.main(
-        ["run-local", "--pipeline-root", str(tmp_path), "--registry", str(registry),
-         "--param", "epochs=1", "--param", "eval_negatives=100"]
+        ["run-local", *sample_run.args, "--pipeline-root", str(tmp_path),
+         "--registry", str(registry), "--param", "epochs=1", "--param", "eval_negatives=100"]
     )  # fmt: skip
     assert code == 0
     captured = capsys.readouterr()
@@ -133,14 +165,17 @@ def test_run_local_whole_pipeline_on_the_embedded_sample(tmp_path, capsys):
     assert sorted(versions) == ["1", "1.json"]
 
 
-def _recommend(export_dir: str) -> list[int]:
+def _recommend(export_dir: str, users: list[int] | list[str]) -> list[int] | list[str]:
+    """The top items of ``users`` (raw ids: integers or strings), as one list."""
     import tensorflow as tf
 
     model = tf.saved_model.load(export_dir)
+    dtype = tf.string if isinstance(users[0], str) else tf.int64
     got = model.signatures["recommend"](
-        user_id=tf.constant([1, 2], tf.int64), exclude_seen=tf.constant([True, True])
+        user_id=tf.constant(users, dtype), exclude_seen=tf.constant([True] * len(users))
     )
-    return got["item_ids"].numpy().ravel().tolist()
+    items = got["item_ids"].numpy().ravel().tolist()
+    return [item.decode() if isinstance(item, bytes) else item for item in items]
 
 
 @pytest.mark.slow
@@ -175,6 +210,8 @@ def test_run_local_stops_at_the_failing_step_with_its_message(tmp_path, capfd):
         ("preset=ml-1n", "(did you mean 'ml-1m'?)"),
         # The prep ranges, as submit and compile check them: before validation runs.
         ("eval_negatives=-5", "parameter 'eval_negatives' must be >= 0, got -5"),
+        ("id_type=str", "parameter 'id_type' must be one of auto, int64, string, got 'str'"),
+        ("positive_events=,", "parameter 'positive_events' must name events"),
     ],
 )
 def test_run_local_refuses_bad_parameters_before_any_step_runs(tmp_path, capsys, param, message):
@@ -243,3 +280,21 @@ def test_run_local_start_line_says_how_many_epochs_are_prepared():
     )
     words = run_local._model_words({"preset": "quick", "epochs": 4, "data_epochs": 2})
     assert words == "preset quick, 4 epochs, 2 prepared"
+
+
+@pytest.mark.parametrize(("user", "dtype"), [(7, "tf.int64"), ("080652121X", "tf.string")])
+def test_try_it_line_asks_for_the_user_id_of_the_data_s_kind(user, dtype):
+    """An integer id as tf.int64 (as before string ids), a string id as tf.string, as written."""
+    import ast
+    import shlex
+
+    from pipelines.commands import run_local
+
+    code = shlex.split(run_local.try_it_command("python", "/x/export", user))[2]
+    call = next(
+        node
+        for node in ast.walk(ast.parse(code))
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "constant"
+    )
+    assert ast.literal_eval(call.args[0]) == [user]
+    assert ast.unparse(call.args[1]) == dtype

@@ -70,18 +70,21 @@ def test_clean_file_passes_with_tfdv_artifacts(clean_run):
 ANOMALY_FILES = {
     "missing_column.csv": {("timestamp", "SCHEMA_MISSING_COLUMN")},
     "wrong_type.csv": {("user_id", "UNEXPECTED_DATA_TYPE")},
+    "mixed_ids.csv": {("item_id", v.CUSTOM)},
     "out_of_range.csv": {
         ("item_id", "INT_TYPE_SMALL_INT"),
         ("timestamp", "INT_TYPE_SMALL_INT"),
         ("timestamp", "INT_TYPE_BIG_INT"),
     },
 }
+# Text user ids are a type anomaly only where ids are read as integers.
+ANOMALY_OPTIONS = {"wrong_type.csv": {"id_type": "int64"}}
 
 
 @pytest.mark.parametrize("name", sorted(ANOMALY_FILES))
 def test_each_anomaly_is_found_named_and_blocks(name, tmp_path):
     with pytest.raises(v.ValidationFailed) as exc:
-        v.validate(_config(name, tmp_path))
+        v.validate(_config(name, tmp_path, **ANOMALY_OPTIONS.get(name, {})))
     result = exc.value.result
     assert ANOMALY_FILES[name] <= _kinds(result)
     message = str(exc.value)
@@ -90,7 +93,7 @@ def test_each_anomaly_is_found_named_and_blocks(name, tmp_path):
     assert message.count("What to do:") == len(result.anomalies)
     # --warn-only is offered only where data prep could read the data: a column it needs that is
     # missing or of another type would only fail again in data prep.
-    unreadable = name in ("missing_column.csv", "wrong_type.csv")
+    unreadable = name in ("missing_column.csv", "wrong_type.csv", "mixed_ids.csv")
     assert ("would only move this failure into data prep" in message) == unreadable
     assert ("use --warn-only" in message) != unreadable
     # Artifacts are written before the gate closes, so the report can be opened.
@@ -181,7 +184,9 @@ def test_byte_ranges_agree_and_one_bad_value_types_the_whole_column(tmp_path):
         v.validate(_config(str(bad), tmp_path / "o", range_bytes=700))
     result = exc.value.result
     assert result.num_examples == CLEAN_ROWS  # No line lost or doubled at range edges.
-    assert ("user_id", "UNEXPECTED_DATA_TYPE") in _kinds(result)
+    # The whole column is text, and its integers and its one text id are counted over all ranges.
+    assert _kinds(result) == {("user_id", v.CUSTOM)}
+    assert "381 of the ids are integers" in str(exc.value) and "'x8'" in str(exc.value)
 
 
 # Drift settings.
@@ -467,6 +472,16 @@ def test_the_report_says_which_columns_were_not_checked(tmp_path, capsys):
         "rating: steps of 0.5 (only the range is checked; a schema cannot express steps)",
     )
     assert "rating: number, in every row, 0.5..5" in ml.checked
+
+
+def test_an_integer_id_files_schema_is_the_one_inferred_before_string_ids(clean_run):
+    # clean_schema.pbtxt: this file's schema from the gate before string ids (generate.py).
+    pinned = tfdv.load_schema_text(_path("clean_schema.pbtxt"))
+    schema = tfdv.load_schema_text(clean_run.schema_path)
+    tfdv.get_feature(schema, "timestamp").int_domain.max = 1_800_000_000  # Pinned's "now".
+    assert schema == pinned
+    stats = tfdv.load_stats_binary(clean_run.statistics_path)
+    assert not any(f.custom_stats for f in stats.datasets[0].features)  # TFDV's own only.
 
 
 def test_negative_ids_follow_the_reader_rule(clean_run, tmp_path):

@@ -22,10 +22,12 @@ import time
 import grpc
 import pytest
 import yaml
+from conftest import EVENT_PARAMS
 
 from pipelines import cli, pipeline, profiles, verify
 from pipelines.run_plan import placeholders, template
 from pipelines.verify import job_service, shim
+from training_core.data import metadata
 from training_core.training.strategy import ALLOW_MISSING_ACCELERATOR_ENV, STRATEGIES
 
 FULL_CHAIN = (
@@ -37,6 +39,9 @@ FULL_CHAIN = (
     "tpu-v3-8",
 )
 RETRIED = "gpu-t4"  # Its training is preempted once and retried under the task's retryPolicy.
+# Verified on the sample as a shop's event table (conftest.write_events_sample: string ids,
+# columns named with user_col/item_col/time_col, id_type=string), through the Beam data prep.
+EVENTS = "gpu-a100x8-dataflow"
 CUSTOM_JOB_PROFILES = sorted(n for n, p in profiles.BUILTIN.items() if p.train.custom_job)
 SCHEDULING_STRATEGIES = ("STANDARD", "SPOT", "FLEX_START")
 PROJECT, REGION = "my-project", "europe-west4"
@@ -456,8 +461,9 @@ def full_runs(verified):
     """
 
     def run(name):
-        # RETRIED's first custom job fails as a preempted one would.
-        return verified(name, preempt_first_job=name == RETRIED)
+        # RETRIED's first custom job fails as a preempted one would; EVENTS runs on the sample
+        # as an event table (string ids, its columns named with parameters).
+        return verified(name, preempt_first_job=name == RETRIED, events=name == EVENTS)
 
     first, *rest = FULL_CHAIN
     runs = {first: run(first)}
@@ -508,6 +514,11 @@ def test_dataflow_profile_prepares_with_the_beam_runner(full_runs):
     assert prepare.process is not None and prepare.process.returncode == 0
     values = _executor_input_of(prepare.process.command)["inputs"]["parameterValues"]
     assert values["runner"] == "beam"
+    # The event table's columns and id kind reached the step as pipeline parameters.
+    assert {k: values[k] for k in EVENT_PARAMS} == EVENT_PARAMS
+    examples = prepare.artifacts["examples"]["uri"]
+    prepared = metadata.read_metadata(_local(full_runs[EVENTS], examples))
+    assert (prepared.user_id_type, prepared.item_id_type) == ("string", "string")
     # Beam writes what the local path writes, byte for byte: its log shows it ran.
     logs = [p for p in (prepare.process.stdout_path, prepare.process.stderr_path) if p]
     assert any("Beam data prep of" in open(p).read() for p in logs), logs

@@ -19,9 +19,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Restore the latest checkpoint of --model-dir on the CPU and write a SavedModel that "
             "serves with TensorFlow alone: signature 'score' (raw user_id, item_id -> score, "
             "known) and 'recommend' (raw user_id, exclude_seen -> top-k item_ids, scores), one of "
-            "them also as serving_default. The id vocabularies and each user's seen items "
-            "(every item the data holds for them) come from --data and are stored inside the "
-            "model. See docs/serving.md."
+            "them also as serving_default. The ids are of the data's kind: int64, or strings "
+            "(tf.string; JSON strings in a request) for data prepared with string ids. The id "
+            "vocabularies and each user's seen items (every item the data holds for them) come "
+            "from --data and are stored inside the model. See docs/serving.md."
         ),
         epilog=example_epilog(
             "ncf-pipelines export --model-dir runs/ml-1m --data data/ml-1m "
@@ -44,6 +45,7 @@ UNCHANGED = "--output was left as it was: the export is published only once comp
 def run(args: argparse.Namespace) -> int:
     """Exports and prints where, and a request to try."""
     from training_core.common import faults
+    from training_core.data.ids import ID_INT64
     from training_core.serving.export import export
     from training_core.training.model_dir import resolve_checkpoint
 
@@ -63,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
         f"{result.tensorflow_version}; {result.num_users} users, {result.num_items} items, "
         f"top {result.top_k}; serving_default = {result.default_signature})"
     )
+    kinds = (result.user_id_type, result.item_id_type)
+    if kinds != (ID_INT64, ID_INT64):  # Integer ids: the output as before.
+        print(f"ids: {kinds[0]} user ids, {kinds[1]} item ids (a string id is a JSON string)")
     for name, body in result.example_requests.items():
         print(f"example {name} request: {json.dumps(body)}")
     print(f"inspect: saved_model_cli show --dir {result.export_dir} --all")

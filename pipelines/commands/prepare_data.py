@@ -32,14 +32,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="turn raw ratings into pre-batched NCF TFRecords",
         description=(
             "Read raw ratings (any MovieLens layout, or a CSV/Parquet table with user, item and "
-            "timestamp columns), hold out each user's latest interaction, draw training "
-            "negatives per epoch and eval candidates, and write pre-batched TFRecords with "
-            "metadata.json. Without --input, the embedded sample data is used."
+            "timestamp columns; ids may be integers or strings, --id-type), hold out each "
+            "user's latest interaction, draw training negatives per epoch and eval candidates, "
+            "and write pre-batched TFRecords with metadata.json. Rows rated below --min-rating, "
+            "or of events not in --positive-events, count as seen, not as positives: never "
+            "drawn as negatives, never recommended back. Without --input, the embedded sample "
+            "data is used."
         ),
         epilog=example_epilog(
             "ncf-pipelines prepare-data --input ml-1m/ --output data/ml-1m --num-epochs 3",
             "ncf-pipelines prepare-data --input events.parquet --user-col uid --item-col sku "
             "--time-col ts --output data/events",
+            "ncf-pipelines prepare-data --input shop.csv --id-type string --event-col action "
+            "--positive-events purchase,add_to_cart --output data/shop",
+            "ncf-pipelines prepare-data --input ml-1m/ --min-rating 4 --output data/ml-1m-liked",
             "ncf-pipelines prepare-data --input /gcs/b/raw/ --output /gcs/b/data --runner beam "
             '--beam-pipeline-args="--runner=DataflowRunner --project=P --region=us-central1 '
             '--temp_location=gs://b/tmp --max_num_workers=100"',

@@ -36,7 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "machine's CPU, each step in its own process as on Vertex AI, the gate's branches "
             "included. Without --data the embedded sample is used (preset quick, 4 epochs: a "
             "few minutes); with --data the pipeline's own defaults train (the preset for the "
-            "data's size and its epochs; --param preset=... and epochs=... override). Prints "
+            "data's size and its epochs; --param preset=... and epochs=... override; a table "
+            "whose columns have other names: --param user_col=COLUMN, and item_col, time_col "
+            "alike, as prepare-data's --user-col, --item-col, --time-col). Prints "
             "where each artifact is, HR@10 and NDCG@10 beside the popularity baseline's, the "
             "gate's decision and the exported model's path; the last line names the run's report, "
             "one HTML page of all of it with pictures (docs/run-report.md)."
@@ -45,6 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "ncf-pipelines run-local",
             "ncf-pipelines run-local --data ml-100k/u.data",
             "ncf-pipelines run-local --data ml-1m/ --param epochs=3",
+            "ncf-pipelines run-local --data events.csv --param user_col=customer_id "
+            "--param item_col=product_id --param time_col=event_time",
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -184,17 +188,22 @@ def summary(result, seconds: float, registry: str = "") -> str:
     return "\n".join(lines)
 
 
-def try_it_command(python: str, exported: str, user: int) -> str:
+def try_it_command(python: str, exported: str, user: int | str) -> str:
     """A shell command that prints ``user``'s top 10 items from the SavedModel at ``exported``.
 
-    Every word is quoted for the shell (``shlex``) and the path is a Python string literal
-    (JSON's escapes are Python's), so a path with spaces, quotes or ``$(...)`` is read as the
-    path and runs nothing else.
+    ``user``: a raw user id of the data's kind, an integer (tf.int64) or a string (tf.string).
+    Every word is quoted for the shell (``shlex``) and the path and a string id are Python
+    string literals, so a path with spaces, quotes or ``$(...)`` is read as the path and runs
+    nothing else.
     """
+    if isinstance(user, str):
+        user_id = f"tf.constant([{user!r}], tf.string)"
+    else:
+        user_id = f"tf.constant([{int(user)}], tf.int64)"
     code = (
         "from training_core.common import console; console.setup(); import tensorflow as tf; "
         f"m = tf.saved_model.load({json.dumps(exported)}); "
-        f'print(m.signatures["recommend"](user_id=tf.constant([{int(user)}], tf.int64), '
+        f'print(m.signatures["recommend"](user_id={user_id}, '
         'exclude_seen=tf.constant([True]))["item_ids"].numpy())'
     )
     return shlex.join([python, "-c", code])

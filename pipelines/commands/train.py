@@ -91,7 +91,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "resumes from the latest one. TensorBoard summaries go to $AIP_TENSORBOARD_LOG_DIR "
             "when set (Vertex AI), else to MODEL_DIR/summaries. With --refit-of, on a dataset "
             "prepared with --refit, it trains an evaluated run's configuration again on every "
-            "interaction, for that run's epochs, evaluating nothing (docs/training.md, Refit)."
+            "interaction, for that run's epochs, evaluating nothing (docs/training.md, Refit). "
+            "With --warm-start-from, the model starts from a champion's weights: users and "
+            "items it knows keep their rows, new ones start fresh (docs/weekly-runs.md)."
         ),
         epilog=example_epilog(
             "ncf-pipelines train --data data/ml-1m --model-dir runs/ml-1m --preset ml-1m "
@@ -100,6 +102,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "--preset ml-20m --strategy multi_worker_mirrored",
             "ncf-pipelines train --data data/ml-1m-refit --model-dir runs/ml-1m-refit "
             "--refit-of runs/ml-1m",
+            "ncf-pipelines train --data data/week-48 --model-dir runs/week-48 "
+            "--warm-start-from exports/week-47",
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

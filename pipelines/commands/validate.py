@@ -38,7 +38,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_input_arguments(p, required=True, help_text="ratings file or folder (as prepare-data)")
+    add_input_arguments(
+        p, required=True, help_text="ratings file or folder (as prepare-data)", id_type=True
+    )
+    _add_positive_rule_arguments(p)
     p.add_argument("--output", required=True, help="folder for statistics, schema, anomalies")
     p.add_argument(
         "--baseline",
@@ -91,6 +94,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _add_positive_rule_arguments(p: argparse.ArgumentParser) -> None:
+    """``--min-rating`` and ``--positive-events``, as prepare-data's (PrepareConfig's help).
+
+    Here they only say which columns data prep will need: a numeric rating, an event column.
+    """
+    import dataclasses
+
+    from training_core.data.config import PrepareConfig
+
+    fields = {f.name: f for f in dataclasses.fields(PrepareConfig)}
+    checks = {
+        "min_rating": "here: the rating column must be there, in every row, and numeric",
+        "positive_events": "here: the event column must be there",
+    }
+    for name, check in checks.items():
+        p.add_argument(
+            "--" + name.replace("_", "-"),
+            type=float if name == "min_rating" else str,
+            default=fields[name].default,
+            help=f"as prepare-data's: {fields[name].metadata['help']}; {check}",
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs the gate; returns 2 (with the anomalies on stderr) when it blocks."""
     from training_core.data import validate
@@ -117,6 +143,9 @@ def run(args: argparse.Namespace) -> int:
         max_timestamp=validate.parse_time(args.max_time) if args.max_time else None,
         fail_on_anomalies=not args.warn_only,
         beam_pipeline_args=beam_pipeline_args(args),
+        id_type=args.id_type,
+        min_rating=args.min_rating,
+        positive_events=args.positive_events,
     )
     try:
         result = validate.validate(config)

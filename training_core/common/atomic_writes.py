@@ -144,9 +144,12 @@ def atomic_output(
 
 
 def write_text_atomic(path: str, text: str) -> None:
-    """Writes ``text`` to ``path`` so that a reader sees the old content or the new, never part."""
-    with atomic_output(path, "w") as f:
-        f.write(text)
+    """Writes ``text`` to ``path`` so that a reader sees the old content or the new, never part.
+
+    UTF-8 whatever the locale (a vocabulary of string ids may hold any character).
+    """
+    with atomic_output(path, "wb") as f:
+        f.write(text.encode("utf-8"))
 
 
 @dataclasses.dataclass(frozen=True)

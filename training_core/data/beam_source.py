@@ -4,8 +4,15 @@ Reads the same inputs as :mod:`training_core.data.io` (every MovieLens layout, C
 file or a folder) without turning rows into Python objects: delimited text is cut into byte ranges
 that workers parse with pyarrow, Parquet is read row group by row group with
 ``beam.io.ReadFromParquetBatched``. Columns get canonical names (``user_id``, ``item_id``,
-``timestamp`` and ``rating`` when present), so schemas and drift settings do not depend on the
-layout. Columns that cannot be found are left out: the schema then reports them missing.
+``timestamp``, and ``rating`` and ``event`` when named or found by alias), so schemas and drift
+settings do not depend on the layout. Columns that cannot be found are left out: the schema then
+reports them missing.
+
+Id columns are read as data prep reads them (``Source.id_type``, io.py's ``--id-type`` rule):
+``int64`` as integers (text stays text, and the schema says it is of the wrong type); ``string``
+as their text, integer columns too (Parquet integers as their decimal text); ``auto`` as
+integers where every value of the column is one, else as text (a float-looking id such as
+``1.5`` stays the text it was written as).
 
 Each value becomes a one-element list, the layout TFDV's statistics generators expect. Text is
 parsed twice: a first pass finds each column's type over all ranges (a column with one
@@ -25,11 +32,13 @@ import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from training_core.common import hints
 from training_core.data import io as rio
+from training_core.data.ids import ID_AUTO, ID_STRING
 
-USER, ITEM, TIME, RATING = "user_id", "item_id", "timestamp", "rating"
-CANONICAL = (USER, ITEM, TIME, RATING)
-RATING_ALIASES = ("rating", "Rating", "score")
+USER, ITEM, TIME, RATING, EVENT = "user_id", "item_id", "timestamp", "rating", "event"
+CANONICAL = (USER, ITEM, TIME, RATING, EVENT)
+IDS = (USER, ITEM)
 DEFAULT_RANGE_BYTES = 64 << 20
 BATCH_ROWS = 1 << 16
 
@@ -41,6 +50,7 @@ class Source:
     files: tuple[str, ...]
     layout: rio.FileLayout  # The first file's (``io.describe_file``); every file is read with it.
     rename: tuple[tuple[str, str], ...]  # (column in the file, canonical name), found ones only.
+    id_type: str = ID_AUTO  # How id columns are read (ids.ID_TYPES, io.py's --id-type).
 
     @property
     def format(self) -> str:
@@ -59,7 +69,9 @@ class Source:
         return tuple(c for c in (USER, ITEM, TIME) if c not in found)
 
 
-def describe_source(path: str, fmt: str = "auto", columns: rio.Columns | None = None) -> Source:
+def describe_source(
+    path: str, fmt: str = "auto", columns: rio.Columns | None = None, id_type: str = ID_AUTO
+) -> Source:
     """Resolves the files, their layout and the column mapping, reading only headers.
 
     Raises:
@@ -73,7 +85,7 @@ def describe_source(path: str, fmt: str = "auto", columns: rio.Columns | None = 
     layout = rio.describe_file(files[0], fmt)
     if layout.has_header and not layout.names:  # A blank first line.
         raise rio.DataError(f"{files[0]}: the file is empty (no interactions)")
-    return Source(tuple(files), layout, _mapping(layout.names, columns, fmt))
+    return Source(tuple(files), layout, _mapping(layout.names, columns, fmt), id_type)
 
 
 def _mapping(names: tuple[str, ...], columns: rio.Columns, fmt: str) -> tuple[tuple[str, str], ...]:
@@ -83,7 +95,8 @@ def _mapping(names: tuple[str, ...], columns: rio.Columns, fmt: str) -> tuple[tu
         (USER, columns.user, rio.USER_ALIASES),
         (ITEM, columns.item, rio.ITEM_ALIASES),
         (TIME, columns.timestamp, rio.TIME_ALIASES),
-        (RATING, None, RATING_ALIASES),
+        (RATING, columns.rating, rio.RATING_ALIASES),
+        (EVENT, columns.event, rio.EVENT_ALIASES),
     )
     out = []
     for canonical, explicit, aliases in wanted:
@@ -123,6 +136,8 @@ class ReadInteractionBatches(beam.PTransform):
         if src.format == rio.PARQUET:
             wanted = [c for c, _ in src.rename]
             types = _parquet_types(src.files, wanted)
+            if src.id_type == ID_STRING:  # Integer ids as their decimal text.
+                types.update({c: pa.string() for c in _id_columns(src)})
             return (
                 pbegin
                 | "Files" >> beam.Create(files)
@@ -214,7 +229,7 @@ def _parse(
         where = path if end < 0 else f"{path} (bytes {start}-{end})"
         raise rio.DataError(
             f"{where}: cannot be parsed as {src.format}: {e}. Fix or remove the bad line "
-            "(or check --format)."
+            f"(or check {hints.option('--format')})."
         ) from None
     return table if table is not None and table.num_rows else None
 
@@ -245,7 +260,12 @@ def unify_type(kinds: tuple[str, ...]) -> pa.DataType | None:
     if all(pa.types.is_integer(t) or pa.types.is_floating(t) for t in parsed):
         return pa.float64()
     if all(pa.types.is_timestamp(t) or pa.types.is_date(t) for t in parsed):
-        return pa.timestamp("s")
+        # Times written with a zone ("...Z", "+02:00") parse only as a zoned type; all of one
+        # kind keep it, zoned and plain mixed are left as text (as data prep parses each value).
+        zoned = {pa.types.is_timestamp(t) and t.tz is not None for t in parsed}
+        if zoned == {True}:
+            return pa.timestamp("s", tz="UTC")
+        return pa.timestamp("s") if zoned == {False} else pa.string()
     return pa.string()
 
 
@@ -256,16 +276,25 @@ def _type_from_name(name: str) -> pa.DataType:
     if name in ("float", "double", "halffloat"):
         return pa.float64()
     if name.startswith("timestamp"):
-        return pa.timestamp("s")
+        return pa.timestamp("s", tz="UTC") if "tz=" in name else pa.timestamp("s")
     if name.startswith("date"):
         return pa.date32()
     return pa.string()
+
+
+def _id_columns(src: Source) -> list[str]:
+    return [c for c, canonical in src.rename if canonical in IDS]
 
 
 def _parse_range(
     rng: tuple[str, int, int], src: Source, kinds: dict[str, tuple[str, ...]]
 ) -> list[pa.RecordBatch]:
     types = {name: t for name, k in kinds.items() if (t := unify_type(k)) is not None}
+    for name in _id_columns(src):
+        if src.id_type == ID_STRING or (
+            src.id_type == ID_AUTO and name in types and not pa.types.is_integer(types[name])
+        ):
+            types[name] = pa.string()  # Text ids as written ("1.5" stays "1.5").
     table = _parse(rng, src, types)
     return [] if table is None else _table_to_batches(table, src.rename, types)
 

@@ -21,6 +21,7 @@ from typing import Any
 from training_core.common import not_set
 from training_core.data import io as rio
 from training_core.data import sampling
+from training_core.data.ids import ID_AUTO, ID_TYPES
 
 RUNNER_LOCAL = "local"  # One machine: training_core.data.prepare.
 RUNNER_BEAM = "beam"  # Apache Beam: in-process here, Dataflow with --runner=DataflowRunner.
@@ -48,6 +49,33 @@ class PrepareConfig:
     output_dir: str
     format: str = "auto"  # An input layout name or alias (training_core.data.io.FORMAT_ALIASES).
     columns: rio.Columns = rio.Columns()
+    # How the user and item columns' ids are read (training_core.data.io: auto, int64, string).
+    id_type: str = dataclasses.field(
+        default=ID_AUTO,
+        metadata={
+            "help": "the kind of the user and item ids: auto (default: integers if every id of "
+            "a column is one, else text), int64, or string (every id as its text, e.g. ISBNs)",
+            "choices": ID_TYPES,
+        },
+    )
+    # Rows rated below it are seen only (never positives, never negatives); None: every row.
+    min_rating: float | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "rows rated below it count as seen, not as positives (never sampled as "
+            "negatives, never recommended back; default: every row is a positive; the rating "
+            "column: --rating-col)"
+        },
+    )
+    # Comma-separated events that are positives; other events' rows are seen only. "": every.
+    positive_events: str = dataclasses.field(
+        default="",
+        metadata={
+            "help": "comma-separated events that are positives, e.g. purchase,add_to_cart; rows "
+            "of other events count as seen, not as positives (default: every event; the event "
+            "column: --event-col)"
+        },
+    )
     min_ratings: int = dataclasses.field(  # As the reference; 0 disables the filter.
         default=20,
         metadata={
@@ -151,6 +179,12 @@ class PrepareConfig:
         (``train_config.with_training_epochs``).
         """
         rules = [
+            ("id_type", self.id_type in ID_TYPES, f"must be one of {', '.join(ID_TYPES)}"),
+            (
+                "positive_events",
+                not self.positive_events or bool(rio.parse_events(self.positive_events)),
+                "must name events, separated by commas",
+            ),
             ("min_ratings", self.min_ratings >= 0, "must be >= 0 (0 disables the filter)"),
             (
                 "num_epochs",
@@ -180,6 +214,10 @@ class PrepareConfig:
             ),
         ]
         return [(field, rule) for field, ok, rule in rules if not ok]
+
+    def positive_rule(self) -> rio.PositiveRule:
+        """The reader's rule for positives (``min_rating``, ``positive_events``)."""
+        return rio.PositiveRule.from_options(self.min_rating, self.positive_events)
 
     def resolved_epochs(self, num_train_positives: int) -> int:
         """The epochs to prepare for data of ``num_train_positives``.

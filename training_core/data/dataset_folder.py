@@ -5,7 +5,8 @@ Layout (``docs/data-format.md``)::
     <output>/metadata.json   the published dataset: every file below is named in it
     <output>/_SUCCESS        written after the first metadata.json
     <output>/data-<build>/   one build: train/epoch_NNN/*.tfrecord, eval/*.tfrecord,
-                             validation/*.tfrecord (unless --no-validation), vocab/*.txt
+                             validation/*.tfrecord (unless --no-validation), vocab/*.txt,
+                             seen_only/*.tfrecord (rows that are no positive, if any)
     <output>/.lock           held by the one writer (training_core.common.atomic_writes.hold)
 
 A run builds into its own ``data-<build>`` folder, which nothing names until it is complete, and
@@ -77,9 +78,9 @@ def _ours(name: str) -> bool:
 
 
 def record_files(meta: DatasetMetadata) -> list[ShardFile]:
-    """Every TFRecord file of a dataset: each epoch's training files, then eval, then validation."""
+    """A dataset's TFRecord files: each epoch's training files, eval, validation, seen only."""
     files = [f for fs in meta.train_files.values() for f in fs]
-    return files + list(meta.eval_files) + list(meta.validation_files)
+    return files + list(meta.eval_files) + list(meta.validation_files) + list(meta.seen_only_files)
 
 
 def published_roots(meta: DatasetMetadata) -> set[str]:

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from training_core.data.ids import ID_INT64, ID_KINDS, ID_STRING
+
 FORMAT_VERSION = 1
 METADATA_FILE = "metadata.json"
 SUCCESS_FILE = "_SUCCESS"
@@ -94,6 +96,16 @@ class DatasetMetadata:
     num_validation_elements: int = 0
     validation_steps: int = 0
     refit: bool = False
+    # The kind of raw id each vocabulary holds (ID_KINDS); int64 in a dataset prepared before
+    # string ids existed.
+    user_id_type: str = ID_INT64
+    item_id_type: str = ID_INT64
+    # The seen-only (user, item) pairs (rows that are no positive: --min-rating,
+    # --positive-events), one file per shard in the eval records' layout with
+    # ``train_prebatch_size`` rows a record (``shards.write_seen_only_shard``); none in a dataset
+    # without such rows, or prepared before they existed.
+    seen_only_files: list[ShardFile] = dataclasses.field(default_factory=list)
+    num_seen_only: int = 0
 
     def to_json(self) -> str:
         """Serializes to pretty JSON."""
@@ -124,6 +136,7 @@ class DatasetMetadata:
         }
         kwargs["eval_files"] = [ShardFile(**f) for f in raw["eval_files"]]
         kwargs["validation_files"] = [ShardFile(**f) for f in raw.get("validation_files", [])]
+        kwargs["seen_only_files"] = [ShardFile(**f) for f in raw.get("seen_only_files", [])]
         return cls(**kwargs)
 
     @property
@@ -243,12 +256,38 @@ def read_metadata(root: str | os.PathLike) -> DatasetMetadata:
     return DatasetMetadata.from_dict(raw)
 
 
-def read_vocab(path: str) -> np.ndarray:
+def vocab_text(vocab: np.ndarray) -> str:
+    """A vocabulary file's content: the raw id of index 0, 1, ... one per line, UTF-8.
+
+    The reader refuses ids that hold a line break (``training_core.data.io``), so a line is
+    always one id.
+    """
+    return "\n".join(map(str, vocab.tolist())) + "\n"
+
+
+def parse_vocab(text: str, id_type: str = ID_INT64) -> np.ndarray:
+    """The raw ids of a vocabulary file's ``text`` (``vocab_text``'s inverse).
+
+    int64 ids as an int64 array; string ids as an object array of ``str``, each line as
+    written (only the line break is removed).
+    """
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if id_type == ID_STRING:
+        return np.asarray(lines, dtype=object)
+    if id_type != ID_INT64:
+        raise ValueError(f"unknown id type {id_type!r}; use one of {', '.join(ID_KINDS)}")
+    return np.asarray([int(line) for line in lines], dtype=np.int64)
+
+
+def read_vocab(path: str, id_type: str = ID_INT64) -> np.ndarray:
     """Raw ids of a vocab file (line number = index), on any filesystem TensorFlow reads.
 
+    ``id_type``: the vocabulary's kind (``DatasetMetadata.user_id_type`` or ``item_id_type``).
     TensorFlow is imported when this is called, so importing this module stays free of it.
     """
     import tensorflow as tf
 
-    with tf.io.gfile.GFile(path) as f:
-        return np.asarray([int(line) for line in f.read().split()], dtype=np.int64)
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return parse_vocab(f.read().decode("utf-8"), id_type)

@@ -1,10 +1,10 @@
 """The decisions taken once for the whole dataset, by either engine with this code.
 
-Once the source is hashed and cleaned, both engines (``prepare`` on one machine, ``prepare_beam``
-as a Beam job) take the same global decisions here: the error for data that cleaning emptied, the
-build folder's name, the :class:`Plan` (shards, eval batch, the held-out split's counts, options,
-fingerprint) and, at the end,
-what records them: the vocabulary files' content and ``metadata.json``.
+Both engines (``prepare`` on one machine, ``prepare_beam`` as a Beam job) read the source with
+the same reader options (``read_options``: the id kind, which rows are positives). Once the
+source is hashed and cleaned, they take the same global decisions here: the error for data that
+cleaning emptied, the build folder's name, the :class:`Plan` (shards, eval batch, the held-out
+split's counts, options, fingerprint) and, at the end, what records them: ``metadata.json``.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import os
 from collections.abc import Sequence
 from importlib import metadata as importlib_metadata
 
-import numpy as np
-
+from training_core.common import hints
 from training_core.data import dataset_folder
 from training_core.data import io as rio
 from training_core.data.config import EVAL_USERS_MULTIPLE, PrepareConfig
+from training_core.data.ids import ID_AUTO, ID_INT64
 from training_core.data.metadata import (
     FORMAT_VERSION,
     ITEM_VOCAB,
@@ -47,10 +47,24 @@ def nothing_left(stats: dict[str, int], min_ratings: int) -> rio.DataError:
             "users): no negatives can be drawn, and NCF learns from items a user did not "
             "interact with. Check the input (is the item column right?) or add items."
         )
-    return rio.DataError(
-        f"no user has at least {max(min_ratings, 2)} interactions; lower --min-ratings (now "
-        f"{min_ratings}) or check the input"
+    seen_only = {rule: stats[rule] for rule in SEEN_ONLY_RULES if stats.get(rule)}
+    rules = (
+        " (positives only: "
+        + ", ".join(f"{count} rows {rule.replace('_', ' ')}" for rule, count in seen_only.items())
+        + f" are seen only; lower {hints.option('--min-rating')} or name more "
+        f"{hints.option('--positive-events')})"
+        if seen_only
+        else ""
     )
+    return rio.DataError(
+        f"no user has at least {max(min_ratings, 2)} interactions{rules}; lower "
+        f"{hints.option('--min-ratings')} (now {min_ratings}) or check the input"
+    )
+
+
+# The stats (metadata.json's ``source``) that count the rows each positive rule turned into
+# seen-only rows, as the reader names them (``io.Interactions.rule_counts``).
+SEEN_ONLY_RULES = (rio.BELOW_MIN_RATING, rio.NOT_POSITIVE_EVENT)
 
 
 def resolve_eval_users_per_batch(
@@ -123,6 +137,47 @@ class Plan:
         )
 
 
+# The reading options added with string ids and seen-only rows, and their defaults: recorded in a
+# dataset's options (its fingerprint and build folder) only when set otherwise, so a dataset
+# prepared without them keeps the fingerprint it had before they existed.
+_READING_DEFAULTS = {"id_type": ID_AUTO, "min_rating": None, "positive_events": ""}
+# Column names added with them: recorded only when named.
+_NEW_COLUMNS = ("rating", "event")
+
+
+def _set_reading_options(config: PrepareConfig) -> dict:
+    set_options = {
+        name: getattr(config, name)
+        for name, default in _READING_DEFAULTS.items()
+        if getattr(config, name) != default
+    }
+    if "positive_events" in set_options:  # As the reader takes them: "a, b" is "a,b".
+        set_options["positive_events"] = ",".join(config.positive_rule().positive_events)
+    return set_options
+
+
+def recorded_columns(columns: rio.Columns) -> dict:
+    """The input columns as a dataset's options record them: the rating and event only if named."""
+    return {
+        k: v
+        for k, v in dataclasses.asdict(columns).items()
+        if k not in _NEW_COLUMNS or v is not None
+    }
+
+
+def read_options(config: PrepareConfig) -> dict:
+    """The keyword arguments of ``io.read_interactions`` beside the path, format and columns.
+
+    Both engines read through these, so they see the same ids and the same positives. Only
+    what is set is passed: the reader's defaults are the options' defaults.
+    """
+    options: dict = {"id_type": config.id_type} if config.id_type != ID_AUTO else {}
+    rule = config.positive_rule()
+    if rule.active:
+        options["rule"] = rule
+    return options
+
+
 def make_plan(
     config: PrepareConfig,
     fmt: str,
@@ -161,7 +216,7 @@ def make_plan(
     num_epochs = config.resolved_epochs(num_train_positives)
     options = {
         "format": fmt,
-        "columns": dataclasses.asdict(config.columns),
+        "columns": recorded_columns(config.columns),
         "min_ratings": config.min_ratings,
         "num_epochs": num_epochs,
         "num_neg": config.num_neg,
@@ -176,6 +231,7 @@ def make_plan(
         options["validation"] = True
     if config.refit:  # Likewise absent without: a dataset that is no refit keeps its fingerprint.
         options["refit"] = True
+    options.update(_set_reading_options(config))  # Likewise, each only when set.
     fingerprint = hashlib.sha256(
         json.dumps(
             {"v": FORMAT_VERSION, "source": source_sha, "options": options}, sort_keys=True
@@ -230,11 +286,17 @@ _WORKER_BYTES_PER_ROW = 64
 
 
 def estimate(
-    plan: Plan, config: PrepareConfig, rows_kept: int, num_users: int, num_items: int
+    plan: Plan,
+    config: PrepareConfig,
+    rows_kept: int,
+    num_users: int,
+    num_items: int,
+    num_seen_only: int = 0,
 ) -> Estimate:
     """The dataset's size on disk and each worker's peak memory, before anything is written.
 
-    Size: rows x epochs x bytes per row, in the ``records`` layout (ids as varints).
+    Size: rows x epochs x bytes per row, in the ``records`` layout (ids as varints), and the
+    ``num_seen_only`` seen-only pairs' records (``shards.write_seen_only_shard``).
     """
     user_bytes = mean_varint_width(num_users)
     item_bytes = mean_varint_width(num_items)
@@ -259,6 +321,9 @@ def estimate(
         + eval_records * _RECORD_OVERHEAD
         + (num_users + num_items) * 12  # Vocabulary files: raw ids, one a line.
     )
+    if num_seen_only:  # One record of train_batch_size rows at least per shard.
+        seen_rows = num_seen_only + plan.num_shards * batch
+        total += seen_rows * eval_row + (seen_rows // batch) * _RECORD_OVERHEAD
     biggest_file = max(per_shard_train, per_shard_users * per_eval_user)
     return Estimate(
         int(total),
@@ -284,17 +349,16 @@ def build_options(config: PrepareConfig) -> dict:
         skip |= {"validation"}
     if not config.refit:  # Likewise: a dataset that is no refit keeps its build folder.
         skip |= {"refit"}
-    return {k: v for k, v in dataclasses.asdict(config).items() if k not in skip}
+    skip |= _READING_DEFAULTS.keys()  # Likewise: added below only when set.
+    options = {k: v for k, v in dataclasses.asdict(config).items() if k not in skip}
+    options["columns"] = recorded_columns(config.columns)
+    options.update(_set_reading_options(config))
+    return options
 
 
 def build_name(config: PrepareConfig, source_sha: str) -> str:
     """The build folder this run writes (``dataset_folder.build_name``)."""
     return dataset_folder.build_name(source_sha, build_options(config), package_version())
-
-
-def vocab_text(vocab: np.ndarray) -> str:
-    """A vocabulary file's content: the raw id of index 0, 1, ... one per line."""
-    return "\n".join(map(str, vocab.tolist())) + "\n"
 
 
 def build_metadata(
@@ -311,10 +375,15 @@ def build_metadata(
     short_users: tuple[int, int],
     build: str,
     validation_files: Sequence[ShardFile] = (),
+    seen_only_files: Sequence[ShardFile] = (),
+    id_types: tuple[str, str] = (ID_INT64, ID_INT64),
 ) -> DatasetMetadata:
     """``metadata.json`` from the shards' counts; both engines assemble it here.
 
     ``validation_files``: the validation split's, one per shard when ``config.validation``.
+    ``seen_only_files``: the seen-only pairs', one per shard when the data has any
+    (``shards.write_seen_only_shard``). ``id_types``: the users' and the items' id kinds, as
+    the reader found them (``io.Interactions.user_id_type``, ``item_id_type``).
 
     Shard paths are relative to ``build`` (the build folder); metadata names them from the
     dataset folder.
@@ -337,6 +406,7 @@ def build_metadata(
     train_files = {epoch: [_under(build, f) for f in files] for epoch, files in train_files.items()}
     eval_files = [_under(build, f) for f in eval_files]
     validation_files = [_under(build, f) for f in validation_files]
+    seen_only_files = [_under(build, f) for f in seen_only_files]
     first_epoch = train_files[epoch_dir(0)]
     upb = plan.eval_users_per_batch
     return DatasetMetadata(
@@ -379,6 +449,10 @@ def build_metadata(
         num_validation_elements=sum(f.elements for f in validation_files),
         validation_steps=sum(f.batches for f in validation_files),
         refit=config.refit,
+        user_id_type=id_types[0],
+        item_id_type=id_types[1],
+        seen_only_files=seen_only_files,
+        num_seen_only=sum(f.elements for f in seen_only_files),
     )
 
 

@@ -3,8 +3,9 @@
 ``training_positives``: the items a user trained on (what full-catalog evaluation does not rank).
 ``held_out_items``: the one item per user that a split holds out (the last row of each user's
 group in its records; ``held_out_items(meta.split(name), ...)`` for either split).
-``seen_items``: all of them, every item the data holds for a user (what ``recommend`` excludes:
-a user's latest interactions are seen too). They read the records with
+``seen_items``: all of them and the user's seen-only items (rows that are no positive:
+``--min-rating``, ``--positive-events``), every item the data holds for a user (what
+``recommend`` excludes: a user's latest interactions are seen too). They read the records with
 ``tf.data``, so they work on any filesystem TensorFlow reads (``gs://`` included); TensorFlow is
 imported when they are called, as ``records.feature_spec`` does, so importing this module stays
 free of it.
@@ -13,6 +14,7 @@ free of it.
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 
@@ -81,25 +83,50 @@ def held_out_items(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray, np
 def seen_items(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray, np.ndarray]:
     """``(row_splits, items)``: every item the data holds for each user, sorted, as CSR.
 
-    The training positives and the held-out items of every split the dataset has: what a user
-    has interacted with, so what recommendations leave out. The splits hold out each user's
-    latest interactions, the ones a user is least likely to want back. A refit's training
-    positives are already every interaction: they are read alone.
+    The training positives, the held-out items of every split the dataset has and the seen-only
+    items: what a user has interacted with, so what recommendations leave out. The splits hold
+    out each user's latest interactions, the ones a user is least likely to want back. A
+    refit's training positives are already every positive.
     """
     splits, trained = training_positives(meta, data_dir)
-    if meta.refit:
+    if meta.refit and not meta.seen_only_files:
         return splits, trained
     trained_users = np.repeat(np.arange(meta.num_users, dtype=np.int64), np.diff(splits))
     n = meta.num_items
     keys = [trained_users * n + trained]
-    for name in SPLITS:
+    for name in SPLITS if not meta.refit else ():
         if name != SPLIT_VALIDATION or meta.has_validation:
             users, held_out = held_out_items(meta.split(name), data_dir)
             keys.append(users * n + held_out)
+    users, seen_only = seen_only_items(meta, data_dir)
+    keys.append(users * n + seen_only)
     pairs = np.unique(np.concatenate(keys))
     row_splits = np.zeros(meta.num_users + 1, np.int64)
     np.cumsum(np.bincount(pairs // n, minlength=meta.num_users), out=row_splits[1:])
     return row_splits, (pairs % n).astype(np.int64)
+
+
+def seen_only_items(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(users, items)``: every seen-only pair of the dataset, by user then item.
+
+    Read from the ``seen_only`` records (rows whose ``duplicate_mask`` is 0); empty for a dataset
+    without any (``meta.seen_only_files``).
+    """
+    files = [os.path.join(data_dir, f.path) for f in meta.seen_only_files]
+    users, items = [], []
+    for batch in _read(files, meta.train_prebatch_size, False) if files else ():
+        keep = batch[records.DUPLICATE_MASK] == 0
+        users.append(batch[records.USER_ID][keep])
+        items.append(batch[records.ITEM_ID][keep])
+    u = np.concatenate(users) if users else np.zeros(0, np.int64)
+    i = np.concatenate(items) if items else np.zeros(0, np.int64)
+    if len(u) != meta.num_seen_only:
+        raise ValueError(
+            f"{data_dir}: the seen-only records hold {len(u)} pairs, metadata.json says "
+            f"{meta.num_seen_only}; {records.PREPARE_AGAIN}"
+        )
+    order = np.lexsort((i, u))
+    return u[order].astype(np.int64), i[order].astype(np.int64)
 
 
 def _read(files: list[str], prebatch: int, training: bool):

@@ -11,6 +11,7 @@ import dataclasses
 
 from training_core.data.dataset_folder import record_files
 from training_core.data.metadata import DatasetMetadata
+from training_core.data.plan import SEEN_ONLY_RULES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,11 +48,21 @@ def summary(result: PrepareResult) -> str:
         if m.refit
         else []
     )
+    rules = [f"{m.source[k]:,} {k.replace('_', ' ')}" for k in SEEN_ONLY_RULES if k in m.source]
+    seen_only = (
+        [
+            f"  seen only: {m.num_seen_only:,} pairs kept, never positives nor negatives ("
+            f"rows: {', '.join(rules)})"
+        ]
+        if rules
+        else []
+    )
     return "\n".join(
         [
             f"{'Reused' if result.reused else 'Prepared'} {result.output_dir}",
             f"  users {m.num_users:,}  items {m.num_items:,}  "
             f"source rows {m.source['rows_read']:,} (kept {m.source['rows_kept']:,})",
+            *seen_only,
             f"  train: {train_rows:,} rows over {m.num_epochs} epoch(s), "
             f"{m.train_steps_per_epoch:,} batches of {m.train_prebatch_size} per epoch",
             f"  eval:  {m.num_eval_elements:,} rows, {m.eval_steps:,} batches of "
@@ -78,6 +89,7 @@ def artifact_metadata(result: PrepareResult) -> dict:
         "num_validation_users": m.num_validation_users,
         "num_train_positives": m.num_train_positives,
         "refit": m.refit,
+        "num_seen_only": m.num_seen_only,
         "eval_prebatch_size": m.eval_prebatch_size,
         "fingerprint": m.fingerprint,
         "source_sha256": m.source["sha256"],

@@ -4,17 +4,24 @@ The files are byte for byte those :mod:`training_core.data.prepare` writes on on
 
 The pipeline takes the same global decisions with the same functions (``plan``):
 
-1. **Read** chunks, not rows: byte ranges of text files (``beam_source.read_text_range``, with
-   ``io``'s layouts and parser) and Parquet row groups, into int64 arrays, each row keyed by its
-   place in the input (chunk, row): the tie-breaker the single-machine path takes from file order.
-2. **Clean** per bucket of raw users (one shuffle): keep the latest of repeated (user, item) rows,
-   drop users under ``--min-ratings``. A global combine of the buckets' per-user and per-item
-   counts drops users who rated every item and yields the sorted vocabularies (contiguous ids in
-   ascending raw-id order) and the plan (``plan.make_plan``) as a side input.
+1. **Read** chunks, not rows: byte ranges of text files (``beam_source.read_range``, parsed with
+   ``io``'s layouts, parser and per-table reader ``io.table_columns``) and Parquet row groups,
+   into ids (int64, or text), timestamps and each row's positive flag (``--min-rating``,
+   ``--positive-events``), each row keyed by its place in the input (chunk, row): the
+   tie-breaker the single-machine path takes from file order. Each chunk also reports what its
+   id columns hold; ``io.resolve_kinds`` decides each column's kind over all of them (a column
+   mixing integers and text fails the job), and the rule counts are summed.
+2. **Clean** per bucket of raw users (one shuffle, by a hash of the raw id that every process
+   computes alike): the latest of repeated (user, item) rows decides whether the pair is a
+   positive or seen only; users with too few positives go (``--min-ratings``). A global combine
+   of the buckets' per-user and per-item counts drops users who interacted with every item (the
+   few users who could, found by :func:`covering_bound`, send their item sets) and yields the
+   sorted vocabularies (contiguous ids in ascending raw-id order: numeric, or str order) and the
+   plan (``plan.make_plan``) as a side input.
 3. **Shard** by ``user_index % num_shards`` (second shuffle); per shard, sort by (time, input
    order), then ``sampling``'s vectorized draws (training rows, the test and validation splits)
-   and ``shards``' writers, with generators seeded by (seed, shard, purpose, epoch): same seed,
-   same bytes, any worker count.
+   and ``shards``' writers (the seen-only pairs' file too, where the data keeps any), with
+   generators seeded by (seed, shard, purpose, epoch): same seed, same bytes, any worker count.
 4. The launcher assembles ``metadata.json`` from the shards' counts and publishes it last.
 
 Errors raised inside the job (bad lines, wrong types, too few users) carry a marker that the
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -51,12 +59,14 @@ from training_core.data import (
 )
 from training_core.data import io as rio
 from training_core.data.config import PrepareConfig
+from training_core.data.ids import ID_AUTO, ID_INT64
 from training_core.data.metadata import (
     ITEM_VOCAB,
     SPLIT_VALIDATION,
     USER_VOCAB,
     ShardFile,
     epoch_dir,
+    vocab_text,
 )
 
 log = logging.getLogger(__name__)
@@ -126,7 +136,20 @@ class FileSpec:
 
     layout: rio.FileLayout  # Its path as the launcher sees it (named in messages, as io does).
     path: str  # As workers open it (gs:// on Dataflow).
-    wanted: tuple[str, str, str]  # User, item and timestamp columns.
+    cols: rio.ReadColumns  # Ids, time, and the positive rule's columns (``io.read_columns``).
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """How ids and positives are read (``plan.read_options``: the single path's too)."""
+
+    id_type: str = ID_AUTO
+    rule: rio.PositiveRule = rio.PositiveRule()
+
+    @classmethod
+    def of(cls, config: PrepareConfig) -> Reading:
+        """The reading of ``config``'s options."""
+        return cls(**plan.read_options(config))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,14 +167,14 @@ class Chunk:
 
 
 def describe_files(
-    files: list[str], fmt: str, columns: rio.Columns, remote: bool
+    files: list[str], fmt: str, columns: rio.Columns, rule: rio.PositiveRule, remote: bool
 ) -> list[FileSpec]:
     """Checks every file's header or schema with the single path's messages; reads no rows."""
     specs = []
     for f in files:
         layout = rio.describe_file(f, fmt)
-        wanted = rio.interaction_columns(layout, columns)
-        specs.append(FileSpec(layout, beam_source.beam_path(f, remote), wanted))
+        cols = rio.read_columns(layout, columns, rule)
+        specs.append(FileSpec(layout, beam_source.beam_path(f, remote), cols))
     return specs
 
 
@@ -175,48 +198,164 @@ def list_chunks(specs: list[FileSpec], range_bytes: int) -> list[Chunk]:
     return out
 
 
-def read_chunk(chunk: Chunk, specs: list[FileSpec]):
-    """One chunk as (users, items, timestamps, input order) int64 arrays; [] when empty."""
-    spec = specs[chunk.file]
-    local_path = spec.layout.path
-    user_col, item_col, time_col = spec.wanted
-    if spec.layout.format == rio.PARQUET:
+@dataclasses.dataclass(frozen=True)
+class ChunkReport:
+    """What the global reading decisions need from one chunk (:func:`decide_reading`)."""
+
+    chunk_id: int
+    file: int
+    rows: int
+    scans: tuple[rio.IdScan, rio.IdScan]  # Data rows counted from the chunk's first (text).
+    rule_counts: dict[str, int]
+
+
+def _read_table(chunk: Chunk, spec: FileSpec, reading: Reading):
+    """A chunk's rows as ``io.table_columns`` reads them (``io.ChunkRows``); None when blank."""
+    layout, cols = spec.layout, spec.cols
+    if layout.format == rio.PARQUET:
         import pyarrow.parquet as pq
 
         with FileSystems.open(spec.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            table = pq.ParquetFile(f).read_row_group(chunk.start, columns=list(spec.wanted))
-        try:
-            arrays = rio._columns_to_arrays(table, user_col, item_col, time_col, local_path)
-        except rio.DataError as e:  # Row numbers count from the row group: make them global.
-            message = re.sub(
-                r"data row (\d+)", lambda m: f"data row {int(m[1]) + chunk.end}", str(e)
-            )
-            raise _report("data", message) from None
-    else:
-        try:
-            table = beam_source.read_text_range(
-                spec.path,
-                chunk.start,
-                chunk.end,
-                spec.layout,
-                spec.wanted,
-                {user_col: pa.int64(), item_col: pa.int64()},
-            )
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-            # The launcher finds the first bad line of the file, as the single path does.
-            raise _report("parse", e, file=chunk.file) from None
-        if table is None:
-            return []
-        try:
-            arrays = rio._columns_to_arrays(table, user_col, item_col, time_col, local_path)
-        except rio.DataError as e:
-            where = f" (row counted from byte {chunk.start})" if chunk.start > 0 else ""
-            raise _report("data", f"{e}{where}") from None
-    users, items, ts = arrays
-    if not len(users):
+            table = pq.ParquetFile(f).read_row_group(chunk.start, columns=list(cols.names))
+        # Row numbers are the file's: the group's first row is its row ``end``.
+        return rio.table_columns(
+            table,
+            cols,
+            layout.path,
+            reading.id_type,
+            reading.rule,
+            parquet=True,
+            first_row=chunk.end + 1,
+        )
+    data = beam_source.read_range(spec.path, chunk.start, chunk.end)
+    if not data.strip():
+        return None
+    skip = 1 if layout.has_header and chunk.start == 0 else 0
+
+    def parse(types):
+        return rio.parse_delimited(data, layout.delimiter, layout.names, skip, cols.names, types)
+
+    try:
+        table = rio.parse_ids(parse, cols, reading.id_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        # The launcher finds the first bad line of the file, as the single path does.
+        raise _report("parse", e, file=chunk.file) from None
+    try:
+        return rio.table_columns(table, cols, layout.path, reading.id_type, reading.rule)
+    except rio.DataError as e:
+        # Its data row counts from the chunk: the launcher names the line, as the single path
+        # does (this message, noting where the count starts, where no line is found).
+        where = f" (row counted from byte {chunk.start})" if chunk.start > 0 else ""
+        raise _report("parse", f"{e}{where}", file=chunk.file, fallback=True) from None
+
+
+def read_chunk(chunk: Chunk, specs: list[FileSpec], reading: Reading):
+    """One chunk's rows: (users, items, timestamps, input order, positive); its report aside.
+
+    Ids are of their column's kind already (:func:`_chunk_ids`), so that the rows of one raw
+    user meet in one bucket whatever chunk they come from.
+    """
+    rows = _read_table(chunk, specs[chunk.file], reading)
+    if rows is None:
         return []
-    order = (np.int64(chunk.chunk_id) << _ROW_BITS) + np.arange(len(users), dtype=np.int64)
-    return [(users, items, ts, order)]
+    report = ChunkReport(chunk.chunk_id, chunk.file, len(rows), rows.scans, rows.rule_counts)
+    out = [beam.pvalue.TaggedOutput("report", report)]
+    if not len(rows):
+        return out
+    users, items = (_chunk_ids(c, reading.id_type) for c in (rows.users, rows.items))
+    n = len(rows)
+    positive = np.ones(n, dtype=bool) if rows.positive is None else rows.positive
+    order = (np.int64(chunk.chunk_id) << _ROW_BITS) + np.arange(n, dtype=np.int64)
+    return [*out, (users, items, rows.timestamps, order, positive)]
+
+
+def _chunk_ids(column: rio.IdColumn, id_type: str) -> np.ndarray:
+    """A chunk's ids as the column's kind will be, where the chunk alone tells it.
+
+    Under ``auto``, text ids that are all integers are int64 (else the column mixes kinds, an
+    error); text with any other value stays text. ``string`` and ``int64`` ids are read as such.
+    """
+    if id_type == ID_AUTO and column.scan.first_other is None:
+        return rio.convert(column, ID_INT64)
+    return column.values
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadDecision:
+    """The id kinds and the positive rule's counts over every chunk."""
+
+    id_types: tuple[str, str]  # ids.ID_KINDS of the user and item columns.
+    rule_counts: dict[str, int]  # Summed over the chunks; empty without a rule.
+
+
+def _counted_from(scan: rio.IdScan, offset: int) -> rio.IdScan:
+    """``scan`` with its data rows counted from the file's first, ``offset`` rows before."""
+
+    def moved(seen: rio.Sighting | None) -> rio.Sighting | None:
+        if seen is None or not offset:
+            return seen
+        head, _, _ = seen.where.rpartition("data row ")
+        row = seen.row + offset
+        return dataclasses.replace(seen, where=f"{head}data row {row}", row=row)
+
+    return dataclasses.replace(
+        scan, first_int=moved(scan.first_int), first_other=moved(scan.first_other)
+    )
+
+
+def _first_of(scans: list[rio.IdScan]) -> rio.IdScan:
+    """One scan of a file's chunks (in input order): the file's first sightings."""
+    first_int = next((s.first_int for s in scans if s.first_int is not None), None)
+    first_other = next((s.first_other for s in scans if s.first_other is not None), None)
+    return dataclasses.replace(scans[0], first_int=first_int, first_other=first_other)
+
+
+def _file_scans(reports: list[ChunkReport], specs: list[FileSpec]) -> dict[int, tuple]:
+    """Per file (by index, in input order), its id columns' scans as the single path reads them.
+
+    A text file's chunks count data rows from their own first: here from the file's first.
+    Parquet row groups count from the file's already.
+    """
+    chunks: dict[int, list[ChunkReport]] = {}
+    for r in sorted(reports, key=lambda r: r.chunk_id):
+        chunks.setdefault(r.file, []).append(r)
+    out = {}
+    for f in sorted(chunks):
+        offset, moved = 0, []
+        for r in chunks[f]:
+            moved.append(tuple(_counted_from(s, offset) for s in r.scans))
+            if specs[f].layout.format != rio.PARQUET:
+                offset += r.rows
+        out[f] = tuple(_first_of([m[k] for m in moved]) for k in range(2))
+    return out
+
+
+def decide_reading(reports: list[ChunkReport], specs: list[FileSpec], id_type: str) -> ReadDecision:
+    """The kinds of the id columns (``io.resolve_kinds`` over the files' scans, in input order).
+
+    A text file's mix of kinds is named by line, as the single path names it: the launcher
+    finds the lines (``_raise_failure``) from the scans this error carries.
+    """
+    scans = _file_scans(reports, specs)
+    try:
+        kinds = rio.resolve_kinds(list(scans.values()), id_type)
+    except rio.DataError as e:
+        if specs[0].layout.format == rio.PARQUET:
+            raise
+        encoded = [[f, [dataclasses.asdict(s) for s in pair]] for f, pair in scans.items()]
+        raise _report("kinds", e, scans=encoded) from None
+    counts: dict[str, int] = {}
+    for r in reports:
+        for key, n in r.rule_counts.items():
+            counts[key] = counts.get(key, 0) + n
+    return ReadDecision(kinds, counts)
+
+
+def _decoded_scan(raw: dict) -> rio.IdScan:
+    sighting = {
+        k: None if raw[k] is None else rio.Sighting(**raw[k]) for k in ("first_int", "first_other")
+    }
+    return rio.IdScan(raw["column"], raw["role"], **sighting)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,65 +378,170 @@ def _split_by(key: np.ndarray, rows: tuple[np.ndarray, ...]):
     ]
 
 
+def _id_hash(ids: np.ndarray) -> np.ndarray:
+    """A uint64 hash of each raw id, the same in every process and on every machine.
+
+    Integer ids are mixed by a multiplication; string ids hash their UTF-8 bytes (pandas'
+    SipHash under its fixed key), never Python's ``hash``, which each process salts.
+    """
+    if ids.dtype == object:
+        from pandas.util import hash_array
+
+        return hash_array(ids, encoding="utf8", categorize=False)
+    return ids.astype(np.uint64) * _HASH
+
+
 def to_buckets(rows, num_buckets: int):
     """Splits a chunk's rows by a hash of the raw user id."""
-    mixed = rows[0].astype(np.uint64) * _HASH
+    mixed = _id_hash(rows[0])
     return _split_by(((mixed >> np.uint64(32)) % np.uint64(num_buckets)).astype(np.int64), rows)
 
 
 def _concat(parts) -> tuple[np.ndarray, ...]:
     parts = list(parts)
-    return tuple(np.concatenate([p[k] for p in parts]) for k in range(4))
+    return tuple(np.concatenate([p[k] for p in parts]) for k in range(len(parts[0])))
+
+
+def _factorized(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """int64 keys that sort as the raw ids do, and the raw id of each key.
+
+    Integer ids are their own keys (None); string ids get their rank among the distinct ids
+    (str order), so that every sort and comparison after this one is on integers.
+    """
+    if ids.dtype != object:
+        return ids, None
+    import pandas as pd
+
+    codes, uniques = pd.factorize(ids, sort=True)
+    return codes.astype(np.int64, copy=False), np.asarray(uniques, dtype=object)
+
+
+def _raw(keys: np.ndarray, uniques: np.ndarray | None) -> np.ndarray:
+    """The raw ids of :func:`_factorized`'s keys."""
+    return keys if uniques is None else uniques[keys]
 
 
 @dataclasses.dataclass(frozen=True)
 class BucketSummary:
-    """What the global decisions need from one bucket of raw users."""
+    """What the global decisions need from one bucket of raw users.
 
-    users: np.ndarray  # Raw ids of users kept so far (enough distinct items).
-    counts: np.ndarray  # Their distinct items.
-    items: np.ndarray  # Raw item ids rated by kept users.
-    item_users: np.ndarray  # Kept users who rated each.
+    Users are those with enough positives (``--min-ratings``); every item array counts their
+    pairs only. A user's total (their positive and seen-only items) bounds what they cover.
+    """
+
+    users: np.ndarray  # Raw ids, ascending.
+    counts: np.ndarray  # Their distinct positive items.
+    items: np.ndarray  # Raw ids of their positive items, ascending.
+    item_users: np.ndarray  # Users holding each as a positive.
+    item_min_total: np.ndarray  # The fewest items (positive or seen only) of those users.
+    seen_items: np.ndarray  # Raw ids of their seen-only items, ascending.
+    seen_item_users: np.ndarray  # Users holding each as a seen-only pair.
     rows_read: int
     duplicate_pairs_dropped: int
     users_below_min_ratings: int
     single_interaction_users: int
 
 
-def clean_bucket(element, min_ratings: int):
-    """Keeps the latest of repeated (user, item) rows and users with enough items.
+def _group_counts(keys: np.ndarray, values: np.ndarray | None = None):
+    """Distinct int64 ``keys`` ascending, the count of each, and the least ``values`` of each."""
+    ids, counts = np.unique(keys, return_counts=True)
+    if values is None:
+        return ids, counts, None
+    order = np.lexsort((values, keys))
+    return ids, counts, values[order][np.cumsum(counts) - counts]
 
-    Yields the kept rows, and a :class:`BucketSummary` on the ``summary`` output.
+
+def clean_bucket(element, min_ratings: int, decision: ReadDecision):
+    """Keeps the latest of repeated (user, item) rows and the users with enough positives.
+
+    As ``prepare.index_interactions``: the latest row of a pair decides whether the pair is a
+    positive or seen only; only positives count towards ``min_ratings``. Yields the kept pairs
+    (positive and seen-only, of the users kept) and a :class:`BucketSummary` on ``summary``.
+    ``decision`` is not read: waiting for it, no bucket is cleaned before the ids' kinds are
+    known not to mix (a failed decision fails the job first).
     """
+    del decision
     _, parts = element
-    users, items, ts, order = _concat(parts)
-    n = len(users)
-    # As prepare.index_interactions: sort by (user, item, time, input order), keep each pair's last.
-    idx = np.lexsort((order, ts, items, users))
-    users, items, ts, order = users[idx], items[idx], ts[idx], order[idx]
+    rows = _concat(parts)
+    n = len(rows[0])
+    (user_key, user_raw), (item_key, item_raw) = _factorized(rows[0]), _factorized(rows[1])
+    # Sort by (user, item, time, input order); each pair's last row decides it.
+    idx = np.lexsort((rows[3], rows[2], item_key, user_key))
+    users, items = user_key[idx], item_key[idx]
     last = np.ones(n, dtype=bool)
     last[:-1] = (users[1:] != users[:-1]) | (items[1:] != items[:-1])
-    users, items, ts, order = users[last], items[last], ts[last], order[last]
-    ids, counts = np.unique(users, return_counts=True)
-    good = counts >= max(min_ratings, 2)
-    keep = np.repeat(good, counts)
-    users, items, ts, order = users[keep], items[keep], ts[keep], order[keep]
-    item_ids, item_users = np.unique(items, return_counts=True)
+    idx = idx[last]
+    users, positive = user_key[idx], rows[4][idx]
+    ids, counts, _ = _group_counts(users[positive])
+    few = int((counts < min_ratings).sum())
+    single = int(((counts < 2) & (counts >= min_ratings)).sum())
+    _, good = _Vocab(ids[counts >= max(min_ratings, 2)]).lookup(users)
+    idx, positive = idx[good], positive[good]
+    users, items = user_key[idx], item_key[idx]
+    ids, totals, _ = _group_counts(users)  # The pairs are grouped by user, ascending.
+    counts = np.zeros(len(ids), np.int64)
+    if len(ids):
+        counts = np.add.reduceat(positive.astype(np.int64), np.cumsum(totals) - totals)
+    user_total = np.repeat(totals, totals)
+    pos_items, item_users, item_min_total = _group_counts(items[positive], user_total[positive])
+    seen_items, seen_item_users, _ = _group_counts(items[~positive])
     yield beam.pvalue.TaggedOutput(
         "summary",
         BucketSummary(
-            users=ids[good],
-            counts=counts[good],
-            items=item_ids,
+            users=_raw(ids, user_raw),
+            counts=counts,
+            items=_raw(pos_items, item_raw),
             item_users=item_users,
+            item_min_total=item_min_total,
+            seen_items=_raw(seen_items, item_raw),
+            seen_item_users=seen_item_users,
             rows_read=n,
             duplicate_pairs_dropped=n - int(last.sum()),
-            users_below_min_ratings=int((counts < min_ratings).sum()),
-            single_interaction_users=int(((counts < 2) & (counts >= min_ratings)).sum()),
+            users_below_min_ratings=few,
+            single_interaction_users=single,
         ),
     )
-    if len(users):
-        yield users, items, ts, order
+    if len(idx):
+        yield tuple(a[idx] for a in rows)
+
+
+def covering_bound(buckets: list[BucketSummary]) -> int:
+    """Users with fewer distinct items than this never cover every item (one worker).
+
+    A user is dropped for interacting with every item left. An item held as a positive by a
+    user of fewer than ``L`` items stays as long as at most ``L`` items are left; the largest
+    ``L`` that many such items guarantee (``L`` items with a holder under ``L``) bounds the
+    items left from below, so only users with at least ``L`` items need their item sets
+    (:func:`covering_sets`).
+    """
+    if not buckets:
+        return 0
+    items = np.concatenate([b.items for b in buckets])
+    least = np.concatenate([b.item_min_total for b in buckets])
+    if not len(items):
+        return 0
+    order = np.lexsort((least, _factorized(items)[0]))
+    items, least = items[order], least[order]
+    first = np.ones(len(items), dtype=bool)
+    first[1:] = items[1:] != items[:-1]
+    least = np.sort(least[first])  # Per item present, its holder with the fewest items.
+    bound = len(least)
+    while True:
+        below = int(np.searchsorted(least, bound, side="left"))
+        if below == bound:
+            return bound
+        bound = below
+
+
+def covering_sets(rows, bound: int):
+    """(user, positive items, seen-only items) of a bucket's users with ``bound`` items or more."""
+    users, items, _, _, positive = rows
+    starts = np.flatnonzero(np.concatenate([[True], users[1:] != users[:-1]]))  # By user.
+    ends = np.append(starts[1:], len(users))
+    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+        if end - start >= bound:
+            mine = slice(start, end)
+            yield users[start], items[mine][positive[mine]], items[mine][~positive[mine]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,10 +552,94 @@ class Summary:
     item_vocab: np.ndarray
     stats: dict[str, int]
     plan: plan.Plan
+    num_seen_only: int  # Seen-only pairs kept (of users kept, on items kept).
+    id_types: tuple[str, str]  # The users' and the items' (ids.ID_KINDS).
+
+    @functools.cached_property
+    def users(self) -> _Vocab:
+        """The user vocabulary's lookup, built once per worker that reads this side input."""
+        return _Vocab(self.user_vocab)
+
+    @functools.cached_property
+    def items(self) -> _Vocab:
+        """The item vocabulary's lookup, likewise."""
+        return _Vocab(self.item_vocab)
+
+
+def _merge_counts(ids: list[np.ndarray], counts: list[np.ndarray]):
+    """Distinct ids ascending and the sum of their counts over the parts."""
+    merged, inverse = np.unique(np.concatenate(ids), return_inverse=True)
+    total = np.bincount(inverse.reshape(-1), weights=np.concatenate(counts), minlength=len(merged))
+    return merged, total.astype(np.int64)
+
+
+class _Vocab:
+    """An ascending vocabulary that tells each id's index in it.
+
+    String ids go through a hash table (built once): a binary search would compare Python strs.
+    """
+
+    def __init__(self, vocab: np.ndarray):
+        self.vocab = vocab
+        self._table = None
+        if vocab.dtype == object and len(vocab):
+            import pandas as pd
+
+            self._table = pd.Index(vocab)
+
+    def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each id's index, and whether it is there (index 0 where it is not)."""
+        vocab = self.vocab
+        if not len(vocab):
+            return np.zeros(len(ids), np.int64), np.zeros(len(ids), dtype=bool)
+        if self._table is not None:
+            index = self._table.get_indexer(ids).astype(np.int64)
+            return np.maximum(index, 0), index >= 0
+        index = np.searchsorted(vocab, ids)
+        known = vocab[np.minimum(index, len(vocab) - 1)] == ids
+        return index, np.asarray(known, dtype=bool)
+
+
+def _drop_users_with_every_item(
+    users: np.ndarray, item_ids: np.ndarray, item_users: np.ndarray, covering: list
+) -> tuple[np.ndarray, np.ndarray, list[list[np.ndarray]]]:
+    """Drops, in rounds, the users whose positive and seen-only items cover every item left.
+
+    As ``index_interactions``: an item is left while a user kept holds it as a positive.
+    ``users``, ``item_ids``: ascending raw ids; ``item_users``: each item's positive holders;
+    ``covering``: :func:`covering_sets`' (user, positive items, seen-only items), the only users
+    who can be dropped. Returns the users kept (a mask), the items left (a mask) and, per round,
+    the seen-only items of each user dropped.
+    """
+    item_users = item_users.copy()
+    alive = np.ones(len(users), dtype=bool)
+    user_index, item_index = _Vocab(users), _Vocab(item_ids)
+    # Per covering user: their index, their positives' and seen-only items' indices (those that
+    # are some user's positive), and their seen-only items.
+    sets = []
+    for user, pos, seen in covering:
+        index, _ = user_index.lookup(np.asarray([user], dtype=users.dtype))
+        seen_index, known = item_index.lookup(seen)
+        sets.append((int(index[0]), item_index.lookup(pos)[0], seen_index[known], seen))
+    rounds = []
+    while True:
+        present = item_users > 0
+        num_items = int(present.sum())
+        full = [
+            s for s in sets if alive[s[0]] and len(s[1]) + int(present[s[2]].sum()) >= num_items
+        ]
+        if not full:
+            return alive, present, rounds
+        for u, pos, _, _ in full:
+            alive[u] = False
+            np.subtract.at(item_users, pos, 1)
+        rounds.append([seen for _, _, _, seen in full])
 
 
 def summarize(
     buckets: list[BucketSummary],
+    covering: list,
+    decision: ReadDecision,
     config: PrepareConfig,
     fmt: str,
     source_sha: str,
@@ -319,9 +647,8 @@ def summarize(
 ) -> Summary:
     """Merges the buckets' counts into the single path's decisions and plan (one worker).
 
-    Users who rated every item are dropped as ``index_interactions`` drops them: such a user
-    holds every item present, so dropping ``d`` of them lowers every item's user count by ``d``
-    and the loop needs only the per-item user counts.
+    Users who interacted with every item left are dropped, in rounds, as ``index_interactions``
+    drops them; only the users :func:`covering_sets` gave can be (see :func:`covering_bound`).
     """
     rows_read = sum(b.rows_read for b in buckets)
     if rows_read == 0:
@@ -334,28 +661,30 @@ def summarize(
     }
     users = np.concatenate([b.users for b in buckets])
     counts = np.concatenate([b.counts for b in buckets])
-    order = np.argsort(users)
+    order = np.argsort(users, kind="stable")
     users, counts = users[order], counts[order]
-    item_ids, inverse = np.unique(np.concatenate([b.items for b in buckets]), return_inverse=True)
-    item_users = np.bincount(
-        inverse.reshape(-1),
-        weights=np.concatenate([b.item_users for b in buckets]),
-        minlength=len(item_ids),
-    ).astype(np.int64)
-    alive = np.ones(len(users), dtype=bool)
-    dropped = 0
-    while True:
-        present = item_users > dropped
-        full = alive & (counts >= int(present.sum()))
-        if not full.any():
-            break
-        alive &= ~full
-        dropped += int(full.sum())
-        stats["users_with_every_item"] = dropped
+    item_ids, item_users = _merge_counts(
+        [b.items for b in buckets], [b.item_users for b in buckets]
+    )
+    seen_ids, seen_users = _merge_counts(
+        [b.seen_items for b in buckets], [b.seen_item_users for b in buckets]
+    )
+    alive, present, dropped = _drop_users_with_every_item(users, item_ids, item_users, covering)
+    if dropped:
+        stats["users_with_every_item"] = sum(len(d) for d in dropped)
+    if Reading.of(config).rule.active:  # As the single path counts them.
+        stats.update(decision.rule_counts)
     if not alive.any():
         raise plan.nothing_left(stats, config.min_ratings)
     stats["rows_kept"] = int(counts[alive].sum())
     user_vocab, item_vocab = users[alive], item_ids[present]
+    # Seen-only pairs kept: on items kept, less those of the users dropped.
+    kept_items = _Vocab(item_vocab)
+    num_seen_only = int(seen_users[kept_items.lookup(seen_ids)[1]].sum())
+    for seen in (seen for d in dropped for seen in d):
+        num_seen_only -= int(kept_items.lookup(seen)[1].sum())
+    if Reading.of(config).rule.active:
+        stats["seen_only_pairs"] = num_seen_only
     decided = plan.make_plan(
         config,
         fmt,
@@ -365,18 +694,20 @@ def summarize(
         len(item_vocab),
         int(sampling.has_validation_item(counts[alive]).sum()),
     )
-    return Summary(user_vocab, item_vocab, stats, decided)
+    return Summary(user_vocab, item_vocab, stats, decided, num_seen_only, decision.id_types)
 
 
 def to_shards(rows, summary: Summary):
-    """Contiguous ids for a bucket's kept rows, split by ``user_index % num_shards``."""
-    users, items, ts, order = rows
-    vocab = summary.user_vocab
-    uidx = np.searchsorted(vocab, users)
-    known = vocab[np.minimum(uidx, len(vocab) - 1)] == users
-    uidx, items, ts, order = uidx[known], items[known], ts[known], order[known]
-    iidx = np.searchsorted(summary.item_vocab, items)
-    return _split_by(uidx % summary.plan.num_shards, (uidx, iidx, ts, order))
+    """Contiguous ids for a bucket's kept pairs, split by ``user_index % num_shards``.
+
+    Pairs of users dropped, and seen-only pairs on items dropped, go.
+    """
+    users, items, ts, order, positive = rows
+    uidx, known = summary.users.lookup(users)
+    iidx, item_known = summary.items.lookup(items)
+    known &= item_known
+    parts = (uidx[known], iidx[known], ts[known], order[known], positive[known])
+    return _split_by(parts[0] % summary.plan.num_shards, parts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -429,12 +760,29 @@ def _write_text(path: str, text: str) -> None:
 
 
 def build_shard(index: int, parts, num_items: int) -> sampling.Shard:
-    """A shard's rows grouped by user, each user's in (time, input order): ``make_shard``'s."""
-    uidx, iidx, ts, order = _concat(parts)
+    """A shard as ``prepare.make_shard`` makes it.
+
+    Each user's positives in (time, input order); their seen-only items ascending.
+    """
+    uidx, iidx, ts, order, positive = _concat(parts)
+    seen_users, seen_items = uidx[~positive], iidx[~positive]
+    uidx, iidx, ts, order = uidx[positive], iidx[positive], ts[positive], order[positive]
     idx = np.lexsort((order, ts, uidx))
     users, counts = np.unique(uidx[idx], return_counts=True)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    return sampling.Shard(index, users.astype(np.int64), offsets, iidx[idx], num_items)
+    local = np.searchsorted(users, seen_users)
+    seen = np.sort(local * num_items + seen_items)
+    seen_offsets = np.zeros(len(users) + 1, np.int64)
+    np.cumsum(np.bincount(local, minlength=len(users)), out=seen_offsets[1:])
+    return sampling.Shard(
+        index,
+        users.astype(np.int64),
+        offsets,
+        iidx[idx],
+        num_items,
+        seen_offsets,
+        (seen % num_items).astype(np.int64),
+    )
 
 
 def write_shard(element, summary: Summary, config: PrepareConfig, out: str, remote: bool):
@@ -454,8 +802,12 @@ def write_shard(element, summary: Summary, config: PrepareConfig, out: str, remo
         dataclasses.asdict(shards.write_train_shard(shard, comp, e, opts, out, write))
         for e in range(summary.plan.num_epochs)
     ]
+    seen_only = []  # The shard's seen-only file, when the data keeps seen-only pairs.
+    if summary.num_seen_only:
+        seen_only.append(dataclasses.asdict(shards.write_seen_only_shard(shard, opts, out, write)))
     result = {
         "shard": index,
+        "seen_only": seen_only,
         "eval": dataclasses.asdict(eval_file),
         "validation": validation,
         "short_users": short,
@@ -472,13 +824,14 @@ def write_shard(element, summary: Summary, config: PrepareConfig, out: str, remo
 
 def write_summary(summary: Summary, out: str) -> None:
     """Vocabularies and the counts the launcher needs for metadata.json."""
-    _write_text(FileSystems.join(out, USER_VOCAB), plan.vocab_text(summary.user_vocab))
-    _write_text(FileSystems.join(out, ITEM_VOCAB), plan.vocab_text(summary.item_vocab))
+    _write_text(FileSystems.join(out, USER_VOCAB), vocab_text(summary.user_vocab))
+    _write_text(FileSystems.join(out, ITEM_VOCAB), vocab_text(summary.item_vocab))
     payload = {
         "stats": summary.stats,
         "num_users": len(summary.user_vocab),
         "num_items": len(summary.item_vocab),
         "plan": dataclasses.asdict(summary.plan),
+        "id_types": summary.id_types,
     }
     _write_text(FileSystems.join(out, dataset_folder.BEAM_STAGING, _SUMMARY), json.dumps(payload))
 
@@ -500,20 +853,43 @@ def build_pipeline(
     remote: bool,
 ) -> None:
     """The data prep graph (see the module docstring)."""
-    cleaned = (
+    reading = Reading.of(config)
+    read = (
         p
         | "Chunks" >> beam.Create(chunks)
         | "Spread" >> beam.Reshuffle()
-        | "Read" >> beam.FlatMap(_reporting(read_chunk), specs)
+        | "Read"
+        >> beam.FlatMap(_reporting(read_chunk), specs, reading).with_outputs("report", main="rows")
+    )
+    decision = beam.pvalue.AsSingleton(
+        read.report
+        | "AllChunks" >> beam.combiners.ToList()
+        | "DecideIds" >> beam.Map(_reporting(decide_reading), specs, reading.id_type)
+    )
+    cleaned = (
+        read.rows
         | "ToBuckets" >> beam.FlatMap(to_buckets, num_buckets)
         | "GroupBuckets" >> beam.GroupByKey()
         | "Clean"
-        >> beam.FlatMap(clean_bucket, config.min_ratings).with_outputs("summary", main="rows")
+        >> beam.FlatMap(clean_bucket, config.min_ratings, decision).with_outputs(
+            "summary", main="rows"
+        )
     )
-    summary = (
-        cleaned.summary
-        | "AllBuckets" >> beam.combiners.ToList()
-        | "Summarize" >> beam.Map(_reporting(summarize), config, fmt, source_sha, config.input_path)
+    buckets = cleaned.summary | "AllBuckets" >> beam.combiners.ToList()
+    bound = buckets | "CoveringBound" >> beam.Map(covering_bound)
+    covering = (
+        cleaned.rows
+        | "CoveringSets" >> beam.FlatMap(covering_sets, beam.pvalue.AsSingleton(bound))
+        | "AllCovering" >> beam.combiners.ToList()
+    )
+    summary = buckets | "Summarize" >> beam.Map(
+        _reporting(summarize),
+        beam.pvalue.AsSingleton(covering),
+        decision,
+        config,
+        fmt,
+        source_sha,
+        config.input_path,
     )
     side = beam.pvalue.AsSingleton(summary)
     _ = summary | "WriteVocab" >> beam.Map(write_summary, out)
@@ -537,13 +913,7 @@ def _predicted_fingerprint(config: PrepareConfig, out: str, fmt: str, source_sha
         return "(unknown)"
     if m is None:
         return "(unknown)"
-    same_cleaning = (
-        m.source.get("sha256") == source_sha
-        and m.options.get("format") == fmt
-        and m.options.get("columns") == dataclasses.asdict(config.columns)
-        and m.options.get("min_ratings") == config.min_ratings
-    )
-    if not same_cleaning:
+    if m.source.get("sha256") != source_sha:
         return "(different)"
     try:
         # The users with a validation item are known where the dataset has a validation split;
@@ -559,18 +929,30 @@ def _predicted_fingerprint(config: PrepareConfig, out: str, fmt: str, source_sha
         )
     except ValueError:
         return "(different)"
+    # Options that read or clean the data otherwise are in the fingerprint: it then differs.
     return decided.fingerprint
 
 
-def _raise_failure(error: BaseException, specs: list[FileSpec]) -> None:
+def _raise_failure(error: BaseException, specs: list[FileSpec], config: PrepareConfig) -> None:
     """Re-raises a job failure as the single path's error where it is one of ours."""
     payload = _decode_failure(error)
     if payload is None:
         return
     if payload["kind"] == "parse":
-        layout = specs[payload["file"]].layout
-        raise rio.locate_error(layout, specs[payload["file"]].wanted, payload["message"]) from None
-    if payload["kind"] == "data":
+        spec = specs[payload["file"]]
+        message = payload["message"]
+        fallback = rio.DataError(message) if payload.get("fallback") else None
+        raise rio.locate_error(
+            spec.layout, spec.cols, message, fallback, id_type=Reading.of(config).id_type
+        ) from None
+    if payload["kind"] == "kinds":
+        # Text files' sightings by line, as the single path names them (a pass over the files).
+        scans = [
+            rio.scans_at_lines(specs[f].layout, tuple(_decoded_scan(s) for s in pair))
+            for f, pair in payload["scans"]
+        ]
+        rio.resolve_kinds(scans, Reading.of(config).id_type)
+    if payload["kind"] in ("data", "kinds"):
         raise rio.DataError(payload["message"]) from None
     raise ValueError(payload["message"]) from None
 
@@ -586,7 +968,7 @@ def prepare_beam(config: PrepareConfig, beam_config: BeamConfig) -> prep_result.
     t0 = time.perf_counter()
     options, runner_name, remote = beam_source.pipeline_options(beam_config.pipeline_args)
     files, fmt = rio.resolve_input(config.input_path, config.format)
-    specs = describe_files(files, fmt, config.columns, remote)
+    specs = describe_files(files, fmt, config.columns, Reading.of(config).rule, remote)
     source_sha = rio.file_sha256(files)
     out = config.output_dir
     build = plan.build_name(config, source_sha)
@@ -631,7 +1013,7 @@ def prepare_beam(config: PrepareConfig, beam_config: BeamConfig) -> prep_result.
                         remote,
                     )
             except Exception as e:
-                _raise_failure(e, specs)
+                _raise_failure(e, specs, config)
                 raise
             timings = {"job": time.perf_counter() - t_job}
             meta = _assemble(config, root, files, fmt, source_sha, build)
@@ -677,6 +1059,7 @@ def _assemble(
     }
     eval_files = [ShardFile(**r["eval"]) for r in results]
     validation_files = [ShardFile(**f) for r in results for f in r["validation"]]
+    seen_only_files = [ShardFile(**f) for r in results for f in r["seen_only"]]
     return plan.build_metadata(
         config,
         decided,
@@ -694,4 +1077,6 @@ def _assemble(
         ),
         build,
         validation_files,
+        seen_only_files,
+        tuple(summary["id_types"]),
     )

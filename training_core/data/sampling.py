@@ -9,6 +9,11 @@ Complement sampling: for a user with sorted interacted items ``p_0 < p_1 < ...``
 user never touched is ``r + #{j : p_j - j <= r}``; one ``searchsorted`` over all users of the shard
 maps uniform draws in ``[0, num_items - n_u)`` to never-seen items, with no rejection loop.
 
+Seen-only items (``Shard.seen_items``): pairs the data holds that are no positive (a rating below
+``--min-rating``, an event not in ``--positive-events``). They are never positives, and never
+negatives either: the complement of a user is taken over their positives and seen-only items
+together, so training negatives and every split's candidates leave them out alike.
+
 Held-out items: each user's last interaction is the test item (``eval_rows``); with a validation
 split, the second-to-last of a user with at least ``VALIDATION_MIN_INTERACTIONS`` is the
 validation item (``validation_rows``). Neither is a training positive, except in a refit, where
@@ -47,7 +52,9 @@ class Shard:
 
     ``items[offsets[k]:offsets[k+1]]`` are user ``users[k]``'s items in time order (oldest first,
     ties in file order); the last one is the test item, the one before it the validation item
-    (``has_validation_item``) when there is a validation split.
+    (``has_validation_item``) when there is a validation split. ``seen_items[seen_offsets[k]:
+    seen_offsets[k+1]]`` are the user's seen-only items (ascending, none of them a positive of
+    the user); ``None`` when the dataset has none, as every dataset before seen-only rows.
     """
 
     index: int
@@ -55,6 +62,8 @@ class Shard:
     offsets: np.ndarray  # int64, len(users) + 1.
     items: np.ndarray  # int64 contiguous item indices.
     num_items: int
+    seen_offsets: np.ndarray | None = None  # int64, len(users) + 1.
+    seen_items: np.ndarray | None = None  # int64 item indices, ascending per user.
 
     @property
     def counts(self) -> np.ndarray:
@@ -177,13 +186,28 @@ def short_train_users(comp: Complement, num_neg: int) -> int:
 
 
 def _sorted_sets(shard: Shard) -> tuple[np.ndarray, np.ndarray]:
-    """Per-user sorted interacted items (interactions are distinct per user after prep)."""
-    base = np.repeat(np.arange(len(shard.users), dtype=np.int64), shard.counts) * shard.num_items
-    return shard.offsets, np.sort(base + shard.items) - base
+    """Per-user sorted seen items: the positives and the seen-only items.
+
+    Interactions are distinct per user after prep, and no seen-only item of a user is one of
+    their positives, so the two sets are simply joined.
+    """
+    local = np.arange(len(shard.users), dtype=np.int64)
+    base = np.repeat(local, shard.counts) * shard.num_items
+    if shard.seen_items is None or not len(shard.seen_items):
+        return shard.offsets, np.sort(base + shard.items) - base
+    seen_counts = np.diff(shard.seen_offsets)
+    seen_base = np.repeat(local, seen_counts) * shard.num_items
+    base = np.concatenate([base, seen_base])
+    keys = np.concatenate([shard.items, shard.seen_items])
+    keys += base
+    base.sort()
+    offsets = np.zeros(len(local) + 1, np.int64)
+    np.cumsum(shard.counts + seen_counts, out=offsets[1:])
+    return offsets, np.sort(keys) - base
 
 
 def complement(shard: Shard) -> Complement:
-    """The never-seen item lookup of a shard."""
+    """The never-seen item lookup of a shard: items neither positive nor seen-only."""
     offsets, sorted_items = _sorted_sets(shard)
     return Complement(offsets, sorted_items, shard.num_items)
 

@@ -1,5 +1,9 @@
 """One shard's files: its training rows per epoch and its held-out splits' candidates, pre-batched.
 
+A dataset whose data has seen-only pairs (``sampling.Shard.seen_items``) also has one
+``seen_only/`` file per shard (:func:`write_seen_only_shard`), so that what a user has seen can be
+read back (``positives.seen_items``).
+
 Both engines write every shard through these functions (``prepare`` in worker processes,
 ``prepare_beam`` in Beam workers), so a shard's bytes depend only on its users and
 :class:`ShardOptions`, never on the engine or the number of workers.
@@ -118,6 +122,47 @@ def write_eval_shard(
     with faults.naming(path):
         size = write(path, records.encode_examples(columns, upb * width))
     return ShardFile(rel, padded_users // upb, n_users * width, size), ev.short_users
+
+
+# The folder of the seen-only records, in the build beside train/, eval/ and validation/.
+SEEN_ONLY_DIR = "seen_only"
+
+
+def seen_only_file(name: str) -> str:
+    """Where a shard's seen-only records go, relative to the build."""
+    return os.path.join(SEEN_ONLY_DIR, name)
+
+
+def write_seen_only_shard(
+    shard: sampling.Shard,
+    opts: ShardOptions,
+    output_dir: str,
+    write: RecordWriter = records.write_tfrecord_file,
+) -> ShardFile:
+    """One shard's seen-only (user, item) pairs as one TFRecord file, by user then item.
+
+    Records have the eval features (``user_id, item_id, duplicate_mask``) and
+    ``train_batch_size`` rows each; ``duplicate_mask`` 1 marks the padding of the last record
+    (a shard without seen-only pairs holds one record of padding).
+    """
+    counts = np.diff(shard.seen_offsets)
+    users = np.repeat(shard.users, counts)
+    n = len(users)
+    batch = opts.train_batch_size
+    total = max(1, -(-n // batch)) * batch
+    columns = records.as_columns(
+        [
+            _pad(users, total),
+            _pad(shard.seen_items, total),
+            _pad(np.zeros(n, np.uint8), total, 1),
+        ],
+        training=False,
+    )
+    rel = seen_only_file(records.shard_name(shard.index, opts.num_shards))
+    path = os.path.join(output_dir, rel)  # The engine makes the folder (SEEN_ONLY_DIR).
+    with faults.naming(path):
+        size = write(path, records.encode_examples(columns, batch))
+    return ShardFile(rel, total // batch, n, size)
 
 
 # Each held-out split's candidates and where its files go.

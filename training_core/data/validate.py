@@ -8,9 +8,27 @@ raises :class:`ValidationFailed` listing each one (feature, kind, description, w
 
 Domain checks that inference alone would miss for interaction data are written into the schema,
 so TFDV enforces them and a person can read them in ``schema.pbtxt``: ``user_id``, ``item_id`` and
-``timestamp`` present in every row, ids integers >= ``io.MIN_ID`` (the rule prepare-data applies),
-timestamps integers in a plausible range, and for the MovieLens layouts ratings on their scale
-(``RATING_SCALES``). The result and the report say what was checked and which columns were not.
+``timestamp`` present in every row, integer ids >= ``io.MIN_ID`` (the rule prepare-data applies),
+timestamps integers in a plausible range, for the MovieLens layouts ratings on their scale
+(``RATING_SCALES``), and with ``min_rating`` / ``positive_events`` (data prep's positive rules) a
+numeric ``rating`` / an ``event`` column. The result and the report say what was checked and
+which columns were not.
+
+Ids follow data prep's ``--id-type`` (``ValidateConfig.id_type``, io.py's rule): an id column read
+as integers is an INT feature with the ">= 0" domain, as before string ids existed; one read as
+text (``string``, or ``auto`` where the column is not all integers) is a BYTES feature with no
+domain (a catalogue grows, so no list of allowed ids either). A baseline schema's id type stands
+under ``auto``, so a column that changed kind since the baseline is an anomaly. What data prep
+refuses in a text id column and a schema cannot say is counted by ``IdTextStats`` (custom
+statistics of ``user_id``/``item_id`` in ``FeatureStats.pb``) and reported as CUSTOM_VALIDATION
+anomalies, each naming the option to pass: integer and non-integer ids mixed in one column of a
+text file under ``auto`` (data prep asks for ``--id-type string``), empty ids, ids with leading
+or trailing whitespace (data prep keeps ids exactly as written and refuses those rather than
+strip them) and ids holding a control character such as a line break. The gate names an example
+value; data prep names the file and the row.
+
+Every message that advises an option names it through ``hints.option``: ``--user-col`` on the
+command line, ``--param user_col=COLUMN`` in a pipeline step.
 Artifacts are in TFDV's and TFX's own formats: ``FeatureStats.pb`` (binary
 DatasetFeatureStatisticsList, ``tfdv.load_stats_binary``), ``schema.pbtxt``
 (``tfdv.load_schema_text``), ``anomalies.pbtxt`` (``tfdv.load_anomalies_text``) and
@@ -25,11 +43,19 @@ import html
 import logging
 import math
 import os
+import re
 import time
 
+import pyarrow as pa
+import pyarrow.compute as pc
+from tensorflow_data_validation.statistics.generators import stats_generator
+from tensorflow_metadata.proto.v0 import statistics_pb2
+
+from training_core.common import hints
 from training_core.data import beam_source
 from training_core.data import io as rio
-from training_core.data.beam_source import ITEM, RATING, TIME, USER
+from training_core.data.beam_source import EVENT, IDS, ITEM, RATING, TIME, USER
+from training_core.data.ids import ID_AUTO, ID_INT64, ID_STRING, ID_TYPES
 from training_core.data.io import parse_time  # noqa: F401 (validate.parse_time: --min-time)
 
 log = logging.getLogger(__name__)
@@ -178,6 +204,15 @@ class ValidateConfig:
     fail_on_anomalies: bool = True
     beam_pipeline_args: tuple[str, ...] = ()
     range_bytes: int = beam_source.DEFAULT_RANGE_BYTES
+    id_type: str = ID_AUTO  # As data prep reads the id columns (ids.ID_TYPES).
+    # Data prep's positive rules: set, they need a numeric rating / an event column.
+    min_rating: float | None = None
+    positive_events: str = ""  # Comma-separated, as PrepareConfig's; "" = every event.
+
+    def __post_init__(self):
+        """Rejects an id type data prep does not know."""
+        if self.id_type not in ID_TYPES:
+            raise ValueError(f"unknown id type {self.id_type!r}; use one of {', '.join(ID_TYPES)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,17 +255,38 @@ class ValidationResult:
         return not self.anomalies
 
 
+# The kind of the anomalies the gate adds for what data prep refuses in text ids (IdTextStats).
+CUSTOM = "CUSTOM_VALIDATION"
+
 # Anomalies of a column data prep reads (user, item, time) that it would refuse as well: a
-# missing column, one with no values, values of another type.
+# missing column, one with no values, values of another type, and the text id checks.
 _PREP_CANNOT_READ = frozenset(
-    {"SCHEMA_MISSING_COLUMN", "FEATURE_TYPE_NOT_PRESENT", "UNEXPECTED_DATA_TYPE"}
+    {"SCHEMA_MISSING_COLUMN", "FEATURE_TYPE_NOT_PRESENT", "UNEXPECTED_DATA_TYPE", CUSTOM}
 )
+
+# Advice texts name options as ``{--flag}`` or ``{--flag VALUE}``; ``_options`` writes each as
+# the user sets it where the message is read (hints.option), at the time it is built.
+_OPTION = re.compile(r"\{(--[a-z-]+)(?: ([^{}]+))?\}")
+
+
+def _options(text: str) -> str:
+    return _OPTION.sub(lambda m: _set(m.group(1), m.group(2)), text)
+
+
+def _set(flag: str, value: str | None = None) -> str:
+    """``--id-type string`` on the command line; its pipeline parameter in a pipeline step.
+
+    The parameter's value is hints.PIPELINE_PARAMETERS's (``id_type=string``).
+    """
+    named = hints.option(flag)
+    return f"{flag} {value}" if value and named == flag else named
+
 
 # What to do, by TFDV anomaly kind; prefixes match families of kinds.
 _ADVICE = {
     "SCHEMA_MISSING_COLUMN": (
-        "the column is not in the data: check the export, --format, and --user-col/--item-col/"
-        "--time-col for a CSV or Parquet table."
+        "the column is not in the data: check the export, {--format}, and {--user-col}, "
+        "{--item-col} or {--time-col} for a CSV or Parquet table."
     ),
     "FEATURE_TYPE_LOW_FRACTION_PRESENT": (
         "some rows have no value here: fix or drop those rows before data prep."
@@ -238,8 +294,9 @@ _ADVICE = {
     "FEATURE_TYPE_LOW_NUMBER_PRESENT": "too few rows have a value here: check the export.",
     "FEATURE_TYPE_NOT_PRESENT": "no row has a value here: check the export and the column names.",
     "UNEXPECTED_DATA_TYPE": (
-        "values are not of the schema's type: ids and timestamps must be integers; map string "
-        "ids to integers and write times as epoch seconds (or ISO-8601 in Parquet/CSV)."
+        "values are not of the schema's type: timestamps must be epoch seconds (or ISO-8601 in "
+        "Parquet/CSV), ratings numbers; fix the rows, or the schema passed with "
+        "{--baseline-schema}."
     ),
     "INT_TYPE_SMALL_INT": (
         "values below the allowed minimum: negative ids, or timestamps before the plausible "
@@ -258,12 +315,12 @@ _ADVICE = {
     "COMPARATOR_JENSEN_SHANNON_DIVERGENCE_HIGH": (
         "the distribution moved away from the baseline statistics: if the change is expected "
         "(new catalogue, season), review it and make this run's statistics the new baseline, "
-        "or raise the threshold with --drift; if not, find what changed upstream."
+        "or raise the threshold with {--drift}; if not, find what changed upstream."
     ),
     "COMPARATOR_L_INFTY_HIGH": (
         "the value frequencies moved away from the baseline statistics: if expected, make this "
-        "run's statistics the new baseline or raise the threshold with --drift; if not, find what "
-        "changed upstream."
+        "run's statistics the new baseline or raise the threshold with {--drift}; if not, find "
+        "what changed upstream."
     ),
     "COMPARATOR_CONTROL_DATA_MISSING": (
         "the baseline statistics have no such feature: recompute the baseline on data that has it."
@@ -280,25 +337,46 @@ _ADVICE_BY_PREFIX = {
 }
 _DEFAULT_ADVICE = (
     "fix the data; if the schema is too strict, edit schema.pbtxt and pass it back with "
-    "--baseline-schema."
+    "{--baseline-schema}."
+)
+_ID_TYPE_ADVICE = (
+    "the ids are read as integers here (id type int64, or a baseline schema whose ids are "
+    "integers): for text ids (UUIDs, SKUs, ISBNs) pass {--id-type string}, or fix the rows."
 )
 # Advice for (feature, kind) where the feature says more than the kind.
 _FEATURE_ADVICE = {
     (USER, "INT_TYPE_SMALL_INT"): f"{rio.NEGATIVE_ID_ADVICE}; prepare-data rejects them too.",
     (ITEM, "INT_TYPE_SMALL_INT"): f"{rio.NEGATIVE_ID_ADVICE}; prepare-data rejects them too.",
+    **{
+        (feature, kind): _ID_TYPE_ADVICE
+        for feature in IDS
+        for kind in ("UNEXPECTED_DATA_TYPE", "INT_TYPE_NOT_INT_STRING")
+    },
     (TIME, "INT_TYPE_SMALL_INT"): (
-        "timestamps before --min-time (default 1995-01-01): check the unit and the time zone; "
-        "fix or drop those rows, or lower --min-time."
+        "timestamps before {--min-time} (default 1995-01-01): check the unit and the time zone; "
+        "fix or drop those rows, or lower {--min-time}."
     ),
     (TIME, "INT_TYPE_BIG_INT"): (
-        "timestamps after --max-time (default: now + 1 day): milliseconds instead of seconds? "
-        "Fix or drop those rows, or raise --max-time."
+        "timestamps after {--max-time} (default: now + 1 day): milliseconds instead of seconds? "
+        "Fix or drop those rows, or raise {--max-time}."
+    ),
+    (RATING, "SCHEMA_MISSING_COLUMN"): (
+        "{--min-rating} needs a rating column: name it with {--rating-col}, or leave "
+        "{--min-rating} out (every row a positive)."
+    ),
+    (RATING, "UNEXPECTED_DATA_TYPE"): (
+        "{--min-rating} compares numbers and this column holds text: name the rating column "
+        "with {--rating-col}, or fix the rows."
+    ),
+    (EVENT, "SCHEMA_MISSING_COLUMN"): (
+        "{--positive-events} needs an event column: name it with {--event-col}, or leave "
+        "{--positive-events} out (every event a positive)."
     ),
     **{
         (RATING, kind): (
             "ratings off the layout's scale (the rating domain in schema.pbtxt): fix or drop "
             "those rows (a 99 or a -1 often marks a missing rating); if the data really uses "
-            "another scale, edit the domain and pass the schema with --baseline-schema."
+            "another scale, edit the domain and pass the schema with {--baseline-schema}."
         )
         for kind in (
             "INT_TYPE_SMALL_INT",
@@ -311,8 +389,17 @@ _FEATURE_ADVICE = {
 }
 
 
-def advice_for(kind: str, feature: str | None = None) -> str:
-    """What to do about an anomaly of TFDV kind ``kind`` (in ``feature``, when given)."""
+def advice_for(kind: str, feature: str | None = None, check: str = "") -> str:
+    """What to do about an anomaly of TFDV kind ``kind`` (in ``feature``, when given).
+
+    ``check``: the short description of a CUSTOM_VALIDATION anomaly (one of ``ID_TEXT_CHECKS``).
+    """
+    return _options(_advice_template(kind, feature, check))
+
+
+def _advice_template(kind: str, feature: str | None, check: str) -> str:
+    if kind == CUSTOM and check in ID_TEXT_CHECKS:
+        return ID_TEXT_CHECKS[check].advice
     if (feature, kind) in _FEATURE_ADVICE:
         return _FEATURE_ADVICE[(feature, kind)]
     if kind in _ADVICE:
@@ -321,6 +408,184 @@ def advice_for(kind: str, feature: str | None = None) -> str:
         if kind.startswith(prefix):
             return text
     return _DEFAULT_ADVICE
+
+
+# Text ids: what data prep refuses and a schema cannot say. IdTextStats counts each kind of value
+# (with an example) as custom statistics named ``id_text_COUNTER`` / ``id_text_COUNTER_example``.
+# As io.py's reader tells them apart (its own functions): an integer id is one int64 holds (a
+# negative one data prep refuses as negative); a control character is C0, DEL, C1 or Unicode's
+# line or paragraph separator; whitespace is Unicode's.
+def _id_masks(values: pa.Array) -> dict[str, pa.Array]:
+    """Per counter of ``ID_TEXT_COUNTERS`` but "values", which values of ``values`` it counts.
+
+    By the reader's own rules (``io.integer_ids``, ``io.CONTROL_PATTERN``), so the gate counts
+    exactly what data prep would read as integers or refuse.
+    """
+    integer = pa.array(rio.integer_ids(values)[0])
+    return {
+        "integer": integer,
+        "text": pc.invert(integer),
+        "empty": pc.equal(values, ""),
+        "padded": pc.not_equal(pc.utf8_trim_whitespace(values), values),
+        "control": pc.match_substring_regex(values, rio.CONTROL_PATTERN),
+    }
+
+
+ID_TEXT_COUNTERS = ("values", "integer", "text", "empty", "padded", "control")
+_CUSTOM_STAT = "id_text_"
+
+
+@dataclasses.dataclass(frozen=True)
+class IdTextCheck:
+    """One check of text ids: the counter that must be 0, what is wrong, what to do."""
+
+    counter: str
+    what: str  # "{n} ids ... (e.g. {example})"
+    advice: str  # Names options as {--flag}.
+
+
+# By the anomaly's short description. The mixed check applies to text files under --id-type auto
+# only (a Parquet column's own type decides its kind); "integer" then counts the integer ids of a
+# column that also holds others.
+ID_TEXT_CHECKS = {
+    "Integer and text ids mixed": IdTextCheck(
+        "integer",
+        "{n} of the ids are integers (e.g. {example}) and {text} not (e.g. {text_example})",
+        "id type auto reads a column as integers or as text, not both, and data prep refuses "
+        "this one: if the ids are text (ISBNs such as 080652121X, SKUs) pass {--id-type string}; "
+        "else fix the rows that are not integers.",
+    ),
+    "Empty ids": IdTextCheck(
+        "empty",
+        "{n} ids are empty",
+        "every row needs a user and an item id; data prep refuses empty ones: fill them in or "
+        "drop those rows.",
+    ),
+    "Ids with surrounding whitespace": IdTextCheck(
+        "padded",
+        "{n} ids begin or end with whitespace (e.g. {example})",
+        "data prep keeps ids exactly as written and refuses these rather than strip them (the "
+        "stripped id would not be the one sent at serving time): fix the export so that ids "
+        "are written without spaces around them.",
+    ),
+    "Ids with control characters": IdTextCheck(
+        "control",
+        "{n} ids hold a line break, a tab or another control character (e.g. {example})",
+        "a vocabulary holds one id per line, so data prep refuses these: fix or drop those rows.",
+    ),
+}
+
+
+class IdTextStats(stats_generator.CombinerStatsGenerator):
+    """Custom statistics of text id columns: how many ids are integers, empty, padded, ...
+
+    Integer columns get none, so an integer-id file's statistics are what TFDV alone computes.
+    The accumulator is ``{feature: {counter: [count, example or None]}}``.
+    """
+
+    def __init__(self):
+        """The generator for ``user_id`` and ``item_id``."""
+        super().__init__("IdTextStats")
+
+    def create_accumulator(self) -> dict:
+        """Nothing counted."""
+        return {}
+
+    def add_input(self, accumulator: dict, examples: pa.RecordBatch) -> dict:
+        """Counts one batch's text ids."""
+        for name in IDS:
+            index = examples.schema.get_field_index(name)
+            if index < 0:
+                continue
+            values = examples.column(index).flatten()
+            if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+                continue
+            if pa.types.is_large_string(values.type):
+                values = values.cast(pa.string())
+            masks = _id_masks(values)
+            counts = accumulator.setdefault(name, {})
+            total = counts.setdefault("values", [0, None])
+            total[0] += len(values)
+            for counter, mask in masks.items():
+                entry = counts.setdefault(counter, [0, None])
+                n = pc.sum(mask).as_py() or 0
+                entry[0] += n
+                if n and entry[1] is None:
+                    entry[1] = values.filter(mask)[0].as_py()
+        return accumulator
+
+    def merge_accumulators(self, accumulators) -> dict:
+        """Sums the counts; keeps the first example found."""
+        out: dict = {}
+        for acc in accumulators:
+            for name, counts in acc.items():
+                merged = out.setdefault(name, {})
+                for counter, (n, example) in counts.items():
+                    entry = merged.setdefault(counter, [0, None])
+                    entry[0] += n
+                    if entry[1] is None:
+                        entry[1] = example
+        return out
+
+    def extract_output(self, accumulator: dict) -> statistics_pb2.DatasetFeatureStatistics:
+        """``id_text_COUNTER`` (num) and ``id_text_COUNTER_example`` (str) per text id feature."""
+        out = statistics_pb2.DatasetFeatureStatistics()
+        for name, counts in sorted(accumulator.items()):
+            feature = out.features.add()
+            feature.path.step.append(name)
+            for counter in ID_TEXT_COUNTERS:
+                n, example = counts.get(counter, (0, None))
+                feature.custom_stats.add(name=_CUSTOM_STAT + counter, num=n)
+                if example is not None:
+                    feature.custom_stats.add(name=f"{_CUSTOM_STAT}{counter}_example", str=example)
+        return out
+
+
+def id_text_counts(stats, feature: str) -> dict[str, tuple[int, str | None]]:
+    """``IdTextStats``'s counters of ``feature`` in ``stats`` ({} for an integer column)."""
+    out: dict[str, tuple[int, str | None]] = {}
+    for feat in stats.datasets[0].features if stats.datasets else ():
+        if ".".join(feat.path.step) != feature:
+            continue
+        custom = {c.name: c for c in feat.custom_stats if c.name.startswith(_CUSTOM_STAT)}
+        for counter in ID_TEXT_COUNTERS:
+            num = custom.get(_CUSTOM_STAT + counter)
+            example = custom.get(f"{_CUSTOM_STAT}{counter}_example")
+            if num is not None:
+                out[counter] = (int(num.num), example.str if example is not None else None)
+    return out
+
+
+def add_id_text_anomalies(anomalies_proto, stats, checks: dict[str, bool]) -> None:
+    """Adds a CUSTOM_VALIDATION reason to ``anomalies_proto`` for each failed text id check.
+
+    ``checks`` maps each id feature to check to whether its mixed check applies.
+    """
+    from tensorflow_metadata.proto.v0 import anomalies_pb2
+
+    for feature, mixed in checks.items():
+        counts = id_text_counts(stats, feature)
+        for short, check in ID_TEXT_CHECKS.items():
+            n, example = counts.get(check.counter, (0, None))
+            text, text_example = counts.get("text", (0, None))
+            if not n or (check.counter == "integer" and (not mixed or not text)):
+                continue
+            info = anomalies_proto.anomaly_info[feature]
+            if not info.reason:
+                info.path.step.append(feature)
+                info.severity = anomalies_pb2.AnomalyInfo.ERROR
+                info.short_description = short
+                info.description = check.what.split(" (")[0].format(n=n, text=text)
+            else:
+                info.short_description = "Multiple errors"
+            info.reason.add(
+                type=anomalies_pb2.AnomalyInfo.CUSTOM_VALIDATION,
+                short_description=short,
+                description=check.what.format(
+                    n=n, example=repr(example), text=text, text_example=repr(text_example)
+                )
+                + ".",
+            )
 
 
 def validate(config: ValidateConfig) -> ValidationResult:
@@ -335,7 +600,9 @@ def validate(config: ValidateConfig) -> ValidationResult:
     import tensorflow_data_validation as tfdv
 
     start = time.perf_counter()
-    source = beam_source.describe_source(config.input_path, config.format, config.columns)
+    source = beam_source.describe_source(
+        config.input_path, config.format, config.columns, config.id_type
+    )
     baseline_schema = _load_schema(config.baseline_schema) if config.baseline_schema else None
     stats_path = os.path.join(config.outputs.statistics, STATS_FILE)
     t0 = time.perf_counter()
@@ -352,9 +619,30 @@ def validate(config: ValidateConfig) -> ValidationResult:
 
     schema = baseline_schema if baseline_schema is not None else tfdv.infer_schema(stats)
     rating_scale = RATING_SCALES.get(source.format)
+    text_ids = _text_ids(config.id_type, stats, baseline_schema)
     if config.domain_checks:
-        apply_domain_checks(schema, config.min_timestamp, _max_timestamp(config), rating_scale)
+        apply_domain_checks(
+            schema,
+            config.min_timestamp,
+            _max_timestamp(config),
+            rating_scale,
+            text_ids=text_ids,
+            rating_required=config.min_rating is not None,
+            event_required=bool(config.positive_events.strip()),
+        )
     checked, not_checked = coverage(schema, source, rating_scale, config.domain_checks)
+    # The text id checks: which features, and whether mixing integers and text is refused.
+    id_checks = (
+        {f: config.id_type == ID_AUTO and source.format != rio.PARQUET for f in text_ids}
+        if config.domain_checks
+        else {}
+    )
+    checked = tuple(
+        c + (_ID_TEXT_CHECKED_MIXED if id_checks.get(c.split(":")[0]) else _ID_TEXT_CHECKED)
+        if c.split(":")[0] in id_checks
+        else c
+        for c in checked
+    )
     baseline_stats = None
     if config.baseline_statistics:
         baseline_stats = tfdv.load_stats_binary(
@@ -362,8 +650,11 @@ def validate(config: ValidateConfig) -> ValidationResult:
         )
         apply_drift(schema, config.drift, defaults=True)
     elif config.drift:
-        raise ValueError("drift thresholds need baseline statistics (--baseline-stats)")
+        raise ValueError(
+            f"drift thresholds need baseline statistics ({hints.option('--baseline-stats')})"
+        )
     anomalies_proto = tfdv.validate_statistics(stats, schema, previous_statistics=baseline_stats)
+    add_id_text_anomalies(anomalies_proto, stats, id_checks)
 
     schema_path = os.path.join(config.outputs.schema, SCHEMA_FILE)
     anomalies_path = os.path.join(config.outputs.anomalies, ANOMALIES_FILE)
@@ -409,8 +700,9 @@ def compute_statistics(
     """Runs TFDV's ``GenerateStatistics`` in a Beam pipeline and writes ``FeatureStats.pb``.
 
     ``schema`` (optional) tells TFDV which integer features are categorical, as TFX's
-    StatisticsGen does with its schema input. Without ``--runner``, the pipeline runs on Beam's
-    in-process FnApiRunner (``--direct_num_workers``/``--direct_running_mode`` apply).
+    StatisticsGen does with its schema input. ``IdTextStats`` adds its counts of text ids.
+    Without ``--runner``, the pipeline runs on Beam's in-process FnApiRunner
+    (``--direct_num_workers``/``--direct_running_mode`` apply).
     """
     import apache_beam as beam
     import tensorflow_data_validation as tfdv
@@ -421,7 +713,7 @@ def compute_statistics(
     remote = "dataflow" in str(runner_name).lower()
     runner = None if runner_name else beam_source.in_process_runner(options)
     os.makedirs(os.path.dirname(output_file) or ".", exist_ok=True)
-    stats_options = tfdv.StatsOptions(schema=schema) if schema is not None else tfdv.StatsOptions()
+    stats_options = tfdv.StatsOptions(schema=schema, generators=[IdTextStats()])
     with beam.Pipeline(runner=runner, options=options) as p:
         _ = (
             p
@@ -434,16 +726,24 @@ def compute_statistics(
 
 
 def apply_domain_checks(
-    schema, min_timestamp: int, max_timestamp: int, rating_scale: RatingScale | None = None
+    schema,
+    min_timestamp: int,
+    max_timestamp: int,
+    rating_scale: RatingScale | None = None,
+    text_ids: tuple[str, ...] = (),
+    rating_required: bool = False,
+    event_required: bool = False,
 ) -> None:
     """Writes the interaction-data checks into ``schema`` (in place).
 
-    ``user_id``, ``item_id`` and ``timestamp`` are required in every row, single-valued
-    integers; ids >= ``io.MIN_ID``, as prepare-data requires (an id's upper bound stays free:
-    catalogues grow); timestamps within [min_timestamp, max_timestamp]. A feature the data lacks
-    is added, so TFDV reports it missing. With ``rating_scale`` (a MovieLens layout), a numeric
-    ``rating`` without a domain of its own gets the scale's range; the steps cannot be written
-    into a schema and stay unchecked.
+    ``user_id``, ``item_id`` and ``timestamp`` are required in every row, single-valued;
+    timestamps integers within [min_timestamp, max_timestamp]; ids integers >= ``io.MIN_ID``, as
+    prepare-data requires (an id's upper bound stays free: catalogues grow), except those named
+    in ``text_ids``: text (BYTES) with no domain. A feature the data lacks is added, so TFDV
+    reports it missing. With ``rating_scale`` (a MovieLens layout), a numeric ``rating`` without
+    a domain of its own gets the scale's range; the steps cannot be written into a schema and
+    stay unchecked. ``rating_required`` (``--min-rating``): a numeric ``rating`` must be in
+    every row; ``event_required`` (``--positive-events``): an ``event`` column must be there.
     """
     from tensorflow_metadata.proto.v0 import schema_pb2
 
@@ -452,9 +752,12 @@ def apply_domain_checks(
         feature = by_name.get(name)
         if feature is None:
             feature = schema.feature.add(name=name)
-        if feature.type != schema_pb2.INT:
-            feature.type = schema_pb2.INT
-            feature.ClearField("domain_info")  # A string domain inferred from text ids.
+        kind = schema_pb2.BYTES if name in text_ids else schema_pb2.INT
+        if feature.type != kind or kind == schema_pb2.BYTES:
+            feature.type = kind
+            # A string domain inferred from text ids (a catalogue grows), an int domain of a
+            # baseline whose ids were integers.
+            feature.ClearField("domain_info")
         feature.presence.min_fraction = 1.0
         feature.presence.min_count = max(feature.presence.min_count, 1)
         if not feature.HasField("value_count") and not feature.HasField("shape"):
@@ -462,8 +765,24 @@ def apply_domain_checks(
         if name == TIME:
             feature.int_domain.min = min_timestamp
             feature.int_domain.max = max_timestamp
+        elif kind == schema_pb2.BYTES:
+            pass
         elif not feature.int_domain.HasField("min") or feature.int_domain.min < rio.MIN_ID:
             feature.int_domain.min = rio.MIN_ID
+    for name, required in ((RATING, rating_required), (EVENT, event_required)):
+        if not required:
+            continue
+        feature = by_name.get(name)
+        if feature is None:
+            feature = by_name[name] = schema.feature.add(
+                name=name, type=schema_pb2.FLOAT if name == RATING else schema_pb2.BYTES
+            )
+        if name == RATING and feature.type not in (schema_pb2.INT, schema_pb2.FLOAT):
+            feature.type = schema_pb2.FLOAT  # Text ratings: a type anomaly.
+            feature.ClearField("domain_info")
+        if name == RATING:  # Data prep compares every row's rating.
+            feature.presence.min_fraction = 1.0
+        feature.presence.min_count = max(feature.presence.min_count, 1)
     rating = by_name.get(RATING)
     if rating_scale is not None and rating is not None and not _has_range(rating):
         if rating.type == schema_pb2.INT:
@@ -494,8 +813,8 @@ def coverage(
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """What ``schema`` checks, one line per feature, and what nothing checks.
 
-    Not checked: columns of the input that are not read (only the user, item, timestamp and
-    rating columns are), a rating without a range (no known scale for the layout), and a
+    Not checked: columns of the input that are not read (only the user, item, timestamp, rating
+    and event columns are), a rating without a range (no known scale for the layout), and a
     fractional rating scale's steps (a schema cannot express them).
     """
     from tensorflow_metadata.proto.v0 import schema_pb2
@@ -506,8 +825,8 @@ def coverage(
     unread = [c for c in source.column_names if c not in read]
     if unread:
         not_checked.append(
-            f"{', '.join(unread)}: not read (only the user, item, timestamp and rating columns "
-            "are validated)"
+            f"{', '.join(unread)}: not read (only the user, item, timestamp, rating and event "
+            "columns are validated)"
         )
     rating = next((f for f in schema.feature if f.name == RATING), None)
     if rating is not None and rating.type in (schema_pb2.INT, schema_pb2.FLOAT):
@@ -519,7 +838,7 @@ def coverage(
             )
             not_checked.append(
                 f"rating: values not range-checked ({why}); to check them, add an int_domain or "
-                "float_domain to schema.pbtxt and pass it with --baseline-schema"
+                f"float_domain to schema.pbtxt and pass it with {hints.option('--baseline-schema')}"
             )
         elif rating.type == schema_pb2.FLOAT and rating_scale is not None:
             not_checked.append(
@@ -528,8 +847,8 @@ def coverage(
             )
     if not domain_checks:
         not_checked.append(
-            "user_id, item_id, timestamp: domain checks off (--no-domain-checks); only the "
-            "schema's own checks apply"
+            f"user_id, item_id, timestamp: domain checks off ({hints.option('--no-domain-checks')}"
+            "); only the schema's own checks apply"
         )
     return checked, tuple(not_checked)
 
@@ -623,7 +942,7 @@ def anomaly_list(anomalies_proto) -> tuple[Anomaly, ...]:
             kind = anomalies_pb2.AnomalyInfo.Type.Name(r.type) if hasattr(r, "type") else "UNKNOWN"
             text = r.description or r.short_description
             desc = f"{r.short_description}: {text}" if r.short_description != text else text
-            advice = advice_for(kind, feature)
+            advice = advice_for(kind, feature, r.short_description)
             out.append(Anomaly(feature, kind, desc.strip(), severity, advice))
     return tuple(sorted(out, key=lambda a: (a.feature, a.kind)))
 
@@ -645,14 +964,19 @@ def failure_message(result: ValidationResult, blocked: bool = True) -> str:
     )
     if blocked and unreadable:
         lines.append(
-            f"Data prep cannot read {', '.join(unreadable)} as it is, so --warn-only would only "
-            "move this failure into data prep: fix the input, or name its columns "
-            "(--user-col/--item-col/--time-col) or its layout (--format)."
+            _options(
+                f"Data prep cannot read {', '.join(unreadable)} as it is, so {{--warn-only}} would "
+                "only move this failure into data prep: fix the input, or name its columns "
+                "({--user-col}, {--item-col}, {--time-col}), its layout ({--format}) or the kind "
+                "of its ids ({--id-type string})."
+            )
         )
     elif blocked:
         lines.append(
-            "If the data is right and the schema too strict, edit the schema and pass it with "
-            "--baseline-schema; to let the run go on anyway, use --warn-only."
+            _options(
+                "If the data is right and the schema too strict, edit the schema and pass it with "
+                "{--baseline-schema}; to let the run go on anyway, use {--warn-only}."
+            )
         )
     return "\n".join(lines)
 
@@ -767,6 +1091,39 @@ def _feature_table(stats) -> str:
         for h in ("feature", "type", "present", "missing", "min", "max", "mean", "unique")
     )
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+# What the text id checks add to a text id feature's line of ``checked``.
+_ID_TEXT_CHECKED = ", no empty ids, none with surrounding whitespace or control characters"
+_ID_TEXT_CHECKED_MIXED = _ID_TEXT_CHECKED + ", not mixed with integer ids"
+
+
+def _text_ids(id_type: str, stats, baseline_schema) -> tuple[str, ...]:
+    """The id features that are text: all with ``string``, none with ``int64``.
+
+    With ``auto``, a baseline schema's type stands (a column that changed kind is an anomaly);
+    without one, the type the statistics found (``beam_source`` reads a column that is not all
+    integers as text).
+    """
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    if id_type == ID_STRING:
+        return IDS
+    if id_type == ID_INT64:
+        return ()
+    found = {}
+    for feat in stats.datasets[0].features if stats.datasets else ():
+        name = ".".join(feat.path.step)
+        text = feat.type in (
+            statistics_pb2.FeatureNameStatistics.STRING,
+            statistics_pb2.FeatureNameStatistics.BYTES,
+        )
+        found[name] = text
+    if baseline_schema is not None:
+        for feat in baseline_schema.feature:
+            if feat.name in IDS and feat.type in (schema_pb2.INT, schema_pb2.BYTES):
+                found[feat.name] = feat.type == schema_pb2.BYTES
+    return tuple(name for name in IDS if found.get(name))
 
 
 def _max_timestamp(config: ValidateConfig) -> int:

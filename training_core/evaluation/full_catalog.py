@@ -13,9 +13,10 @@ in the sampled ones).
 Which items are masked depends on the split ranked (``excluded_items``): for the ``test`` split
 (each user's last interaction) the training positives and, where the dataset has one, the user's
 validation item (the second-to-last interaction, made before the test one); for the
-``validation`` split only the training positives. The test item is a later interaction, not yet
-made when the validation one was, so it stays a candidate there: masking it would tell the
-ranking which item the future holds.
+``validation`` split only the training positives. The test item is a later interaction, not
+yet made when the validation one was, so it stays a candidate there: masking it would tell the
+ranking which item the future holds. Seen-only items (rows that are not positives:
+``--min-rating``, ``--positive-events``) are masked in both.
 
 The cost is users x items scores (ml-20m: 138k x 27k = 3.7G), so ``max_users`` caps the users: a
 fixed-seed sample, the same users for every model and every epoch of one dataset. The result
@@ -273,17 +274,26 @@ def excluded_items(
 
     The training positives (``trained``, read if not given), and for the ``test`` split of a
     dataset with a validation split also each user's validation item (the module's docstring
-    says why the test item stays a candidate of the validation split).
+    says why the test item stays a candidate of the validation split). Seen-only items
+    (``--min-rating``, ``--positive-events``) are masked in both splits: the sampled metrics
+    never draw them as negatives either, and as they are never a held-out positive, masking them
+    says nothing about which item is.
     """
     if trained is None:
         trained = positives.training_positives(meta, data_dir)
     splits, items = trained
-    if split != SPLIT_TEST or not meta.has_validation:
-        return splits, items
-    users, earlier = _held_out(meta.split(SPLIT_VALIDATION), data_dir)
     n = meta.num_items
+    extra = []
+    if split == SPLIT_TEST and meta.has_validation:
+        users, earlier = _held_out(meta.split(SPLIT_VALIDATION), data_dir)
+        extra.append(users * n + earlier)
+    if meta.num_seen_only:
+        users, seen = positives.seen_only_items(meta, data_dir)
+        extra.append(users * n + seen)
+    if not extra:
+        return splits, items
     owners = np.repeat(np.arange(meta.num_users, dtype=np.int64), np.diff(splits))
-    pairs = np.unique(np.concatenate([owners * n + items, users * n + earlier]))
+    pairs = np.unique(np.concatenate([owners * n + items, *extra]))
     row_splits = np.zeros(meta.num_users + 1, np.int64)
     np.cumsum(np.bincount(pairs // n, minlength=meta.num_users), out=row_splits[1:])
     return row_splits, (pairs % n).astype(np.int64)

@@ -154,7 +154,9 @@ class LoadedExport:
 
     export_dir: str
     score: Any  # Its ``score`` signature (a concrete function).
-    item_ids: np.ndarray  # The raw item ids it knows (the export's ``item_raw_ids``).
+    # The raw item ids it knows (the export's ``item_raw_ids``): int64, or an object array of
+    # ``str`` for an export of string item ids.
+    item_ids: np.ndarray
 
 
 def check_choice(metric: str, tolerance: float) -> None:
@@ -189,7 +191,12 @@ def load_export(export_dir: str) -> LoadedExport:
             f"item ids (it has {', '.join(sorted(loaded.signatures)) or 'no signatures'}); "
             "compare needs models exported by ncf-pipelines export"
         )
-    return LoadedExport(export_dir, fn, np.asarray(items.numpy(), dtype=np.int64))
+    raw = items.numpy()
+    if items.dtype == tf.string:
+        ids = np.asarray([i.decode("utf-8") for i in raw.tolist()], dtype=object)
+    else:
+        ids = np.asarray(raw, dtype=np.int64)
+    return LoadedExport(export_dir, fn, ids)
 
 
 def score_export(export: str | LoadedExport, data_dir: str, split: str = SPLIT_TEST) -> Scores:
@@ -212,8 +219,8 @@ def score_export(export: str | LoadedExport, data_dir: str, split: str = SPLIT_T
         export = load_export(export)
     full = read_metadata(data_dir)
     meta = full.split(split)
-    users_raw = read_vocab(os.path.join(data_dir, full.user_vocab))
-    items_raw = read_vocab(os.path.join(data_dir, full.item_vocab))
+    users_raw = read_vocab(os.path.join(data_dir, full.user_vocab), full.user_id_type)
+    items_raw = read_vocab(os.path.join(data_dir, full.item_vocab), full.item_id_type)
     per_user = 1 + meta.eval_negatives
     spec = records.feature_spec(meta.eval_prebatch_size, training=False)
     ds = tf.data.TFRecordDataset(meta.eval_file_paths(data_dir))
@@ -255,10 +262,15 @@ def score_export(export: str | LoadedExport, data_dir: str, split: str = SPLIT_T
 
 
 def catalogue(champion: LoadedExport, data_dir: str) -> Catalogue:
-    """How the champion's items and ``data_dir``'s item vocabulary overlap."""
+    """How the champion's items and ``data_dir``'s item vocabulary overlap, by raw id.
+
+    Ids of two kinds (an integer catalogue against string ids) share no item: the string "42"
+    is not the integer 42 to serving, so such a champion is one of another catalogue.
+    """
     meta = read_metadata(data_dir)
-    data_items = read_vocab(os.path.join(data_dir, meta.item_vocab))
-    shared = np.intersect1d(champion.item_ids, data_items).size
+    data_items = read_vocab(os.path.join(data_dir, meta.item_vocab), meta.item_id_type)
+    same_kind = (champion.item_ids.dtype == object) == (data_items.dtype == object)
+    shared = np.intersect1d(champion.item_ids, data_items).size if same_kind else 0
     return Catalogue(len(np.unique(data_items)), len(np.unique(champion.item_ids)), int(shared))
 
 

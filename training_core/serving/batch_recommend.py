@@ -6,7 +6,9 @@ One Beam pipeline, the same code here (Beam's in-process runner) and on Dataflow
     users (the prepared data's user vocabulary) -> RunInference(the export's ``recommend``
     signature, batches of ``batch_size`` users) -> one row per user -> Parquet or JSON Lines
 
-A row is ``{"user_id": raw id, "item_ids": [k raw ids, best first], "scores": [k floats]}``;
+A row is ``{"user_id": raw id, "item_ids": [k raw ids, best first], "scores": [k floats]}``,
+the ids of the export's kinds (``serving_metadata.json``'s ``user_id_type``/``item_id_type``):
+int64 columns (JSON numbers) for integer ids, string columns (JSON strings) for string ids;
 the items the user has interacted with are left out (``exclude_seen``, the default), and a user with
 fewer than ``k`` candidates left gets fewer items (the export's empty ``-1`` slots are dropped).
 The export decides what "seen" is and ranks the items (training_core/serving/export.py): the bulk
@@ -56,6 +58,9 @@ class RecommendConfig:
             items: training positives and the held-out latest one).
         batch_size: users per inference call.
         num_shards: output files; 0 = one per 100,000 users (at least 1).
+        users: only these users (raw ids as text, e.g. from the command line: read as the
+            export's user id kind, ``parse_users``); none: every user of ``data_dir``. A user
+            the model does not know gets a row without items (the export's unknown-user answer).
         pipeline_args: Beam pipeline options (``--runner=DataflowRunner --project=...``); none:
             Beam's in-process runner.
 
@@ -92,6 +97,13 @@ class RecommendConfig:
     )
     num_shards: int = 0
     pipeline_args: tuple[str, ...] = ()
+    users: tuple[str, ...] = dataclasses.field(
+        default=(),
+        metadata={
+            "help": "only these users' rows (raw user ids: integers, or strings for an export of "
+            "string ids, as written in the data); default: every user of --data"
+        },
+    )
 
     def check(self) -> None:
         """Raises ``ValueError`` naming the option and what to do."""
@@ -137,17 +149,53 @@ def _export_facts(export_dir: str) -> dict[str, Any]:
         ) from None
 
 
-def _users(data_dir: str, facts: dict[str, Any]) -> list[int]:
+def id_types(facts: dict[str, Any]) -> tuple[str, str]:
+    """The export's user and item id kinds (int64 for an export made before string ids)."""
+    from training_core.data.ids import ID_INT64
+
+    return facts.get("user_id_type", ID_INT64), facts.get("item_id_type", ID_INT64)
+
+
+def parse_users(given: Sequence[str | int], user_id_type: str) -> list[int] | list[str]:
+    """``given`` user ids (text) as the export takes them, each once, in order.
+
+    Raises:
+        ValueError: an integer export given an id that is not an integer (naming it).
+    """
+    from training_core.data.ids import ID_STRING
+
+    out: dict[Any, None] = {}
+    for text in given:
+        if user_id_type == ID_STRING:
+            out[str(text)] = None
+            continue
+        try:
+            out[int(text)] = None
+        except ValueError:
+            raise ValueError(
+                f"user id {text!r} is not an integer, and the export takes integer user ids; "
+                "give its users' ids as written in the data it was trained on"
+            ) from None
+    return list(out)
+
+
+def _users(data_dir: str, facts: dict[str, Any]) -> list[int] | list[str]:
     from training_core.data.metadata import read_metadata, read_vocab
 
     meta = read_metadata(data_dir)
-    users = read_vocab(os.path.join(data_dir, meta.user_vocab))
+    kinds = (meta.user_id_type, meta.item_id_type)
+    if kinds != id_types(facts):
+        raise ValueError(
+            f"{data_dir} holds {kinds[0]} user ids and {kinds[1]} item ids but the export takes "
+            f"{' and '.join(id_types(facts))}; pass the prepared data the model was trained on"
+        )
+    users = read_vocab(os.path.join(data_dir, meta.user_vocab), meta.user_id_type)
     if len(users) != facts["num_users"]:
         raise ValueError(
             f"{data_dir} has {len(users)} users but the export was made for "
             f"{facts['num_users']}; pass the prepared data the model was trained on"
         )
-    return [int(u) for u in users]
+    return users.tolist()  # Python ints or strs.
 
 
 class _Loaded:
@@ -185,18 +233,18 @@ def _handler(export_dir: str, exclude_seen: bool, top_k: int, batch_size: int):
             _LOADED.append(holder)
             return holder
 
-        def run_inference(self, batch: Sequence[int], model, inference_args=None):
-            import numpy as np
+        def run_inference(self, batch: Sequence[int | str], model, inference_args=None):
             import tensorflow as tf
 
-            users = np.asarray(batch, dtype=np.int64)
-            out = model.model.signatures["recommend"](
-                user_id=tf.constant(users),
-                exclude_seen=tf.fill([len(users)], exclude_seen),
+            fn = model.model.signatures["recommend"]
+            dtype = fn.structured_input_signature[1]["user_id"].dtype  # int64 or string.
+            out = fn(
+                user_id=tf.constant(list(batch), dtype),
+                exclude_seen=tf.fill([len(batch)], exclude_seen),
             )
             ids = out["item_ids"].numpy()[:, :top_k]
             scores = out["scores"].numpy()[:, :top_k]
-            return [PredictionResult(int(u), (ids[i], scores[i])) for i, u in enumerate(users)]
+            return [PredictionResult(u, (ids[i], scores[i])) for i, u in enumerate(batch)]
 
         def batch_elements_kwargs(self):
             # Full batches from the start (Beam's default grows them from 1, for models whose
@@ -210,32 +258,59 @@ def _handler(export_dir: str, exclude_seen: bool, top_k: int, batch_size: int):
 
 
 def to_row(result) -> dict[str, Any]:
-    """One output row from a RunInference result; the export's empty (-1) slots dropped."""
-    from training_core.serving.export import UNKNOWN_ITEM
+    """One output row from a RunInference result; the export's empty slots dropped.
+
+    Integer item ids come as an int64 array (empty slot -1), string ids as ``bytes`` (empty slot
+    ``b""``, decoded to ``str`` here); the user id is as given (``int`` or ``str``).
+    """
+    from training_core.data.ids import ID_INT64, ID_STRING
+    from training_core.serving.export_config import EMPTY_SLOT
 
     ids, scores = result.inference
-    keep = ids != UNKNOWN_ITEM
+    if ids.dtype.kind in "iu":
+        keep = ids != EMPTY_SLOT[ID_INT64]
+        item_ids: list[Any] = [int(i) for i in ids[keep]]
+    else:
+        keep = ids != EMPTY_SLOT[ID_STRING].encode()
+        item_ids = [i.decode("utf-8") for i in ids[keep]]
     return {
-        "user_id": int(result.example),
-        "item_ids": [int(i) for i in ids[keep]],
+        "user_id": result.example,
+        "item_ids": item_ids,
         "scores": [float(s) for s in scores[keep]],
     }
 
 
-def _parquet_schema():
+def _parquet_schema(user_id_type: str, item_id_type: str):
     import pyarrow as pa
+
+    from training_core.data.ids import ID_STRING
+
+    def arrow(kind: str):
+        return pa.string() if kind == ID_STRING else pa.int64()
 
     return pa.schema(
         [
-            ("user_id", pa.int64()),
-            ("item_ids", pa.list_(pa.int64())),
+            ("user_id", arrow(user_id_type)),
+            ("item_ids", pa.list_(arrow(item_id_type))),
             ("scores", pa.list_(pa.float32())),
         ]
     )
 
 
-def build(p, users: Iterable[int], config: RecommendConfig, top_k: int, prefix: str, shards: int):
-    """The Beam pipeline: users -> RunInference -> rows -> files under ``prefix``."""
+def build(
+    p,
+    users: Iterable[int] | Iterable[str],
+    config: RecommendConfig,
+    top_k: int,
+    prefix: str,
+    shards: int,
+    kinds: tuple[str, str] | None = None,
+):
+    """The Beam pipeline: users -> RunInference -> rows -> files under ``prefix``.
+
+    ``kinds``: the export's user and item id kinds (``id_types``), the Parquet columns' types;
+    ``None``: integer ids.
+    """
     import apache_beam as beam
     from apache_beam.ml.inference.base import RunInference
 
@@ -248,7 +323,10 @@ def build(p, users: Iterable[int], config: RecommendConfig, top_k: int, prefix: 
     )
     if config.output_format == "parquet":
         rows | "Parquet" >> beam.io.WriteToParquet(
-            prefix, _parquet_schema(), file_name_suffix=".parquet", num_shards=shards
+            prefix,
+            _parquet_schema(*(kinds or id_types({}))),
+            file_name_suffix=".parquet",
+            num_shards=shards,
         )
     else:
         (
@@ -270,6 +348,7 @@ def recommend(config: RecommendConfig) -> RecommendResult:
     import tensorflow as tf
 
     from training_core.data import beam_source
+    from training_core.data.ids import ID_INT64
 
     config.check()
     if "://" not in config.output_dir:  # Before the work: whose folder it is.
@@ -283,6 +362,19 @@ def recommend(config: RecommendConfig) -> RecommendResult:
             f"again with --top-k {top_k} (or ask for at most {facts['top_k']})"
         )
     users = _users(config.data_dir, facts)
+    if config.users:
+        known = set(users)
+        users = parse_users(config.users, id_types(facts)[0])
+        unknown = [u for u in users if u not in known]
+        if unknown:
+            log.warning(
+                "%d of the %d users given are not in %s's vocabulary (%s): their rows have no "
+                "items",
+                len(unknown),
+                len(users),
+                config.data_dir,
+                ", ".join(map(repr, unknown[:5])),
+            )
     shards = config.num_shards or max(1, -(-len(users) // 100_000))
     options, runner_name, remote = beam_source.pipeline_options(config.pipeline_args)
     out = config.output_dir.rstrip("/")
@@ -312,7 +404,7 @@ def recommend(config: RecommendConfig) -> RecommendResult:
                     config, export_dir=beam_source.beam_path(config.export_dir, remote)
                 )
                 prefix = f"{beam_source.beam_path(target, remote)}/{FILE_PREFIX}"
-                build(p, users, on_workers, top_k, prefix, shards)
+                build(p, users, on_workers, top_k, prefix, shards, id_types(facts))
             files = sorted(
                 os.path.basename(f) for f in tf.io.gfile.glob(f"{target}/{FILE_PREFIX}-*")
             )
@@ -330,6 +422,10 @@ def recommend(config: RecommendConfig) -> RecommendResult:
                     "scores": "the model's probability for each item",
                 },
             }
+            if set(id_types(facts)) != {ID_INT64}:  # Integer ids: the manifest as before.
+                manifest["id_types"] = dict(
+                    zip(("user_id", "item_ids"), id_types(facts), strict=True)
+                )
             with tf.io.gfile.GFile(os.path.join(target, MANIFEST_FILE), "w") as f:
                 f.write(json.dumps(manifest, indent=2) + "\n")
             if local:

@@ -19,6 +19,12 @@ Signatures (see docs/serving.md):
   scores float32 [N, k]}``: the top ``k`` raw item ids per user, best first, optionally without the
   user's seen items. A slot with nothing to recommend (unknown user, or every item excluded)
   holds ``item_id = -1`` and ``score = 0.0``.
+- The ids are of the data's kind (``DatasetMetadata.user_id_type`` / ``item_id_type``, each its
+  own): ``int64`` as above, or ``tf.string`` for string ids (UTF-8, as written in the data), where
+  ``user_id``, ``item_id`` and ``item_ids`` are ``string`` and an empty ``recommend`` slot holds
+  the empty string (no string id is empty). ``serving_metadata.json`` records both kinds
+  (``user_id_type``, ``item_id_type``), so batch recommend and online requests know them without
+  the dataset; over REST a string id is a JSON string.
 - ``serving_default``: one of the two (``score`` unless the config says ``recommend``), which is
   what Vertex AI's prebuilt TensorFlow container calls for ``{"instances": [...]}`` requests.
 
@@ -47,10 +53,11 @@ import numpy as np
 import tensorflow as tf
 
 from training_core.common import atomic_writes
+from training_core.data.ids import ID_INT64, ID_STRING
 from training_core.data.metadata import read_metadata, read_vocab
 from training_core.data.positives import seen_items  # What "seen" means for recommend.
 from training_core.evaluation.evaluate import load_model
-from training_core.serving.export_config import ExportConfig
+from training_core.serving.export_config import EMPTY_SLOT, ExportConfig
 from training_core.serving.vertex_registry import (
     SERVING_METADATA_FILE,  # Named TF-free: registering reads it.
 )
@@ -59,7 +66,8 @@ from training_core.training.model_dir import latest_checkpoint, read_model_confi
 
 log = logging.getLogger(__name__)
 
-UNKNOWN_ITEM = -1  # Raw item id of an empty recommendation slot.
+UNKNOWN_ITEM = EMPTY_SLOT[ID_INT64]  # Raw item id of an empty slot (integer item ids).
+DTYPES = {ID_INT64: tf.int64, ID_STRING: tf.string}  # Each id kind's dtype in the signatures.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +85,10 @@ class ExportResult:
     default_signature: str
     signatures: dict[str, dict[str, Any]]
     example_requests: dict[str, dict[str, Any]]
+    # The kind of raw id (ids.ID_KINDS) the signatures take and return, so that serving
+    # knows it without the dataset; an export without them (older) is int64.
+    user_id_type: str = ID_INT64
+    item_id_type: str = ID_INT64
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -88,10 +100,11 @@ class ExportResult:
 # ---------------------------------------------------------------------------------------------
 
 
-def _vocab_table(path: str) -> tf.lookup.StaticHashTable:
+def _vocab_table(path: str, id_type: str) -> tf.lookup.StaticHashTable:
+    """Raw id -> index from a vocab file; string keys are whole lines, as written."""
     init = tf.lookup.TextFileInitializer(
         path,
-        key_dtype=tf.int64,
+        key_dtype=DTYPES[id_type],
         key_index=tf.lookup.TextFileIndex.WHOLE_LINE,
         value_dtype=tf.int64,
         value_index=tf.lookup.TextFileIndex.LINE_NUMBER,
@@ -152,6 +165,13 @@ class ServingModule(tf.Module):
             ``[num_users + 1]``.
         seen_items: CSR values (item indices).
         top_k: items per ``recommend`` row.
+        user_id_type: the kind of raw user id (ids.ID_KINDS): the signatures' ``user_id``
+            is tf.int64 or tf.string.
+        item_id_type: the kind of raw item id: ``item_id`` and ``item_ids`` likewise; an empty
+            ``recommend`` slot holds ``EMPTY_SLOT[item_id_type]``.
+
+    The signatures' input dtypes depend on the id kinds, so ``score`` and ``recommend`` are made
+    per instance (an integer export's are exactly the former class-level ones).
     """
 
     def __init__(
@@ -163,24 +183,28 @@ class ServingModule(tf.Module):
         seen_row_splits: np.ndarray,
         seen_items: np.ndarray,
         top_k: int,
+        user_id_type: str = ID_INT64,
+        item_id_type: str = ID_INT64,
     ):
         super().__init__(name="ncf_serving")
         self.model = model
         self.num_items = model.num_items
         self.top_k = min(top_k, model.num_items)
-        self.user_table = _vocab_table(user_vocab)
-        self.item_table = _vocab_table(item_vocab)
-        self.item_raw_ids = tf.Variable(item_raw_ids, trainable=False, name="item_raw_ids")
+        self.item_dtype = DTYPES[item_id_type]
+        self.empty_slot = EMPTY_SLOT[item_id_type]
+        self.user_table = _vocab_table(user_vocab, user_id_type)
+        self.item_table = _vocab_table(item_vocab, item_id_type)
+        raw_ids = tf.constant(item_raw_ids.tolist(), self.item_dtype)  # Object arrays too.
+        self.item_raw_ids = tf.Variable(raw_ids, trainable=False, name="item_raw_ids")
         self.seen_row_splits = tf.Variable(seen_row_splits, trainable=False, name="seen_row_splits")
         self.seen_items = tf.Variable(seen_items, trainable=False, name="seen_items")
+        user = tf.TensorSpec([None], DTYPES[user_id_type], name="user_id")
+        item = tf.TensorSpec([None], self.item_dtype, name="item_id")
+        exclude = tf.TensorSpec([None], tf.bool, name="exclude_seen")
+        self.score = tf.function(self._score, input_signature=[user, item])
+        self.recommend = tf.function(self._recommend, input_signature=[user, exclude])
 
-    @tf.function(
-        input_signature=[
-            tf.TensorSpec([None], tf.int64, name="user_id"),
-            tf.TensorSpec([None], tf.int64, name="item_id"),
-        ]
-    )
-    def score(self, user_id: tf.Tensor, item_id: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _score(self, user_id: tf.Tensor, item_id: tf.Tensor) -> dict[str, tf.Tensor]:
         """Probability of each raw (user, item) pair; 0.0 and ``known`` False for unseen ids."""
         user_id, item_id = _checked_inputs(
             "score",
@@ -193,14 +217,8 @@ class ServingModule(tf.Module):
         logits = self.model.score(tf.where(known, users, 0), tf.where(known, items, 0))
         return {"score": tf.where(known, tf.sigmoid(logits), 0.0), "known": known}
 
-    @tf.function(
-        input_signature=[
-            tf.TensorSpec([None], tf.int64, name="user_id"),
-            tf.TensorSpec([None], tf.bool, name="exclude_seen"),
-        ]
-    )
-    def recommend(self, user_id: tf.Tensor, exclude_seen: tf.Tensor) -> dict[str, tf.Tensor]:
-        """Top-k raw item ids per raw user id, best first; -1/0.0 fill empty slots."""
+    def _recommend(self, user_id: tf.Tensor, exclude_seen: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Top-k raw item ids per raw user id, best first; the empty slot id/0.0 fill the rest."""
         user_id, exclude_seen = _checked_inputs(
             "recommend",
             {"user_id": user_id, "exclude_seen": exclude_seen},
@@ -222,14 +240,15 @@ class ServingModule(tf.Module):
             logits = tf.tensor_scatter_nd_update(logits, seen[:, None], masked)
             top = tf.math.top_k(logits, k=k)
             valid = known & (top.values > neg_inf)
-            ids = tf.where(valid, tf.gather(self.item_raw_ids, top.indices), UNKNOWN_ITEM)
+            empty = tf.constant(self.empty_slot, self.item_dtype)
+            ids = tf.where(valid, tf.gather(self.item_raw_ids, top.indices), empty)
             return ids, tf.where(valid, tf.sigmoid(top.values), 0.0)
 
         ids, scores = tf.map_fn(
             one_user,
             (users, exclude_seen),
             fn_output_signature=(
-                tf.TensorSpec([k], tf.int64),
+                tf.TensorSpec([k], self.item_dtype),
                 tf.TensorSpec([k], tf.float32),
             ),
         )
@@ -310,8 +329,8 @@ def export(config: ExportConfig) -> ExportResult:
         )
     user_vocab = os.path.join(config.data_dir, meta.user_vocab)
     item_vocab = os.path.join(config.data_dir, meta.item_vocab)
-    item_raw_ids = read_vocab(item_vocab)
-    user_raw_ids = read_vocab(user_vocab)
+    item_raw_ids = read_vocab(item_vocab, meta.item_id_type)
+    user_raw_ids = read_vocab(user_vocab, meta.user_id_type)
     num_vocab_users = len(user_raw_ids)
     if (num_vocab_users, len(item_raw_ids)) != (num_users, num_items):
         raise ValueError(
@@ -329,7 +348,15 @@ def export(config: ExportConfig) -> ExportResult:
                 raise ValueError(f"{v.name} is {v.dtype.name}; export expects float32 weights")
         row_splits, seen = seen_items(meta, config.data_dir)
         module = ServingModule(
-            model, user_vocab, item_vocab, item_raw_ids, row_splits, seen, config.top_k
+            model,
+            user_vocab,
+            item_vocab,
+            item_raw_ids,
+            row_splits,
+            seen,
+            config.top_k,
+            meta.user_id_type,
+            meta.item_id_type,
         )
         fns = {
             "score": module.score.get_concrete_function(),
@@ -349,10 +376,12 @@ def export(config: ExportConfig) -> ExportResult:
         default_signature=config.default_signature,
         signatures={name: _signature_info(fn) for name, fn in signatures.items()},
         example_requests=example_requests(
-            int(user_raw_ids[0]),
-            [int(i) for i in item_raw_ids[:2]],
-            int(user_raw_ids.max()) + 1,  # Not in the vocabulary.
+            user_raw_ids[:1].tolist()[0],  # Python int or str: a JSON number or string.
+            item_raw_ids[:2].tolist(),
+            absent_id(user_raw_ids, meta.user_id_type),
         ),
+        user_id_type=meta.user_id_type,
+        item_id_type=meta.item_id_type,
     )
     local = "://" not in export_dir
     if local:  # A killed export's private folders (their processes are gone).
@@ -400,19 +429,40 @@ def serving_metadata(result: ExportResult, config: ExportConfig) -> dict[str, An
         **payload,
         "unknown_ids": {
             "score": "score 0.0 and known false when the user or the item id is unknown",
-            "recommend": f"item id {UNKNOWN_ITEM} and score 0.0 in every slot for an unknown "
-            "user, and in slots left empty after excluding seen items",
+            "recommend": f"item id {json.dumps(EMPTY_SLOT[result.item_id_type])} and score 0.0 "
+            "in every slot for an unknown user, and in slots left empty after excluding seen "
+            "items",
         },
         "seen_items": "every item the data holds for the user: the training positives and the "
         "held-out (latest) one",
     }
 
 
-def example_requests(user_id: int, item_ids: list[int], unknown_id: int) -> dict[str, Any]:
+def absent_id(raw_ids: np.ndarray, id_type: str) -> int | str:
+    """A raw id of kind ``id_type`` that ``raw_ids`` does not hold, to show the unknown-id answer.
+
+    The largest integer id plus one; for strings "unknown-user", numbered until it is not a
+    vocabulary's id.
+    """
+    if id_type == ID_INT64:
+        return int(raw_ids.max()) + 1 if len(raw_ids) else 0
+    taken = set(raw_ids.tolist())
+    candidate, n = "unknown-user", 0
+    while candidate in taken:
+        n += 1
+        candidate = f"unknown-user-{n}"
+    return candidate
+
+
+def example_requests(
+    user_id: int | str, item_ids: list[int] | list[str], unknown_id: int | str
+) -> dict[str, Any]:
     """Request bodies (TF Serving / Vertex AI row format) for each signature, with real ids.
 
-    ``unknown_id`` shows the unknown-id answer; the ``signature_name`` field selects the
-    signature where the server passes it on (TF Serving's REST API; Vertex AI's rawPredict).
+    Ids are JSON numbers for integer ids and JSON strings for string ids (TF Serving's REST API
+    reads a JSON string as a ``tf.string`` value). ``unknown_id`` shows the unknown-id answer;
+    the ``signature_name`` field selects the signature where the server passes it on (TF
+    Serving's REST API; Vertex AI's rawPredict).
     """
     return {
         "score": {

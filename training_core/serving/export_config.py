@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 
+from training_core.data.ids import ID_INT64, ID_STRING
 from training_core.training.model_dir import CHECKPOINT_SUBDIR
 
 SIGNATURES = ("score", "recommend")
+
+# The raw item id of an empty ``recommend`` slot, per id kind: a value no vocabulary holds
+# (integer ids are >= 0; a string id is never empty).
+EMPTY_SLOT = {ID_INT64: -1, ID_STRING: ""}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,9 @@ items, so nothing is measured or chosen on them: no per-epoch evaluation, no tar
 patience, no kept best epoch and no test result; the run trains exactly ``model.epochs`` epochs
 (``--refit-of`` sets them to the evaluated run's) and resumes as any other.
 
+A warm start (``TrainConfig.warm_start_from``, ``warm_start``) fills the freshly built model
+with the champion's weights, rows matched by raw id, before anything is restored or trained.
+
 A preset with ``patience`` also stops once that many epochs in a row bring no better HR@10, and
 the model it leaves is the best epoch's: each new best epoch's weights are saved (``best_dir``)
 before its checkpoint, and at the end they are read back and checkpointed as the final step, so a
@@ -47,7 +50,7 @@ from training_core.data.metadata import SPLIT_TEST, DatasetMetadata, read_metada
 from training_core.evaluation.eval_config import CURVE_FULL_CATALOG_USERS
 from training_core.evaluation.evaluate import make_eval_fn, run_eval
 from training_core.evaluation.full_catalog import FullCatalogEval
-from training_core.training import input_pipeline
+from training_core.training import input_pipeline, warm_start
 from training_core.training.model import NeuMF, NeuMFConfig
 from training_core.training.model_dir import (
     best_dir,
@@ -344,8 +347,17 @@ class _Trainer:
         ``loss_scale`` (float16 only, else ``None``) and the global ``step``.
         """
         m = self.config.model
+        champion = None
+        if self.config.warm_start_from is not None:  # Read before the strategy places anything.
+            champion = warm_start.read_champion(self.config.warm_start_from)
+        self.warm_started: warm_start.WarmStart | None = None
         with self.strategy.scope():
             self.model = build_model(m, self.meta, self.config.seed)
+            if champion is not None:  # A resumed run's checkpoint then replaces these weights.
+                self.warm_started = warm_start.apply(
+                    champion, self.model, self.meta, self.config.data_dir
+                )
+                log.info("warm start: %s", self.warm_started.record())
             self.variables = [
                 self.model.user_embedding,
                 self.model.item_embedding,
@@ -576,7 +588,8 @@ class _Trainer:
         check_model_folder(cfg.model_dir, cfg.model, self.meta)
         partial = self._restore()
         if self.is_chief:  # Only once the folder's checkpoint, if any, was restored into it.
-            write_model_config(cfg.model_dir, cfg.model, self.meta, cfg.data_dir)
+            warm = None if self.warm_started is None else self.warm_started.record()
+            write_model_config(cfg.model_dir, cfg.model, self.meta, cfg.data_dir, warm)
         history = self.history
         spe = layout.steps_per_epoch
         patience = None if self.refit else cfg.model.patience

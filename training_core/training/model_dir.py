@@ -35,6 +35,7 @@ import hashlib
 import json
 import os
 import re
+from typing import Any
 
 from training_core.common import atomic_writes
 from training_core.data.metadata import DatasetMetadata
@@ -56,6 +57,8 @@ def config_path(model_dir: str) -> str:
 
 # model_config.json's record of the vocabularies the model's rows stand for.
 VOCAB_DIGEST = "vocab_sha256"
+DATA_DIR = "data_dir"  # ... and the prepared data's folder.
+WARM_START = "warm_start"  # ... and the champion it started from (train --warm-start-from).
 
 
 def vocab_digest(data_dir: str, meta: DatasetMetadata) -> str:
@@ -75,11 +78,17 @@ def vocab_digest(data_dir: str, meta: DatasetMetadata) -> str:
 
 
 def write_model_config(
-    model_dir: str, config: NeuMFConfig, meta: DatasetMetadata, data_dir: str | None = None
+    model_dir: str,
+    config: NeuMFConfig,
+    meta: DatasetMetadata,
+    data_dir: str | None = None,
+    warm_start: dict[str, Any] | None = None,
 ) -> None:
     """Records what ``evaluate``/``export`` need to rebuild the model.
 
-    With ``data_dir``, also its vocabularies' digest, which ``train --refit-of`` checks.
+    With ``data_dir``, also its vocabularies' digest, which ``train --refit-of`` checks, and the
+    folder itself (``DATA_DIR``: where ``train --warm-start-from`` finds the raw ids of this
+    model's rows). ``warm_start``: what the run started from (``warm_start.WarmStart.record``).
 
     A partial copy a killed run left (``atomic_writes.atomic_output``'s private name) is removed
     first.
@@ -93,6 +102,9 @@ def write_model_config(
     }
     if data_dir is not None:
         payload[VOCAB_DIGEST] = vocab_digest(data_dir, meta)
+        payload[DATA_DIR] = data_dir
+    if warm_start is not None:
+        payload[WARM_START] = dict(warm_start)
     atomic_writes.write_text_atomic(config_path(model_dir), json.dumps(payload, indent=2))
 
 

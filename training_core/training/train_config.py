@@ -9,7 +9,8 @@ for ``batch_size`` the data's pre-batch size). One switch stops training early: 
 (``None``: the preset's target; 0 or less: never), which also turns off the preset's
 ``patience`` (stop after epochs without a better HR@10, keeping the best one's weights).
 ``refit_of`` (a refit, docs/training.md) takes the hyperparameters and the epochs from an
-evaluated run's model folder instead (``refit_model``).
+evaluated run's model folder instead (``refit_model``). ``warm_start_uri`` (``--warm-start-from``)
+starts the model from a champion's weights instead of fresh ones (``warm_start``).
 ``with_training_epochs`` hands data prep, which does not know the presets, the epochs a run trains.
 """
 
@@ -156,6 +157,19 @@ class TrainOptions:
             "so no hyperparameter option may be given with it; nothing is evaluated",
         },
     )
+    # A warm start (docs/weekly-runs.md): the champion whose weights the run starts from, its
+    # rows matched by raw id (training_core/training/warm_start.py); None: a cold start.
+    warm_start_uri: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "flag": "--warm-start-from",
+            "metavar": "PATH",
+            "help": "start from the weights of PATH, the champion's export (or a training output "
+            "folder) of the same architecture and sizes: users and items it knows keep its "
+            "embedding rows (matched by raw id), new ones start fresh, and the other weights are "
+            "its too (default: a cold start)",
+        },
+    )
 
 
 OPTIONS = tuple(f.name for f in dataclasses.fields(TrainOptions))
@@ -185,6 +199,8 @@ class TrainConfig:
             which compiles everything anyway).
         summaries_dir: TensorBoard folder; ``None``: ``model_dir/summaries``.
         preset: the preset ``model`` came from, by name (``auto`` resolved); ``None``: not one.
+        warm_start_from: the champion the run starts from (``--warm-start-from``,
+            ``training_core.training.warm_start``); ``None``: a cold start.
     """
 
     data_dir: str
@@ -199,6 +215,7 @@ class TrainConfig:
     summaries_dir: str | None = None
     jit_compile: bool = False
     preset: str | None = None
+    warm_start_from: str | None = None
 
     def __post_init__(self) -> None:
         m = self.model
@@ -265,6 +282,11 @@ _OPTION_RULES: dict[str, tuple[str, str, Any]] = {
     "refit_of": (
         "--refit-of",
         "must name the evaluated run's model folder",
+        lambda v: isinstance(v, str) and bool(v),
+    ),
+    "warm_start_uri": (
+        "--warm-start-from",
+        "must name the champion's export or training output folder",
         lambda v: isinstance(v, str) and bool(v),
     ),
     "precision": (
@@ -374,6 +396,7 @@ def config_for(
         summaries_dir=summaries_dir or os.environ.get(SUMMARIES_ENV) or None,
         jit_compile=jit_compile,
         preset=preset_name,
+        warm_start_from=opts.warm_start_uri,
     )
 
 

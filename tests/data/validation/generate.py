@@ -4,9 +4,16 @@
 
 clean.csv           synthetic interactions that meet every check
 missing_column.csv  the same rows without the timestamp column
-wrong_type.csv      user ids written as text ("u17")
+wrong_type.csv      user ids written as text ("u17"): a type anomaly under --id-type int64
 out_of_range.csv    negative item ids, timestamps in 1970 and in 2100
 drifted.csv         another sample whose items come from a shifted catalogue (ids + 400)
+string_ids.csv      the same rows with text ids: users "user-0011", items ISBN-like "000000050X"
+mixed_ids.csv       clean.csv's rows, every 50th item id written ISBN-like (integers and text
+                    mixed: data prep asks for --id-type string)
+
+clean_schema.pbtxt is not written here: it is the schema the gate inferred for clean.csv before
+string ids existed (``max_timestamp=1_800_000_000``), kept to show that an integer-id file's
+schema has not changed.
 """
 
 from __future__ import annotations
@@ -45,6 +52,12 @@ def main() -> None:
     bad_t[13::60] = 4_102_444_800  # 2100-01-01
     _write("out_of_range.csv", header, [u, bad_i, r, bad_t])
     other = synthetic.generate(synthetic.SyntheticConfig(**{**SHAPE.__dict__, "seed": 12}))
+    users = np.char.add("user-", np.char.zfill(u.astype(str), 4))
+    isbn = np.char.add(np.char.zfill(i.astype(str), 9), "X")
+    _write("string_ids.csv", header, [users, isbn, r, t])
+    mixed = i.astype(str).astype(object)
+    mixed[::50] = isbn[::50]
+    _write("mixed_ids.csv", header, [u, mixed, r, t])
     _write(
         "drifted.csv",
         header,

@@ -86,6 +86,7 @@ def _submit_args(template: str, registry, standin, *extra: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # About 5-10 s with the suite beside it.
 def test_compile_publishes_tags_lists_and_downloads(registry, adc, tmp_path, capsys):
     """compile --publish uploads through RegistryClient: the version is the file's sha256, tagged
     with the project version and profile; a second upload moves both tags; list and get agree."""

@@ -157,6 +157,7 @@ def test_tune_is_never_worse_than_the_preset_and_resumes(tiny_data, tmp_path, ca
     assert os.stat(preset_pb).st_mtime_ns == before
 
 
+@pytest.mark.slow  # About 5-10 s with the suite beside it.
 def test_tune_chooses_on_validation_and_reports_the_best_run_s_test_number(tiny_csv, tmp_path):
     """One trial of one epoch on data with a validation split: the objective is the validation
     split's HR@10 and the best run's test HR@10 is reported beside it, each what ``evaluate``

@@ -177,6 +177,7 @@ def test_the_target_stops_when_validation_reaches_it(curve, tiny_data, tmp_path)
     assert result.stopped_early and len(result.epochs) == first(val, target) + 1
 
 
+@pytest.mark.slow  # About 5-10 s with the suite beside it.
 def test_a_dataset_without_validation_trains_and_reports_as_before(
     tiny_data_without_validation, tmp_path, monkeypatch
 ):

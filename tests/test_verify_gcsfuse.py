@@ -109,6 +109,7 @@ def test_without_a_compiler_the_shim_refuses_the_same_in_python(tmp_path):
     }
 
 
+@pytest.mark.slow  # About 5-10 s with the suite beside it.
 def test_verify_turns_the_emulation_on_by_default_and_off_on_request(tmp_path):
     base = {"LD_PRELOAD": "/other.so", gcsfuse.MODE_ENV: "python"}
     env = shim.process_env(base, "shim", "gcs", gcsfuse=(gcsfuse.PRELOAD, "/lib.so"))

@@ -269,6 +269,10 @@ def tiny_csv(tmp_path_factory, tiny_interactions):
 
 
 # tiny_data's options; other preparations of the tiny ratings change one of them.
+# Small prep options for tests that prepare a few hand-written rows (two shards, 10 negatives).
+SMALL_PREPARE = dict(
+    min_ratings=0, num_epochs=2, eval_negatives=10, train_batch_size=64, num_shards=2, workers=1
+)
 TINY_PREPARE = dict(min_ratings=0, num_epochs=2, eval_negatives=99, train_batch_size=256, workers=1)
 
 

@@ -38,13 +38,11 @@ def full_catalog_reference(scores, seen, held_out, k=10):
     return hits, ndcg, len(held_out)
 
 
-def leave_one_out_from_raw(csv_path):
-    """Each user's training items and held-out item, from the raw CSV alone (pandas).
+def interactions_in_time_order(csv_path):
+    """The raw CSV as prepare-data cleans it, with pandas apart from its code.
 
-    Leave-one-out as prepare-data documents it (no count filter): a repeated (user, item) keeps
-    its latest row, each user's last interaction by time (ties: the later row) is held out, the
-    rest are training items; indices are positions in the ascending raw ids. Returns
-    ``([set of item indices per user index], [held-out item index per user index])``.
+    A repeated (user, item) keeps its latest row (ties in time: the later row); rows sorted by
+    user, then time, then file order. Returns ``(rows, ascending user ids, ascending item ids)``.
     """
     import pandas as pd
 
@@ -53,8 +51,18 @@ def leave_one_out_from_raw(csv_path):
     raw = raw.sort_values(["timestamp", "row"], kind="stable")
     raw = raw.drop_duplicates(["user_id", "item_id"], keep="last")
     raw = raw.sort_values(["user_id", "timestamp", "row"], kind="stable")
-    users = np.sort(raw["user_id"].unique())
-    items = np.sort(raw["item_id"].unique())
+    return raw, np.sort(raw["user_id"].unique()), np.sort(raw["item_id"].unique())
+
+
+def leave_one_out_from_raw(csv_path):
+    """Each user's training items and held-out item, from the raw CSV alone (pandas).
+
+    Leave-one-out as prepare-data documents it (no count filter): a repeated (user, item) keeps
+    its latest row, each user's last interaction by time (ties: the later row) is held out, the
+    rest are training items; indices are positions in the ascending raw ids. Returns
+    ``([set of item indices per user index], [held-out item index per user index])``.
+    """
+    raw, users, items = interactions_in_time_order(csv_path)
     u_idx = np.searchsorted(users, raw["user_id"].to_numpy())
     i_idx = np.searchsorted(items, raw["item_id"].to_numpy())
     seen = [set() for _ in users]

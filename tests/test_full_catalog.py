@@ -11,7 +11,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import ROOT, WORKER, communicate, read_split
-from ncf_numpy import full_catalog_reference, leave_one_out_from_raw, neumf_scores
+from ncf_numpy import (
+    full_catalog_reference,
+    interactions_in_time_order,
+    leave_one_out_from_raw,
+    neumf_scores,
+)
 
 from training_core.common import console
 from training_core.data import positives
@@ -67,15 +72,7 @@ def second_to_last_from_raw(csv_path: str) -> np.ndarray:
     The validation item as prepare-data documents it (a repeated pair keeps its latest row;
     ties in time: the later row), read with pandas apart from the records.
     """
-    import pandas as pd
-
-    raw = pd.read_csv(csv_path, usecols=["user_id", "item_id", "timestamp"])
-    raw["row"] = np.arange(len(raw))
-    raw = raw.sort_values(["timestamp", "row"], kind="stable")
-    raw = raw.drop_duplicates(["user_id", "item_id"], keep="last")
-    raw = raw.sort_values(["user_id", "timestamp", "row"], kind="stable")
-    users = np.sort(raw["user_id"].unique())
-    items = np.sort(raw["item_id"].unique())
+    raw, users, items = interactions_in_time_order(csv_path)
     out = np.full(len(users), -1, np.int64)
     for user, group in raw.groupby("user_id"):
         if len(group) >= 3:

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import read_records
+from conftest import SMALL_PREPARE, read_records
 
 from training_core.data import io as rio
 from training_core.data import plan, positives, prep_result, prepare, records, sampling
@@ -159,15 +159,7 @@ def from_interactions(monkeypatch, tmp_path):
         source = tmp_path / "source.csv"
         source.write_text("user_id,item_id,timestamp\n1,2,3\n")  # Stands for ``data``.
         monkeypatch.setattr(rio, "read_interactions", lambda *args, **kwargs: data)
-        options = {
-            "min_ratings": 0,
-            "num_epochs": 2,
-            "eval_negatives": 10,
-            "train_batch_size": 64,
-            "num_shards": 2,
-            "workers": 1,
-            **options,
-        }
+        options = {**SMALL_PREPARE, **options}
         return prepare.prepare(PrepareConfig(str(source), str(tmp_path / out), **options))
 
     return run

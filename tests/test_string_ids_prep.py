@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import read_records
+from conftest import SMALL_PREPARE, read_records
 
 from training_core.data import ids, metadata, prepare, records
 from training_core.data import io as rio
@@ -45,15 +45,7 @@ def _write(path, rows, user=str, item=str):
 
 
 def _prepare(src, out, **options):
-    options = {
-        "min_ratings": 0,
-        "num_epochs": 2,
-        "eval_negatives": 10,
-        "train_batch_size": 64,
-        "num_shards": 2,
-        "workers": 1,
-        **options,
-    }
+    options = {**SMALL_PREPARE, **options}
     return prepare.prepare(PrepareConfig(src, str(out), **options))
 
 

@@ -211,6 +211,20 @@ def read_text_range(
     data = read_range(path, start, end)
     if not data.strip():
         return None
+    return parse_text_range(data, start, layout, include_columns, column_types)
+
+
+def parse_text_range(
+    data: bytes,
+    start: int,
+    layout: rio.FileLayout,
+    include_columns: Sequence[str],
+    column_types: dict[str, pa.DataType],
+) -> pa.Table:
+    """Lines ``read_range`` read from byte ``start`` on, parsed as ``layout`` says.
+
+    The header line is skipped where the range starts the file.
+    """
     skip = 1 if layout.has_header and start == 0 else 0
     return rio.parse_delimited(
         data, layout.delimiter, layout.names, skip, include_columns, column_types

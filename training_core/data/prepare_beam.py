@@ -230,10 +230,9 @@ def _read_table(chunk: Chunk, spec: FileSpec, reading: Reading):
     data = beam_source.read_range(spec.path, chunk.start, chunk.end)
     if not data.strip():
         return None
-    skip = 1 if layout.has_header and chunk.start == 0 else 0
 
-    def parse(types):
-        return rio.parse_delimited(data, layout.delimiter, layout.names, skip, cols.names, types)
+    def parse(types):  # The bytes are read once, for parse_ids' second parse too.
+        return beam_source.parse_text_range(data, chunk.start, layout, cols.names, types)
 
     try:
         table = rio.parse_ids(parse, cols, reading.id_type)

@@ -175,7 +175,7 @@ def load_template(path: str) -> Template:
         FileNotFoundError: no such file.
         ValueError: the file is not a compiled KFP pipeline.
     """
-    import yaml
+    from pipelines import yaml_io
 
     if not os.path.isfile(path):
         raise FileNotFoundError(
@@ -183,8 +183,8 @@ def load_template(path: str) -> Template:
         )
     with open(path, encoding="utf-8") as f:
         try:
-            doc = yaml.safe_load(f)
-        except yaml.YAMLError as e:
+            doc = yaml_io.load(f)
+        except yaml_io.YAMLError as e:
             raise ValueError(
                 f"template {path!r} is not a compiled KFP pipeline (not valid YAML: {e})"
             ) from e

@@ -10,12 +10,13 @@ one image for every component; ``pipelines.compiled`` reads that layout back.
 
 import copy
 import dataclasses
+import json
 import os
 import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from kfp import compiler, dsl
+from kfp import dsl
 from kfp.dsl import Dataset, Metrics, Model
 
 from components import custom_job_launcher
@@ -30,6 +31,7 @@ from components.run_report import report_run
 from components.train_model import refit_model, train_model
 from components.tuning import best_tuning_options, tuning_trial_spec
 from components.validate_data import validate_data
+from pipelines import yaml_io
 from pipelines.compiled import TRAIN_TASK, WORKER_POOL_SPECS, run_problems
 from pipelines.profiles import (
     Profile,
@@ -926,6 +928,23 @@ def _set_defaults(spec: dict[str, Any], defaults: Mapping[str, Any]) -> None:
         declared[name]["defaultValue"] = value
 
 
+def compiled_documents(pipeline_func) -> list[dict]:
+    """The documents ``kfp.compiler.Compiler().compile(pipeline_func, path)`` writes, as dicts.
+
+    The pipeline spec and, where the pipeline has platform-specific settings, the platform spec:
+    what KFP's compiler writes (its ``pipeline_spec_builder.write_pipeline_spec_to_file``:
+    ``MessageToDict`` of each, keys sorted) without writing YAML and reading it back, which took
+    most of a compile's time with PyYAML's pure-Python classes. tests/test_pipeline_compile.py
+    holds the two equal.
+    """
+    from google.protobuf import json_format
+
+    documents = [json_format.MessageToDict(pipeline_func.pipeline_spec)]
+    if pipeline_func.platform_spec.platforms:
+        documents.append(json_format.MessageToDict(pipeline_func.platform_spec))
+    return json.loads(json.dumps(documents, sort_keys=True))  # KFP's key order: sorted.
+
+
 def compile_pipeline(
     profile: Profile,
     output_path: str,
@@ -944,23 +963,18 @@ def compile_pipeline(
     Raises:
         ProfileError: the profile, or the defaults on its machines, cannot run.
     """
-    import yaml
-
     preflight(profile)
     images = Images.for_profile(profile, image_repository, image)
     directory = os.path.dirname(os.path.abspath(output_path))
     os.makedirs(directory, exist_ok=True)
+    spec, *rest = compiled_documents(build_pipeline(profile, images=images))
+    _set_images(spec, images.cpu)
+    _set_defaults(spec, defaults or {})
+    raise_problems(profile.name, run_problems(spec, {}))
     with tempfile.TemporaryDirectory(dir=directory, prefix=".compile-") as scratch:
-        raw = os.path.join(scratch, "pipeline.yaml")
-        compiler.Compiler().compile(build_pipeline(profile, images=images), raw)
-        with open(raw) as f:
-            spec, *rest = list(yaml.safe_load_all(f))
-        _set_images(spec, images.cpu)
-        _set_defaults(spec, defaults or {})
-        raise_problems(profile.name, run_problems(spec, {}))
         tmp = os.path.join(scratch, "out.yaml")
         with open(tmp, "x") as f:  # Mode 0666 less the umask, like any file the user writes.
-            yaml.safe_dump_all([spec, *rest], f, sort_keys=False)
+            yaml_io.dump_all([spec, *rest], f, sort_keys=False)
         # Not publish.atomic_output: its fixed <path>.partial would be shared by two compiles to
         # one path; this scratch folder is private to the call.
         os.replace(tmp, output_path)

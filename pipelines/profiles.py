@@ -519,12 +519,12 @@ def _machine_from(raw: dict[str, Any], where: str) -> Machine:
 
 def load_profiles(path: str) -> dict[str, Profile]:
     """Reads custom profiles from YAML; steps left out take the ``cpu`` profile's machines."""
-    import yaml
+    from pipelines import yaml_io
 
     with open(path) as f:
         try:
-            raw = yaml.safe_load(f) or {}
-        except yaml.YAMLError as e:
+            raw = yaml_io.load(f) or {}
+        except yaml_io.YAMLError as e:
             raise ProfileError(f"{path}: not valid YAML ({e})") from None
     if not isinstance(raw, dict):
         raise ProfileError(f"{path}: expected a mapping of profile names to profiles")

@@ -18,11 +18,10 @@ import os
 import time
 
 import pytest
-import yaml
 from conftest import BUCKET, PROJECT, REGION
 from kfp import dsl
 
-from pipelines import pipeline, profiles, verify
+from pipelines import pipeline, profiles, verify, yaml_io
 from pipelines.verify import cache
 from training_core import tune
 from training_core.serving.vertex_registry import SERVING_METADATA_FILE
@@ -68,7 +67,7 @@ def _compile(tmp_path, text: str) -> tuple[str, dict]:
         profiles.get_profile(name, str(path)), str(tmp_path / f"{name}.yaml")
     )
     with open(out) as f:
-        return out, yaml.safe_load(f)
+        return out, yaml_io.load(f)
 
 
 def _tasks(spec: dict) -> dict[str, dict]:
@@ -103,7 +102,7 @@ def test_trial_folder_and_steps_with_outside_effects_are_never_served_from_the_c
     assert best["max_trial_count"] == {"componentInputParameter": "tune_trials"}
     # A built-in profile, registering without deploying: register and compare uncached too.
     plain = pipeline.compile_pipeline(profiles.BUILTIN["cpu"], str(tmp_path / "cpu.yaml"))
-    cpu = _tasks(yaml.safe_load(open(plain)))
+    cpu = _tasks(yaml_io.load(open(plain)))
     assert not _caches(cpu["register-model"]) and not _caches(cpu["compare-models"])
     assert _caches(cpu["train-model"]) and "tuning-trial-spec" not in cpu
 

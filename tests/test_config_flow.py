@@ -17,13 +17,12 @@ import dataclasses
 import operator
 
 import pytest
-import yaml
 
 from components.evaluate_model import evaluate_model
 from components.prepare_data import prepare_data
 from components.train_model import train_model
 from components.validate_data import validate_data
-from pipelines import cli
+from pipelines import cli, yaml_io
 from training_core.common import not_set
 from training_core.data import config as prep_config
 from training_core.data import io as rio
@@ -150,7 +149,7 @@ def compiled(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("compiled") / "ncf.yaml"
     pipeline.compile_pipeline(profiles.BUILTIN["cpu"], str(path))
-    return yaml.safe_load(open(path))
+    return yaml_io.load(open(path))
 
 
 def test_pipeline_parameters_default_to_what_the_steps_they_feed_default_to(compiled):

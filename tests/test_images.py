@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import load_script
 
 from components import _image
+from pipelines import yaml_io
 
 REPO = Path(__file__).resolve().parent.parent
 cuda_kernels = load_script("tools/cuda_kernels.py")
@@ -177,7 +177,7 @@ def test_the_dataflow_profile_compiles_with_the_worker_image(tmp_path):
         path = pipeline.compile_pipeline(
             profiles.BUILTIN[profile], str(tmp_path / f"{profile}.yaml"), **kwargs
         )
-        spec = yaml.safe_load(open(path))
+        spec = yaml_io.load(open(path))
         dags = [spec["root"]["dag"]] + [c["dag"] for c in spec["components"].values() if "dag" in c]
         tasks = {name: t for dag in dags for name, t in dag["tasks"].items()}
         # Every step that runs a Beam job with the run's options: validate, prepare, recommend.

@@ -7,13 +7,12 @@ import sys
 import tempfile
 
 import pytest
-import yaml
 from kfp import dsl
 
 from components import custom_job_launcher
 from components._image import image_for
 from components.train_model import train_model
-from pipelines import cli, pipeline, profiles
+from pipelines import cli, pipeline, profiles, yaml_io
 from training_core.training import strategy as st
 
 DISPLAY = {
@@ -84,7 +83,24 @@ def compiled_text(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def compiled(compiled_text):
-    return {name: yaml.safe_load(text) for name, text in compiled_text.items()}
+    return {name: yaml_io.load(text) for name, text in compiled_text.items()}
+
+
+@pytest.mark.parametrize("name", ["cpu", "gpu-a100x8-dataflow", "tpu-v5e-8"])
+def test_the_compiled_documents_are_what_kfp_s_compiler_writes(tmp_path, name):
+    # compile_pipeline takes the documents from the pipeline's protos instead of having KFP's
+    # compiler write YAML and reading it back: both must be the same documents, keys in order.
+    from kfp import compiler
+
+    profile = profiles.BUILTIN[name]
+    images = pipeline.Images.for_profile(profile)
+    compiler.Compiler().compile(
+        pipeline.build_pipeline(profile, images=images), str(tmp_path / "k.yaml")
+    )
+    written = yaml_io.load_all((tmp_path / "k.yaml").read_text())
+    ours = pipeline.compiled_documents(pipeline.build_pipeline(profile, images=images))
+    assert ours == written
+    assert [list(d) for d in ours] == [list(d) for d in written]
 
 
 def test_the_expectations_cover_every_built_in_profile():
@@ -437,7 +453,7 @@ def test_image_override_reaches_every_component_and_custom_job(tmp_path):
     out = tmp_path / "p.yaml"
     image = "europe-docker.pkg.dev/acme/ml/ncf:7"
     pipeline.compile_pipeline(profiles.BUILTIN["gpu-a100x8"], str(out), image=image)
-    spec = yaml.safe_load(out.read_text())
+    spec = yaml_io.load(out.read_text())
     executors = spec["deploymentSpec"]["executors"].values()
     images = {ex["container"]["image"] for ex in executors if "container" in ex}
     assert images == {image}
@@ -453,7 +469,7 @@ def test_image_repository_gives_each_family_its_tag(tmp_path):
     for name, family in (("cpu", "cpu"), ("gpu-t4", "gpu"), ("tpu-v5e-8", "tpu")):
         out = tmp_path / f"{name}.yaml"
         pipeline.compile_pipeline(profiles.BUILTIN[name], str(out), image_repository=repo)
-        spec = yaml.safe_load(out.read_text())
+        spec = yaml_io.load(out.read_text())
         train = spec["root"]["dag"]["tasks"]["train-model"]["inputs"]["parameters"]
         if "worker_pool_specs" in train:
             train_image = train["worker_pool_specs"]["runtimeValue"]["constant"][0][
@@ -492,7 +508,7 @@ def test_compile_command_preflights_before_writing(tmp_path, capsys):
         )
         == 0
     )
-    spec = yaml.safe_load(out.read_text())
+    spec = yaml_io.load(out.read_text())
     declared = spec["root"]["inputDefinitions"]["parameters"]
     assert declared["train_batch_size"]["defaultValue"] == 2048
     assert "compiled profile gpu-a100x8" in capsys.readouterr().out
@@ -630,7 +646,7 @@ def test_a_deploying_profile_deploys_the_registered_version_on_its_serve_machine
     profile = profiles.get_profile("serving", str(path))
     out = tmp_path / "p.yaml"
     pipeline.compile_pipeline(profile, str(out))
-    spec = yaml.safe_load(out.read_text())
+    spec = yaml_io.load(out.read_text())
 
     def branch_tasks(spec):
         found = {}
@@ -667,7 +683,7 @@ def test_a_deploying_profile_deploys_the_registered_version_on_its_serve_machine
 
     plain = tmp_path / "cpu.yaml"
     pipeline.compile_pipeline(profiles.BUILTIN["cpu"], str(plain))
-    cpu_tasks = branch_tasks(yaml.safe_load(plain.read_text()))
+    cpu_tasks = branch_tasks(yaml_io.load(plain.read_text()))
     assert "deploy-model" not in cpu_tasks
     assert (
         cpu_tasks["register-model"]["inputs"]["parameters"]["make_default"]["runtimeValue"][

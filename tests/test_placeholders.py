@@ -8,10 +8,9 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
 from components._image import IMAGE_REPOSITORY, VARIANTS, image_for
-from pipelines import cli, compiled, placeholder_values, push_images
+from pipelines import cli, compiled, placeholder_values, push_images, yaml_io
 
 REPOSITORY = "us-central1-docker.pkg.dev/my-project/ncf/ncf-pipelines"
 SUBMIT = ["--region", "us-central1", "--dry-run"]
@@ -173,7 +172,7 @@ def test_submit_warns_when_the_run_would_execute_as_the_default_compute_account(
 def _pulled_images(path: str) -> set[str]:
     """The images a compiled template's tasks run, read from where Vertex AI reads them."""
     with open(path) as f:
-        spec = yaml.safe_load(f)
+        spec = yaml_io.load(f)
     executors = spec["deploymentSpec"]["executors"].values()
     images = {e["container"]["image"] for e in executors if "container" in e}  # Not importers.
     images |= {p["container_spec"]["image_uri"] for p in compiled.worker_pools(spec)}

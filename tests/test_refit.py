@@ -194,12 +194,10 @@ def test_train_offers_refit_of():
 
 
 def _compiled(profile, path) -> dict:
-    import yaml
-
-    from pipelines import pipeline
+    from pipelines import pipeline, yaml_io
 
     pipeline.compile_pipeline(profile, str(path))
-    return yaml.safe_load(path.read_text())
+    return yaml_io.load(path.read_text())
 
 
 def _tasks(spec: dict) -> dict[tuple[str, ...], tuple[dict, list[dict]]]:

@@ -9,12 +9,11 @@ retry must end where an uninterrupted run ends (docs/rollouts.md).
 
 # No `from __future__ import annotations`: KFP reads the component annotations at runtime.
 import pytest
-import yaml
 from conftest import PROJECT, REGION
 from test_deploy import _default_version, _deploy, _register, _stranger_model
 
 from components.deploy_model import deploy_model, promote_canary
-from pipelines import cli
+from pipelines import cli, yaml_io
 from training_core.serving import deploy
 
 DOWN = "The service is currently unavailable."
@@ -326,7 +325,7 @@ def test_a_canary_profile_compiles_the_deploy_step_with_its_share(tmp_path, prom
     )
     out = tmp_path / "p.yaml"
     pipeline.compile_pipeline(profiles.get_profile("canary", str(path)), str(out))
-    spec = yaml.safe_load(out.read_text())
+    spec = yaml_io.load(out.read_text())
     tasks = {}
     for comp in spec["components"].values():
         tasks.update(comp.get("dag", {}).get("tasks", {}))

@@ -19,7 +19,7 @@ import yaml
 from conftest import BUCKET, PROJECT, SA, TOKEN
 from kfp import compiler, dsl
 
-from pipelines import cli, fingerprint
+from pipelines import cli, fingerprint, yaml_io
 from pipelines import submit as vs
 
 REGION = "us-central1"
@@ -864,7 +864,7 @@ def test_standin_refuses_malformed_requests_as_the_service_does(
 def test_a_spec_the_service_cannot_parse_fails_the_submission(template, standin, tmp_path):
     """Through the real client: a tampered template reaches the stand-in and is refused there."""
     with open(template, encoding="utf-8") as f:
-        spec = yaml.safe_load(f)
+        spec = yaml_io.load(f)
     task = spec["root"]["dag"]["tasks"]["touch-data"]
     task["cachingOption"] = {"enableCache": True}  # A misspelt field in the pipeline spec.
     tampered = tmp_path / "tampered.yaml"
@@ -937,7 +937,7 @@ def test_real_ncf_pipeline_is_submitted_as_compiled(ncf_template, standin):
     assert req.path == f"{LOCATION}/pipelineJobs" and result.resource_name in standin.pipeline_jobs
     job = req.body
     with open(ncf_template, encoding="utf-8") as f:
-        compiled = yaml.safe_load(f)
+        compiled = yaml_io.load(f)
     assert job["pipelineSpec"] == compiled  # As compiled: caching and everything else untouched.
     assert job["displayName"] == compiled["pipelineInfo"]["name"]
     assert job["serviceAccount"] == SA and job["network"] == NETWORK

@@ -12,11 +12,10 @@ import json
 
 import pytest
 import requests
-import yaml
 from conftest import BUCKET, PROJECT, SA, TOKEN, shared_folder
 
 from components._image import package_version
-from pipelines import cli, submit, template_registry
+from pipelines import cli, submit, template_registry, yaml_io
 from pipelines.verify.registry_service import RegistryStandIn
 
 LOCATION = "us-central1"
@@ -150,7 +149,7 @@ def test_submit_creates_the_job_with_the_template_uri(registry, cpu_yaml, standi
     (created,) = standin.find("POST", r"/v1/projects/[^/]+/locations/[^/]+/pipelineJobs$")
     assert created.body["templateUri"] == url
     with open(cpu_yaml, encoding="utf-8") as f:
-        assert created.body["pipelineSpec"] == yaml.safe_load(f)
+        assert created.body["pipelineSpec"] == yaml_io.load(f)
 
 
 def test_an_unknown_tag_names_the_repository_and_its_tags(registry, cpu_yaml, standin, adc, capsys):

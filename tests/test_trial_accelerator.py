@@ -13,8 +13,8 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
+from pipelines import yaml_io
 from training_core import tune
 
 PROFILE = """gpu-tune:
@@ -36,7 +36,7 @@ def trial_pool(tmp_path_factory):
     (root / "profiles.yaml").write_text(PROFILE)
     profile = profiles.get_profile("gpu-tune", str(root / "profiles.yaml"))
     pipeline.compile_pipeline(profile, str(root / "p.yaml"))
-    spec = yaml.safe_load((root / "p.yaml").read_text())
+    spec = yaml_io.load((root / "p.yaml").read_text())
     task = spec["root"]["dag"]["tasks"]["tuning-trial-spec"]["inputs"]["parameters"]
     consts = {k: v["runtimeValue"]["constant"] for k, v in task.items() if "runtimeValue" in v}
     # As KFP's executor hands them to the function: cast to the declared types (the compiled

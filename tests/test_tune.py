@@ -253,15 +253,13 @@ TUNE_PROFILE = """gpu-tune:
 
 @pytest.fixture(scope="module")
 def tune_spec(tmp_path_factory):
-    import yaml
-
-    from pipelines import profiles
+    from pipelines import profiles, yaml_io
 
     root = tmp_path_factory.mktemp("tune-compile")
     (root / "profiles.yaml").write_text(TUNE_PROFILE)
     profile = profiles.get_profile("gpu-tune", str(root / "profiles.yaml"))
     pipeline.compile_pipeline(profile, str(root / "p.yaml"))
-    return yaml.safe_load((root / "p.yaml").read_text())
+    return yaml_io.load((root / "p.yaml").read_text())
 
 
 def test_the_compiled_tuning_job_is_a_valid_request_and_feeds_training(tune_spec, tmp_path):

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from conftest import EVENT_PARAMS
 
-from pipelines import cli, pipeline, profiles, verify
+from pipelines import cli, pipeline, profiles, verify, yaml_io
 from pipelines.run_plan import placeholders, template
 from pipelines.verify import job_service, shim
 from training_core.data import metadata
@@ -146,7 +146,7 @@ def test_replicas_get_the_launchers_executor_input_with_gs_artifacts_and_gcs_out
 
 
 def test_a_tf_strategy_name_as_scheduling_strategy_fails_request_building(templates, tmp_path):
-    spec = yaml.safe_load(open(templates["gpu-a100x8"]))
+    spec = yaml_io.load(open(templates["gpu-a100x8"]))
     inputs = spec["root"]["dag"]["tasks"]["train-model"]["inputs"]["parameters"]
     inputs["strategy"] = {"runtimeValue": {"constant": "mirrored"}}
     bad = tmp_path / "bad.yaml"
@@ -200,7 +200,7 @@ def test_cli_requests_only_prints_each_request_and_exits_0(templates, capsys):
 
 
 def test_cli_exits_1_and_names_the_field_when_a_request_is_refused(templates, tmp_path, capsys):
-    spec = yaml.safe_load(open(templates["gpu-t4"]))
+    spec = yaml_io.load(open(templates["gpu-t4"]))
     pools = spec["root"]["dag"]["tasks"]["train-model"]["inputs"]["parameters"]
     pools["worker_pool_specs"]["runtimeValue"]["constant"][0]["machine_spec"][
         "accelerator_type"

@@ -290,11 +290,11 @@ def _check_tag(tag: str) -> None:
 
 def _pipeline_name(content: bytes) -> str:
     """The package an uploaded file goes to: its ``pipelineInfo.name``."""
-    import yaml
+    from pipelines import yaml_io
 
     try:
-        doc = yaml.safe_load(content)
-    except yaml.YAMLError:
+        doc = yaml_io.load(content)
+    except yaml_io.YAMLError:
         doc = None
     if isinstance(doc, dict) and isinstance(doc.get("pipelineSpec"), dict):
         doc = doc["pipelineSpec"]

@@ -3,9 +3,11 @@ UV_VERSION := 0.13.8
 UV := python3 -m uv
 PYTEST_ARGS ?=
 # pytest-xdist workers for make test/test-fast (docs/testing.md): one per core of a CI machine;
-# --dist loadfile keeps each file's tests (and its module fixtures) on one worker. 0: no workers.
+# --dist loadfile keeps each file's tests (and its module fixtures) on one worker, and
+# --no-loadscope-reorder hands out the files in collection order (tests/conftest.py's
+# START_FIRST, the longest, first). 0: no workers.
 TEST_WORKERS ?= 2
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 # Images (docs/images.md): which variants (default: all of components/_image.py's VARIANTS), which
 # repository (default: components/_image.py's IMAGE_REPOSITORY), which image-check engines.
 IMAGE_VARIANTS ?=

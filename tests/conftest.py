@@ -74,8 +74,6 @@ BACKSTOP_EXIT_S = 60
 # `make test-fast` never builds them. A new fixture this slow belongs here.
 SLOW_FIXTURES = frozenset(
     {
-        "test_verify.py::templates",  # Every built-in profile compiled.
-        "test_pipeline_compile.py::compiled_text",  # The same, with a batch size default.
         "test_model_variants.py::trained",  # Three more architectures trained.
         "test_compare.py::models",  # A weak model trained and exported.
         "test_compare.py::other_ids_export",  # Data prepared, a model trained and exported.
@@ -84,10 +82,28 @@ SLOW_FIXTURES = frozenset(
 )
 
 
+# The files whose fixtures run whole pipelines or many trainings (minutes each on the 2-core
+# machine; docs/testing.md), longest first. They are collected first, and the make targets hand
+# files to the xdist workers in collection order (--dist loadfile --no-loadscope-reorder), so
+# these start at once and the run does not end on one worker finishing one of them alone.
+START_FIRST = (
+    "test_documented_commands.py",
+    "test_verify.py",
+    "test_cache_and_effects.py",
+    "test_training.py",
+    "test_export.py",
+    "test_run_local.py",
+)
+if _renamed := [n for n in START_FIRST if not (pathlib.Path(__file__).parent / n).is_file()]:
+    raise pytest.UsageError(f"tests/conftest.py's START_FIRST names no such file: {_renamed}")
+
+
 @pytest.hookimpl(tryfirst=True)  # Before `-m` deselects: the marks added here count.
 def pytest_collection_modifyitems(config, items):
-    """Marks the users of SLOW_FIXTURES slow, and gives slow tests their own time limit
-    (pytest-timeout has no per-marker setting)."""
+    """Marks the users of SLOW_FIXTURES slow, gives slow tests their own time limit
+    (pytest-timeout has no per-marker setting) and puts START_FIRST's files first."""
+    rank = {name: i for i, name in enumerate(START_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # Stable: files stay whole.
     for item in items:
         uses = {f"{item.path.name}::{name}" for name in getattr(item, "fixturenames", ())}
         if uses & SLOW_FIXTURES and not item.get_closest_marker("slow"):

@@ -21,14 +21,13 @@ command, all listed in ``substitute``:
   test_cache_and_effects.py), as a user who verifies several templates of one pipeline would
   pass it, and docs/verify.md's ``verify.verify(...)`` call gets ``cache_dir=`` that folder: a
   task is served from it only where an earlier verification ran the same spec on the same
-  inputs and the same data (``pipelines/verify/cache.py``). So the README's ``gpu-a100`` run
-  gets validate and prepare from whichever verification of the embedded sample ran them first,
-  and docs/verify.md's two verifications of ``gpu-a100-2workers`` on the embedded sample with
-  verify's defaults are served every cached task by tests/test_verify.py's verification of the
-  same template with the same parameters (conftest's ``verified``, asked for first; that test
-  asserts its tasks ran, the replicas included): here they check that the documented commands
-  run and exit 0 as written, not the training again. A verification on other data
-  (``--data ml-1m/``) or another image (docs/submit.md's) runs every task.
+  inputs and the same data (``pipelines/verify/cache.py``). So the README's ``verify`` of
+  ``gpu-a100`` and docs/verify.md's two verifications of ``gpu-a100-2workers`` on the embedded
+  sample with verify's defaults are served every cached task by tests/test_verify.py's
+  verifications of the same templates with the same parameters (conftest's ``verified``, asked
+  for first; that test asserts their tasks ran, the replicas included): here they check that
+  the documented commands run and exit 0 as written, not the training again. A verification on
+  other data (``--data ml-1m/``) or another image (docs/submit.md's) runs every task.
 
 What a doc takes as already there is put there first, from the README's tour (``PROVIDED``).
 Commands that cannot run here at all (a browser sign-in, ``gcloud``, ``docker``, the whole suite)
@@ -245,8 +244,11 @@ def run_doc(doc: str, tmp: pathlib.Path, cache_dir: str) -> list[tuple[str, floa
 
 
 @pytest.fixture(scope="module")
-def tour(tmp_path_factory, verify_cache) -> pathlib.Path:
-    """The README's commands, run once: the other docs start from what they made."""
+def tour(tmp_path_factory, verify_cache, verified) -> pathlib.Path:
+    """The README's commands, run once: the other docs start from what they made. Its
+    ``verify ncf-gpu-a100.yaml`` is served from tests/test_verify.py's verification of the same
+    template (asked for first)."""
+    verified("gpu-a100")
     tmp = tmp_path_factory.mktemp("documented")
     (tmp / "tmp").mkdir()
     run_doc("README.md", tmp, verify_cache)

@@ -30,11 +30,13 @@ from pipelines.verify import job_service, shim
 from training_core.data import metadata
 from training_core.training.strategy import ALLOW_MISSING_ACCELERATOR_ENV, STRATEGIES
 
+# gpu-a100x8's training (eight A100 in one machine, mirrored) is gpu-a100x8-dataflow's; gpu-a100
+# is the README's template, whose `verify` is then served from this one's cache.
 FULL_CHAIN = (
     "cpu",
     "gpu-a100x8-dataflow",
     "gpu-t4",
-    "gpu-a100x8",
+    "gpu-a100",
     "gpu-a100-2workers",
     "tpu-v3-8",
 )

@@ -71,11 +71,15 @@ def make_train_loop(
             ctx.merge_call(apply, args=(grads, finite))
         return loss
 
+    # Plain graph code (no tensor-dependent Python control flow): AutoGraph's conversion of the
+    # model's and optimizer's code took seconds per trace.
+    plain_step = tf.autograph.experimental.do_not_convert(step_fn)
+
     @tf.function
     def train_loop(iterator, n):
         total = tf.constant(0.0, tf.float32)
         for _ in tf.range(n):
-            per_replica = strategy.run(step_fn, args=(next(iterator),))
+            per_replica = strategy.run(plain_step, args=(next(iterator),))
             total += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
             step.assign_add(1)
         return total

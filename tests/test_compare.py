@@ -320,3 +320,17 @@ def test_the_compare_models_component_blesses_and_refuses(models, tiny_data, tmp
     assert "not blessed" in page
     (blessed, _), decision, _ = run(models["good"][1], "")
     assert blessed and "first model" in decision.metadata["reason"]
+
+
+def test_the_gate_scores_the_records_rows_in_order_in_chunks_of_whole_calls():
+    # score_export reads records a few at a time and scores a fixed number of rows per call.
+    reads = [
+        {"a": np.arange(0, 2), "b": -np.arange(0, 2)},
+        {"a": np.arange(2, 7), "b": -np.arange(2, 7)},
+    ]
+    reads.append({"a": np.arange(7, 8), "b": -np.arange(7, 8)})
+    chunks = list(gate._rechunked(iter(reads), 3))
+    assert [c["a"].tolist() for c in chunks] == [[0, 1, 2], [3, 4, 5], [6, 7]]
+    assert all((c["b"] == -c["a"]).all() for c in chunks)
+    assert list(gate._rechunked(iter([{"a": np.arange(6)}]), 3))[1]["a"].tolist() == [3, 4, 5]
+    assert list(gate._rechunked(iter([]), 3)) == []

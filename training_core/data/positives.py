@@ -23,8 +23,6 @@ from training_core.data.metadata import SPLIT_VALIDATION, SPLITS, DatasetMetadat
 
 log = logging.getLogger(__name__)
 
-_RECORDS_PER_READ = 64
-
 
 def training_positives(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray, np.ndarray]:
     """``(row_splits, items)``: each user's distinct training items (indices), sorted, as CSR.
@@ -34,7 +32,9 @@ def training_positives(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray
     among them, except in a refit (``meta.refit``), which trained on every interaction.
     """
     users, items = [], []
-    for batch in _read(meta.train_file_paths(data_dir, 0), meta.train_prebatch_size, True):
+    for batch in records.read_columns(
+        meta.train_file_paths(data_dir, 0), meta.train_prebatch_size, True
+    ):
         keep = (batch[records.LABELS] == 1) & (batch[records.VALID_POINT_MASK] == 1)
         users.append(batch[records.USER_ID][keep])
         items.append(batch[records.ITEM_ID][keep])
@@ -62,7 +62,9 @@ def held_out_items(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray, np
     """
     k = 1 + meta.eval_negatives
     users, items = [], []
-    for batch in _read(meta.eval_file_paths(data_dir), meta.eval_prebatch_size, False):
+    for batch in records.read_columns(
+        meta.eval_file_paths(data_dir), meta.eval_prebatch_size, False
+    ):
         last = {name: batch[name].reshape(-1, k)[:, -1] for name in records.EVAL_FEATURES}
         keep = last[records.DUPLICATE_MASK] == 0
         users.append(last[records.USER_ID][keep])
@@ -114,7 +116,7 @@ def seen_only_items(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray, n
     """
     files = [os.path.join(data_dir, f.path) for f in meta.seen_only_files]
     users, items = [], []
-    for batch in _read(files, meta.train_prebatch_size, False) if files else ():
+    for batch in records.read_columns(files, meta.train_prebatch_size, False) if files else ():
         keep = batch[records.DUPLICATE_MASK] == 0
         users.append(batch[records.USER_ID][keep])
         items.append(batch[records.ITEM_ID][keep])
@@ -127,14 +129,3 @@ def seen_only_items(meta: DatasetMetadata, data_dir: str) -> tuple[np.ndarray, n
         )
     order = np.lexsort((i, u))
     return u[order].astype(np.int64), i[order].astype(np.int64)
-
-
-def _read(files: list[str], prebatch: int, training: bool):
-    """Yields the records of ``files`` parsed into flat NumPy columns, a few records at a time."""
-    import tensorflow as tf
-
-    spec = records.feature_spec(prebatch, training)
-    ds = tf.data.TFRecordDataset(files, buffer_size=8 << 20).batch(_RECORDS_PER_READ)
-    ds = ds.map(lambda s: tf.io.parse_example(s, spec), num_parallel_calls=2)
-    for batch in ds.as_numpy_iterator():
-        yield {name: value.reshape(-1) for name, value in batch.items()}

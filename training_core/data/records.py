@@ -76,6 +76,24 @@ def feature_spec(batch_size: int, training: bool) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
+_RECORDS_PER_READ = 64
+
+
+def read_columns(files: list[str], prebatch: int, training: bool):
+    """Yields the records of ``files`` parsed into flat NumPy columns, a few records at a time.
+
+    In file order, row by row (the order the records hold); on any filesystem TensorFlow reads,
+    which is imported when this is called.
+    """
+    import tensorflow as tf
+
+    spec = feature_spec(prebatch, training)
+    ds = tf.data.TFRecordDataset(files, buffer_size=8 << 20).batch(_RECORDS_PER_READ)
+    ds = ds.map(lambda s: tf.io.parse_example(s, spec), num_parallel_calls=2)
+    for batch in ds.as_numpy_iterator():
+        yield {name: value.reshape(-1) for name, value in batch.items()}
+
+
 def _varint(value: int) -> bytes:
     out = bytearray()
     while True:

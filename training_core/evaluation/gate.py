@@ -199,6 +199,29 @@ def load_export(export_dir: str) -> LoadedExport:
     return LoadedExport(export_dir, fn, ids)
 
 
+def _rechunked(columns, rows: int):
+    """``columns``' rows in chunks of ``rows`` rows, the last one shorter.
+
+    ``columns``: dicts of flat arrays, as ``records.read_columns`` yields them.
+    """
+    pending: dict[str, list] = {}
+    held = 0
+    for batch in columns:
+        for name, values in batch.items():
+            pending.setdefault(name, []).append(values)
+        held += len(next(iter(batch.values())))
+        if held < rows:
+            continue
+        joined = {name: np.concatenate(parts) for name, parts in pending.items()}
+        whole = held - held % rows
+        for start in range(0, whole, rows):
+            yield {name: values[start : start + rows] for name, values in joined.items()}
+        pending = {name: [values[whole:]] for name, values in joined.items()}
+        held -= whole
+    if held:
+        yield {name: np.concatenate(parts) for name, parts in pending.items()}
+
+
 def score_export(export: str | LoadedExport, data_dir: str, split: str = SPLIT_TEST) -> Scores:
     """HR@10/NDCG@10 of an exported model on ``data_dir``'s split ``split``, through its signature.
 
@@ -222,13 +245,10 @@ def score_export(export: str | LoadedExport, data_dir: str, split: str = SPLIT_T
     users_raw = read_vocab(os.path.join(data_dir, full.user_vocab), full.user_id_type)
     items_raw = read_vocab(os.path.join(data_dir, full.item_vocab), full.item_id_type)
     per_user = 1 + meta.eval_negatives
-    spec = records.feature_spec(meta.eval_prebatch_size, training=False)
-    ds = tf.data.TFRecordDataset(meta.eval_file_paths(data_dir))
-    ds = ds.map(lambda r: tf.io.parse_single_example(r, spec)).unbatch()
-    ds = ds.batch(per_user * _USERS_PER_CALL)
+    columns = records.read_columns(meta.eval_file_paths(data_dir), meta.eval_prebatch_size, False)
     hits, ndcg, users = 0, 0.0, 0
     known_users = known_rows = counted_rows = 0
-    for batch in ds.as_numpy_iterator():
+    for batch in _rechunked(columns, per_user * _USERS_PER_CALL):
         user_idx = batch[records.USER_ID].reshape(-1)
         item_idx = batch[records.ITEM_ID].reshape(-1)
         mask = batch[records.DUPLICATE_MASK].reshape(-1)

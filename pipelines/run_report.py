@@ -79,9 +79,9 @@ class StepTime:
 class UserSample:
     """A user's history (raw item ids, every interaction the data holds) and recommendations."""
 
-    user_id: int
-    history: tuple[int, ...]
-    recommended: tuple[int, ...]
+    user_id: int | str  # Raw ids, of the data's kinds (integers, or strings as written).
+    history: tuple[int | str, ...]
+    recommended: tuple[int | str, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,30 +173,37 @@ def sample_users(exported_model: str, examples: str, count: int = SAMPLE_USERS) 
     The history is every item the prepared data holds for the user; the recommendations are
     what the export's ``recommend`` signature serves (seen items left out). Imports TensorFlow.
     """
-    import numpy as np
     import tensorflow as tf
 
     from training_core.data import positives
     from training_core.data.metadata import read_metadata, read_vocab
+    from training_core.serving.export import DTYPES
 
     meta = read_metadata(examples)
-    users = read_vocab(os.path.join(examples, meta.user_vocab))[:count]
-    items = read_vocab(os.path.join(examples, meta.item_vocab))
+    users = read_vocab(os.path.join(examples, meta.user_vocab), meta.user_id_type)[:count]
+    items = read_vocab(os.path.join(examples, meta.item_vocab), meta.item_id_type)
     row_splits, seen = positives.seen_items(meta, examples)
     model = tf.saved_model.load(exported_model)
     answer = model.signatures["recommend"](
-        user_id=tf.constant(np.asarray(users, np.int64)),
+        user_id=tf.constant(users.tolist(), DTYPES[meta.user_id_type]),
         exclude_seen=tf.constant([True] * len(users)),
     )
     recommended = answer["item_ids"].numpy().reshape(len(users), -1)
     return [
         UserSample(
-            int(user),
-            tuple(int(items[i]) for i in seen[row_splits[u] : row_splits[u + 1]]),
-            tuple(int(i) for i in recommended[u]),
+            _raw(user),
+            tuple(_raw(items[i]) for i in seen[row_splits[u] : row_splits[u + 1]]),
+            tuple(_raw(i) for i in recommended[u]),
         )
         for u, user in enumerate(users)
     ]
+
+
+def _raw(value) -> int | str:
+    """A raw id as Python holds it: an int, or the text of a string id (TensorFlow's bytes)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    return value if isinstance(value, str) else int(value)
 
 
 def try_sample_users(

@@ -366,3 +366,21 @@ def test_the_vertex_endpoint_answers_string_ids_sent_as_json_strings(
         [p["score"] for p in answer.predictions], want["score"].numpy(), rtol=1e-5
     )
     assert [p["known"] for p in answer.predictions] == [True, True, False]
+
+
+def test_the_run_report_samples_string_users_under_their_names(
+    string_export, string_data, tiny_export, tiny_data
+):
+    # The run page's sample users (run-local's report and the pipeline's report step): a
+    # string-id run shows the raw strings, the same users and items as the integer run's.
+    from pipelines import run_report
+
+    folder, _ = string_export
+    samples, why = run_report.try_sample_users(folder, string_data, 3)
+    assert why == "" and len(samples) == 3
+    integer = run_report.sample_users(tiny_export.export_dir, tiny_data, 3)
+    for mine, theirs in zip(samples, integer, strict=True):
+        assert mine.user_id == user_key(theirs.user_id)
+        assert mine.history == tuple(item_code(i) for i in theirs.history)
+        assert mine.recommended == tuple(item_code(i) for i in theirs.recommended)
+    assert all(isinstance(i, str) for s in samples for i in (s.user_id, *s.recommended))

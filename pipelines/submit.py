@@ -550,6 +550,20 @@ def job_caching(config: SubmitConfig) -> bool | None:
     return False if config.enable_caching is False else None
 
 
+def new_job_id(pipeline_name: str) -> str:
+    """A new run's pipeline job ID: the SDK's own (``NAME-YYYYmmddHHMMSS``) and 4 random hex digits.
+
+    The SDK's ID changes once a second, and Vertex AI refuses a second job of one ID (409
+    ALREADY_EXISTS): a script that submits several runs at once would lose all but the first.
+    """
+    import datetime
+    import secrets
+
+    name = re.sub("[^-0-9a-z]+", "-", pipeline_name.lower()).strip("-")
+    now = datetime.datetime.now().strftime("%Y%m%d%H%M%S")
+    return f"{name}-{now}-{secrets.token_hex(2)}"
+
+
 def scheduled_caching(config: SubmitConfig) -> SubmitConfig:
     """Turns caching off for a schedule unless asked for explicitly.
 
@@ -753,6 +767,7 @@ def submit(config: SubmitConfig) -> SubmitResult:
         )
         job = aiplatform.PipelineJob(
             display_name=display_name,
+            job_id=new_job_id(template.pipeline_name),
             template_path=config.template_path,
             pipeline_root=config.pipeline_root,
             parameter_values=values,

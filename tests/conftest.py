@@ -471,7 +471,37 @@ def verify_cache(tmp_path_factory) -> str:
     return str(folder)
 
 
-PREEMPTED = "The replica workerpool0-0 was preempted."  # ``verified(..., preempt_first_job=True)``.
+# The built-in profiles tests/test_verify.py verifies end to end (``verified``), each as
+# ``chain_options`` says. gpu-a100x8's training (eight A100 in one machine, mirrored) is
+# gpu-a100x8-dataflow's; gpu-a100 is the README's template and gpu-t4 docs/submit.md's, whose
+# `verify` commands are then served from these runs' cache (tests/test_documented_commands.py).
+FULL_CHAIN = (
+    "cpu",
+    "gpu-a100x8-dataflow",
+    "gpu-t4",
+    "gpu-a100",
+    "gpu-a100-2workers",
+    "tpu-v3-8",
+)
+RETRIED = "gpu-t4"  # Its training is preempted once and retried under the task's retryPolicy.
+# Verified on the sample as a shop's event table (write_events_sample: string ids, columns
+# named with user_col/item_col/time_col, id_type=string), through the Beam data prep.
+EVENTS = "gpu-a100x8-dataflow"
+# docs/submit.md compiles gpu-t4 with this image repository (--image-repository).
+DOCS_REPOSITORY = "us-central1-docker.pkg.dev/my-project/ncf/ncf-pipelines"
+DOCS_TEMPLATE = "gpu-t4"
+PREEMPTED = "The replica workerpool0-0 was preempted."
+
+
+def chain_options(name: str) -> dict[str, Any]:
+    """How FULL_CHAIN's profile ``name`` is verified: ``verified(name, **chain_options(name))``."""
+    return dict(
+        preempt_first_job=name == RETRIED,
+        events=name == EVENTS,
+        image_repository=DOCS_REPOSITORY if name == DOCS_TEMPLATE else "",
+    )  # ``verified(..., preempt_first_job=True)``.
+
+
 # KFP compiles in a process-wide pipeline context: two threads compiling at once fail ("Nested
 # pipelines are not allowed"). Verifications may run in threads; their compiles take turns.
 _COMPILING = threading.Lock()
@@ -484,14 +514,17 @@ def verified(tmp_path_factory, verify_cache):
     once per run (``once``); its ``VerifyReport``, whose ``work_dir`` holds the outputs.
 
     ``preempt_first_job``: the first custom job fails as a preempted one would (``PREEMPTED``)
-    and the task is retried under its ``retryPolicy``. ``events``: on the sample as an event
+    and the task is retried under its ``retryPolicy``. ``image_repository``: compiled with that
+    ``--image-repository`` (``DOCS_REPOSITORY``). ``events``: on the sample as an event
     table (``write_events_sample``, with ``EVENT_PARAMS``) instead. Whoever verifies the same
     template with the same parameters over ``verify_cache`` (the docs' ``verify`` commands) asks
     for this first, so that this run's tasks ran here, not from the cache, and the later one is
     served.
     """
 
-    def run(name: str, preempt_first_job: bool = False, events: bool = False):
+    def run(
+        name: str, preempt_first_job: bool = False, events: bool = False, image_repository: str = ""
+    ):
         def compute(folder: pathlib.Path):
             data = {}
             if events:  # The sample as an event table: string ids, its columns named.
@@ -503,7 +536,9 @@ def verified(tmp_path_factory, verify_cache):
 
             with _COMPILING:
                 path = pipeline.compile_pipeline(
-                    profiles.BUILTIN[name], str(folder / f"{name}.yaml")
+                    profiles.BUILTIN[name],
+                    str(folder / f"{name}.yaml"),
+                    image_repository=image_repository or None,
                 )
             with verify.Verification(
                 path,
@@ -517,6 +552,7 @@ def verified(tmp_path_factory, verify_cache):
                 return verification.run()
 
         suffix = ("-preempted" if preempt_first_job else "") + ("-events" if events else "")
+        suffix += f"-{image_repository.replace('/', '_')}" if image_repository else ""
         return once(tmp_path_factory, f"verified-{name}{suffix}", compute)
 
     return run

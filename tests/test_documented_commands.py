@@ -49,6 +49,7 @@ import textwrap
 import time
 
 import pytest
+from conftest import DOCS_TEMPLATE, chain_options
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = ("README.md", "docs/submit.md", "docs/serving.md", "docs/verify.md")
@@ -248,7 +249,7 @@ def tour(tmp_path_factory, verify_cache, verified) -> pathlib.Path:
     """The README's commands, run once: the other docs start from what they made. Its
     ``verify ncf-gpu-a100.yaml`` is served from tests/test_verify.py's verification of the same
     template (asked for first)."""
-    verified("gpu-a100")
+    verified("gpu-a100", **chain_options("gpu-a100"))
     tmp = tmp_path_factory.mktemp("documented")
     (tmp / "tmp").mkdir()
     run_doc("README.md", tmp, verify_cache)
@@ -291,6 +292,9 @@ def test_readme_tour_runs_as_written(tour):
 @pytest.mark.slow
 @pytest.mark.parametrize("doc", ["docs/submit.md", "docs/serving.md", "docs/verify.md"])
 def test_doc_commands_run_as_written(doc, tour, verify_cache, verified):
-    if doc == "docs/verify.md":  # Its embedded-sample runs are served from this one's cache.
-        verified("gpu-a100-2workers")
+    # Their verifications of the embedded sample are served from tests/test_verify.py's runs.
+    if doc == "docs/verify.md":
+        verified("gpu-a100-2workers", **chain_options("gpu-a100-2workers"))
+    if doc == "docs/submit.md":
+        verified(DOCS_TEMPLATE, **chain_options(DOCS_TEMPLATE))
     run_doc(doc, tour, verify_cache)

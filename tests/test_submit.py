@@ -12,6 +12,7 @@ function uploads a model to the stand-in's Model Registry route.
 import base64
 import json
 import logging
+import re
 
 import pytest
 import requests
@@ -189,6 +190,18 @@ def test_schedule_is_created_with_cron_and_caching_off(template, standin):
     tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
     assert all(t["cachingOptions"]["enableCache"] is False for t in tasks.values())
     assert not standin.find("POST", r"/pipelineJobs$")
+
+
+def test_two_runs_submitted_in_one_second_get_their_own_job_ids(template, standin):
+    # The SDK's ID (NAME-YYYYmmddHHMMSS) repeats within a second; the stand-in, as Vertex AI,
+    # refuses a second job of one ID (409), so both being created shows the IDs differ.
+    first = vs.submit(_config(template, standin))
+    second = vs.submit(_config(template, standin))
+    ids = [r.resource_name.rsplit("/", 1)[1] for r in (first, second)]
+    assert ids[0] != ids[1]
+    sent = [req.query["pipelineJobId"][0] for req in standin.find("POST", r"/pipelineJobs$")]
+    assert sent == ids
+    assert all(re.fullmatch(r"[a-z][-a-z0-9]*-\d{14}-[0-9a-f]{4}", i) for i in ids), ids
 
 
 def test_experiment_is_created_and_the_run_added_to_it(template, standin):

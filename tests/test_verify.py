@@ -22,7 +22,7 @@ import time
 import grpc
 import pytest
 import yaml
-from conftest import EVENT_PARAMS
+from conftest import EVENT_PARAMS, EVENTS, FULL_CHAIN, RETRIED, chain_options
 
 from pipelines import cli, pipeline, profiles, verify, yaml_io
 from pipelines.run_plan import placeholders, template
@@ -30,20 +30,6 @@ from pipelines.verify import job_service, shim
 from training_core.data import metadata
 from training_core.training.strategy import ALLOW_MISSING_ACCELERATOR_ENV, STRATEGIES
 
-# gpu-a100x8's training (eight A100 in one machine, mirrored) is gpu-a100x8-dataflow's; gpu-a100
-# is the README's template, whose `verify` is then served from this one's cache.
-FULL_CHAIN = (
-    "cpu",
-    "gpu-a100x8-dataflow",
-    "gpu-t4",
-    "gpu-a100",
-    "gpu-a100-2workers",
-    "tpu-v3-8",
-)
-RETRIED = "gpu-t4"  # Its training is preempted once and retried under the task's retryPolicy.
-# Verified on the sample as a shop's event table (conftest.write_events_sample: string ids,
-# columns named with user_col/item_col/time_col, id_type=string), through the Beam data prep.
-EVENTS = "gpu-a100x8-dataflow"
 CUSTOM_JOB_PROFILES = sorted(n for n, p in profiles.BUILTIN.items() if p.train.custom_job)
 SCHEDULING_STRATEGIES = ("STANDARD", "SPOT", "FLEX_START")
 PROJECT, REGION = "my-project", "europe-west4"
@@ -465,7 +451,7 @@ def full_runs(verified):
     def run(name):
         # RETRIED's first custom job fails as a preempted one would; EVENTS runs on the sample
         # as an event table (string ids, its columns named with parameters).
-        return verified(name, preempt_first_job=name == RETRIED, events=name == EVENTS)
+        return verified(name, **chain_options(name))
 
     first, *rest = FULL_CHAIN
     runs = {first: run(first)}

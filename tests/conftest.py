@@ -487,8 +487,10 @@ RETRIED = "gpu-t4"  # Its training is preempted once and retried under the task'
 # Verified on the sample as a shop's event table (write_events_sample: string ids, columns
 # named with user_col/item_col/time_col, id_type=string), through the Beam data prep.
 EVENTS = "gpu-a100x8-dataflow"
-# docs/submit.md compiles gpu-t4 with this image repository (--image-repository).
+# docs/submit.md compiles gpu-t4 with this image repository (--image-repository) and verifies it
+# with this service account (the task's resolved parameters, so part of the cache key).
 DOCS_REPOSITORY = "us-central1-docker.pkg.dev/my-project/ncf/ncf-pipelines"
+DOCS_SERVICE_ACCOUNT = "ncf-runner@my-project.iam.gserviceaccount.com"
 DOCS_TEMPLATE = "gpu-t4"
 PREEMPTED = "The replica workerpool0-0 was preempted."
 
@@ -499,6 +501,7 @@ def chain_options(name: str) -> dict[str, Any]:
         preempt_first_job=name == RETRIED,
         events=name == EVENTS,
         image_repository=DOCS_REPOSITORY if name == DOCS_TEMPLATE else "",
+        service_account=DOCS_SERVICE_ACCOUNT if name == DOCS_TEMPLATE else "",
     )  # ``verified(..., preempt_first_job=True)``.
 
 
@@ -515,7 +518,8 @@ def verified(tmp_path_factory, verify_cache):
 
     ``preempt_first_job``: the first custom job fails as a preempted one would (``PREEMPTED``)
     and the task is retried under its ``retryPolicy``. ``image_repository``: compiled with that
-    ``--image-repository`` (``DOCS_REPOSITORY``). ``events``: on the sample as an event
+    ``--image-repository`` (``DOCS_REPOSITORY``); ``service_account``: run as that account.
+    ``events``: on the sample as an event
     table (``write_events_sample``, with ``EVENT_PARAMS``) instead. Whoever verifies the same
     template with the same parameters over ``verify_cache`` (the docs' ``verify`` commands) asks
     for this first, so that this run's tasks ran here, not from the cache, and the later one is
@@ -523,7 +527,11 @@ def verified(tmp_path_factory, verify_cache):
     """
 
     def run(
-        name: str, preempt_first_job: bool = False, events: bool = False, image_repository: str = ""
+        name: str,
+        preempt_first_job: bool = False,
+        events: bool = False,
+        image_repository: str = "",
+        service_account: str = "",
     ):
         def compute(folder: pathlib.Path):
             data = {}
@@ -545,6 +553,7 @@ def verified(tmp_path_factory, verify_cache):
                 work_dir=str(folder / "work"),
                 cache_dir=verify_cache,
                 retries=preempt_first_job,
+                service_account=service_account or None,
                 **data,
             ) as verification:
                 if preempt_first_job:
@@ -553,6 +562,7 @@ def verified(tmp_path_factory, verify_cache):
 
         suffix = ("-preempted" if preempt_first_job else "") + ("-events" if events else "")
         suffix += f"-{image_repository.replace('/', '_')}" if image_repository else ""
+        suffix += f"-{service_account}" if service_account else ""
         return once(tmp_path_factory, f"verified-{name}{suffix}", compute)
 
     return run

@@ -86,13 +86,13 @@ def compiled(compiled_text):
     return {name: yaml_io.load(text) for name, text in compiled_text.items()}
 
 
-@pytest.mark.parametrize("name", ["cpu", "gpu-a100x8-dataflow", "tpu-v5e-8"])
-def test_the_compiled_documents_are_what_kfp_s_compiler_writes(tmp_path, name):
+def test_the_compiled_documents_are_what_kfp_s_compiler_writes(tmp_path):
     # compile_pipeline takes the documents from the pipeline's protos instead of having KFP's
     # compiler write YAML and reading it back: both must be the same documents, keys in order.
+    # The profile with the most in it: custom jobs (train, refit) and the Beam steps.
     from kfp import compiler
 
-    profile = profiles.BUILTIN[name]
+    profile = profiles.BUILTIN["gpu-a100x8-dataflow"]
     images = pipeline.Images.for_profile(profile)
     compiler.Compiler().compile(
         pipeline.build_pipeline(profile, images=images), str(tmp_path / "k.yaml")

@@ -74,6 +74,8 @@ BACKSTOP_EXIT_S = 60
 # `make test-fast` never builds them. A new fixture this slow belongs here.
 SLOW_FIXTURES = frozenset(
     {
+        "test_verify.py::templates",  # Every built-in profile compiled (10-25 s in the suite).
+        "test_pipeline_compile.py::compiled_text",  # The same, with a batch size default.
         "test_model_variants.py::trained",  # Three more architectures trained.
         "test_compare.py::models",  # A weak model trained and exported.
         "test_compare.py::other_ids_export",  # Data prepared, a model trained and exported.

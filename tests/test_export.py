@@ -131,7 +131,13 @@ def test_saved_model_serves_raw_ids_without_this_package(tiny_export, reference,
     )
     assert all(p["known"] for p in preds[:20])
     assert [(p["score"], p["known"]) for p in preds[20:]] == [(0.0, False)] * 3
-    assert got["responses"][1]["predictions"] == preds[:3]
+    # A smaller batch may take another kernel (oneDNN picks by shape and CPU): equal to float32's
+    # rounding, not bit for bit.
+    few = got["responses"][1]["predictions"]
+    assert [p["known"] for p in few] == [p["known"] for p in preds[:3]]
+    np.testing.assert_allclose(
+        [p["score"] for p in few], [p["score"] for p in preds[:3]], rtol=1e-6, atol=0
+    )
 
     # recommend: k raw ids, best first; equal to ranking every item with the checkpoint.
     recs = got["responses"][2]["predictions"]

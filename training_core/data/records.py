@@ -89,7 +89,9 @@ def read_columns(files: list[str], prebatch: int, training: bool):
 
     spec = feature_spec(prebatch, training)
     ds = tf.data.TFRecordDataset(files, buffer_size=8 << 20).batch(_RECORDS_PER_READ)
-    ds = ds.map(lambda s: tf.io.parse_example(s, spec), num_parallel_calls=2)
+    # Plain graph code: traced as written, without AutoGraph's conversion (about 50 ms a call).
+    parse = tf.autograph.experimental.do_not_convert(lambda s: tf.io.parse_example(s, spec))
+    ds = ds.map(parse, num_parallel_calls=2)
     for batch in ds.as_numpy_iterator():
         yield {name: value.reshape(-1) for name, value in batch.items()}
 

@@ -236,6 +236,7 @@ class FullCatalogEval:
         held_out = np.append(ranked.held_out, 0)
         splits, items = ranked.splits, ranked.items
 
+        @tf.autograph.experimental.do_not_convert  # Plain graph code: traced as written.
         def features(row):
             seen = tf.gather(tf.RaggedTensor.from_row_splits(items, splits), row)
             where = tf.stack([seen.value_rowids(), seen.flat_values], axis=1)

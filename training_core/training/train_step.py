@@ -56,7 +56,7 @@ def make_train_loop(
     if jit:
         # XLA fuses the forward and backward pass (dense gradients only: XLA has no
         # IndexedSlices). Replica-context collectives stay outside the compiled function.
-        loss_and_grads = tf.function(loss_and_grads, jit_compile=True)
+        loss_and_grads = tf.function(loss_and_grads, jit_compile=True, autograph=False)
     apply = _apply_fn(optimizer, loss_scale, variables)
 
     def step_fn(features):
@@ -71,18 +71,22 @@ def make_train_loop(
             ctx.merge_call(apply, args=(grads, finite))
         return loss
 
-    # Plain graph code (no tensor-dependent Python control flow): AutoGraph's conversion of the
-    # model's and optimizer's code took seconds per trace.
+    # Plain graph code (no tensor-dependent Python control flow), the loop written as the
+    # while_loop AutoGraph would make of it: its conversion of the loop, and of the model's and
+    # optimizer's code, took up to seconds per trace.
     plain_step = tf.autograph.experimental.do_not_convert(step_fn)
 
-    @tf.function
+    @tf.function(autograph=False)
     def train_loop(iterator, n):
-        total = tf.constant(0.0, tf.float32)
-        for _ in tf.range(n):
+        def body(i, total):
             per_replica = strategy.run(plain_step, args=(next(iterator),))
             total += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
             step.assign_add(1)
-        return total
+            return i + 1, total
+
+        n = tf.convert_to_tensor(n)
+        start = (tf.constant(0, n.dtype), tf.constant(0.0, tf.float32))
+        return tf.while_loop(lambda i, _: i < n, body, start)[1]
 
     return train_loop
 

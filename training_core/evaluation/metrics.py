@@ -19,6 +19,8 @@ import dataclasses
 
 import tensorflow as tf
 
+from training_core.training.train_step import repeat
+
 TOP_K = 10
 
 
@@ -116,30 +118,21 @@ def summing_loop(strategy: tf.distribute.Strategy, step_fn):
     ``ranking_sums`` and ``full_catalog_sums`` return); the loop adds them over replicas and
     steps, exactly for the integer ones. Call it as ``loop(iter(distributed_dataset), n)``.
     """
-    # Plain graph code, the loop written as the while_loop AutoGraph would make of it: its
-    # conversion of the loop, and of the model's code, took up to seconds per trace.
+    # Plain graph code: AutoGraph's conversion of the model's code took seconds per trace.
     plain_step = tf.autograph.experimental.do_not_convert(step_fn)
 
     @tf.function(autograph=False)
     def loop(iterator, n):
-        def body(i, hits, ndcg, users):
+        def body(hits, ndcg, users):
             h, d, u = strategy.run(plain_step, args=(next(iterator),))
             return (
-                i + 1,
                 hits + strategy.reduce("SUM", h, axis=None),
                 ndcg + strategy.reduce("SUM", d, axis=None),
                 users + strategy.reduce("SUM", u, axis=None),
             )
 
-        n = tf.convert_to_tensor(n)
-        start = (
-            tf.constant(0, n.dtype),
-            tf.constant(0, tf.int32),
-            tf.constant(0.0, tf.float32),
-            tf.constant(0, tf.int32),
-        )
-        _, hits, ndcg, users = tf.while_loop(lambda i, *_: i < n, body, start)
-        return hits, ndcg, users
+        zero = (tf.constant(0, tf.int32), tf.constant(0.0, tf.float32), tf.constant(0, tf.int32))
+        return repeat(n, body, zero)
 
     return loop
 

@@ -71,24 +71,36 @@ def make_train_loop(
             ctx.merge_call(apply, args=(grads, finite))
         return loss
 
-    # Plain graph code (no tensor-dependent Python control flow), the loop written as the
-    # while_loop AutoGraph would make of it: its conversion of the loop, and of the model's and
-    # optimizer's code, took up to seconds per trace.
+    # Plain graph code (no tensor-dependent Python control flow): AutoGraph's conversion of the
+    # model's and optimizer's code took seconds per trace.
     plain_step = tf.autograph.experimental.do_not_convert(step_fn)
 
     @tf.function(autograph=False)
     def train_loop(iterator, n):
-        def body(i, total):
+        def body(total):
             per_replica = strategy.run(plain_step, args=(next(iterator),))
             total += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
             step.assign_add(1)
-            return i + 1, total
+            return (total,)
 
-        n = tf.convert_to_tensor(n)
-        start = (tf.constant(0, n.dtype), tf.constant(0.0, tf.float32))
-        return tf.while_loop(lambda i, _: i < n, body, start)[1]
+        return repeat(n, body, (tf.constant(0.0, tf.float32),))[0]
 
     return train_loop
+
+
+def repeat(n, body, state: tuple) -> tuple:
+    """``state`` after ``n`` calls of ``state = body(*state)``, as one ``tf.while_loop``.
+
+    What AutoGraph makes of ``for _ in tf.range(n)``, written out so that nothing is converted
+    (its conversion of a step loop took up to a second per trace): call it inside a
+    ``tf.function(autograph=False)``. ``body`` returns the new state as a tuple.
+    """
+    n = tf.convert_to_tensor(n)
+
+    def step(i, *values):
+        return (i + 1, *body(*values))
+
+    return tuple(tf.while_loop(lambda i, *_: i < n, step, (tf.constant(0, n.dtype), *state))[1:])
 
 
 def _loss_and_grads_fn(

@@ -323,6 +323,45 @@ def test_uv_is_installed_only_from_files_with_known_hashes():
     assert line == "uv==0.13.8" + "".join(f" --hash=sha256:{h}" for h in hashes)
 
 
+def test_the_install_accepts_exactly_the_packages_the_lock_leaves_out(tmp_path):
+    """pyproject's overrides keep keras and libtpu out of uv.lock although TensorFlow names
+    them; the images install the lock with --no-deps, so `uv pip check` of a finished image
+    reports them missing. The requirements step carries the left-out names to the install's
+    check, which accepts those and nothing else. Run here on this environment, which lacks
+    Keras for the same reason (CI's image-check once failed every stage on it)."""
+    import tomllib
+
+    script = str(REPO / "tools" / "install_locked.sh")
+    env = {**os.environ, "BUILD_PYTHON": sys.executable}
+    req = tmp_path / "req"
+    subprocess.run([script, "requirements", "cpu", str(req)], cwd=REPO, env=env, check=True)
+    overrides = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["uv"][
+        "override-dependencies"
+    ]
+    never = [s.split(";")[0].strip() for s in overrides if "python_version < '3'" in s]
+    left_out = (req / "left-out.txt").read_text().split()
+    assert left_out == never and "keras" in left_out
+    pinned = {line.split("==")[0] for line in (req / "cpu.txt").read_text().splitlines()}
+    assert not pinned & set(left_out)
+
+    def check(folder: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [script, "check", "cpu", str(folder), sys.executable],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+
+    done = check(req)
+    assert done.returncode == 0, done.stderr
+    assert "every requirement met" in done.stdout
+    # Without the list, the same environment is refused, naming what is missing and who wants it.
+    (req / "left-out.txt").write_text("libtpu\n")
+    done = check(req)
+    assert done.returncode == 1
+    assert "The package `tensorflow` requires `keras" in done.stderr
+
+
 def test_make_pin_base_pins_each_base_image_by_digest():
     dockerfile = (REPO / "Dockerfile").read_text()
     bases = image_check.base_images(dockerfile)

@@ -5,8 +5,10 @@
 #
 #   install_locked.sh requirements VARIANT OUT
 #       uv.lock -> OUT/VARIANT.hashes.txt (every locked distribution of the variant, hash-pinned)
-#       and OUT/VARIANT.txt (the same pins without hashes). Needs uv, pyproject.toml and uv.lock
-#       in the working directory; offline (--frozen).
+#       and OUT/VARIANT.txt (the same pins without hashes), and OUT/left-out.txt: the packages
+#       pyproject.toml's [tool.uv] override-dependencies keep out of every set (libtpu, keras),
+#       whose absence the install step accepts. Needs uv, pyproject.toml and uv.lock in the
+#       working directory; offline (--frozen).
 #   install_locked.sh project OUT
 #       The project's own wheel (training_core, components, pipelines) -> OUT.
 #   install_locked.sh wheels VARIANT REQ OUT
@@ -18,7 +20,10 @@
 #   install_locked.sh install VARIANT REQ WHEELS DIST VENV
 #       A fresh venv at VENV from `python3`, then exactly the pinned set from the wheelhouse:
 #       `uv pip install --no-index --no-build` (offline; refuses to build anything), then the
-#       project wheel from DIST, then `verify`. Needs uv (UV=... or on PATH).
+#       project wheel from DIST, then `check` and `verify`. Needs uv (UV=... or on PATH).
+#   install_locked.sh check VARIANT REQ PYTHON
+#       `uv pip check` of PYTHON's environment: every installed distribution's requirements are
+#       met, but for the packages REQ/left-out.txt names (and, in the tpu set, `tensorflow`).
 #   install_locked.sh verify VARIANT [PYTHON]
 #       The checks a finished environment must pass (tools/verify_image.py).
 #
@@ -74,7 +79,20 @@ cmd_requirements() {
   # shellcheck disable=SC2086
   "$UV" export --frozen --no-dev --no-emit-project --format requirements-txt --no-header \
     --no-hashes --no-annotate $args --output-file "$out/$variant.txt" >/dev/null
-  echo "$variant: $(grep -c '==' "$out/$variant.txt") locked distributions -> $out/$variant.txt"
+  # The packages the lock leaves out on purpose: each override pinned to a marker no Python meets
+  # (`name; python_version < '3'`). Their one home is pyproject.toml; this file carries the names
+  # to the install step, which has no pyproject.
+  "$BUILD_PYTHON" - pyproject.toml > "$out/left-out.txt" <<'PY'
+import re, sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    overrides = tomllib.load(f).get("tool", {}).get("uv", {}).get("override-dependencies", [])
+for spec in overrides:
+    name, _, marker = spec.partition(";")
+    if re.fullmatch(r"\s*python_version\s*<\s*['\"]3['\"]\s*", marker):
+        print(name.strip())
+PY
+  echo "$variant: $(grep -c '==' "$out/$variant.txt") locked distributions -> $out/$variant.txt" \
+    "(left out on purpose: $(paste -sd ' ' "$out/left-out.txt"))"
 }
 
 cmd_project() {
@@ -122,15 +140,32 @@ cmd_install() {
     --compile-bytecode
   "$UV" pip install --python "$venv/bin/python" --no-index --no-build --no-deps \
     --no-cache --quiet --compile-bytecode "$project"
-  # Every installed distribution's requirements are met. The one exception is the tpu set's
-  # `tensorflow` (tensorflow-tpu provides it) and libtpu, which verify reports in its own words.
-  local problems
-  problems=$("$UV" pip check --python "$venv/bin/python" 2>&1 | grep '^The package' || true)
-  if [ "$variant" = tpu ]; then
-    problems=$(printf '%s\n' "$problems" | grep -v -E 'requires `(tensorflow|libtpu)[=<>!~ ]' || true)
-  fi
-  [ -z "$problems" ] || die "$variant: inconsistent environment:"$'\n'"$problems"
+  cmd_check "$variant" "$req" "$venv/bin/python"
   cmd_verify "$variant" "$venv/bin/python3"
+}
+
+cmd_check() {
+  local variant=$1 req=$2 python=$3
+  lock_set "$variant" >/dev/null
+  # Every installed distribution's requirements are met, except a requirement on a package the
+  # lock leaves out on purpose (REQ/left-out.txt: keras, which TensorFlow names and nothing here
+  # uses; libtpu, which verify reports in its own words) and the tpu set's `tensorflow`
+  # (tensorflow-tpu provides it).
+  [ -f "$req/left-out.txt" ] || die "no $req/left-out.txt (run 'requirements' first)"
+  local report problems name
+  report=$("$UV" pip check --python "$python" 2>&1) \
+    || grep -q '^The package' <<<"$report" || die "$variant: uv pip check failed:"$'\n'"$report"
+  problems=$(grep '^The package' <<<"$report" || true)
+  while read -r name; do
+    [ -n "$name" ] || continue
+    problems=$(printf '%s\n' "$problems" | grep -v -E "requires \`${name//./\\.}[=<>!~ \`]" || true)
+  done < "$req/left-out.txt"
+  if [ "$variant" = tpu ]; then
+    problems=$(printf '%s\n' "$problems" | grep -v -E 'requires `tensorflow[=<>!~ ]' || true)
+  fi
+  problems=$(printf '%s\n' "$problems" | sed '/^$/d')
+  [ -z "$problems" ] || die "$variant: inconsistent environment:"$'\n'"$problems"
+  echo "$variant: every requirement met (left out on purpose: $(paste -sd ' ' "$req/left-out.txt"))"
 }
 
 cmd_verify() {
@@ -140,7 +175,7 @@ cmd_verify() {
   PYTHONWARNINGS=ignore::FutureWarning TF_CPP_MIN_LOG_LEVEL=2 "$python" "$HERE/verify_image.py" "$variant"
 }
 
-[ $# -ge 1 ] || die "usage: install_locked.sh requirements|project|wheels|install|verify ..."
+[ $# -ge 1 ] || die "usage: install_locked.sh requirements|project|wheels|install|check|verify ..."
 command=$1
 shift
 case "$command" in
@@ -148,6 +183,7 @@ case "$command" in
   project) [ $# -eq 1 ] || die "usage: project OUT"; cmd_project "$@" ;;
   wheels) [ $# -eq 3 ] || die "usage: wheels VARIANT REQ OUT"; cmd_wheels "$@" ;;
   install) [ $# -eq 5 ] || die "usage: install VARIANT REQ WHEELS DIST VENV"; cmd_install "$@" ;;
+  check) [ $# -eq 3 ] || die "usage: check VARIANT REQ PYTHON"; cmd_check "$@" ;;
   verify) [ $# -ge 1 ] || die "usage: verify VARIANT [PYTHON]"; cmd_verify "$@" ;;
   *) die "unknown command '$command'" ;;
 esac

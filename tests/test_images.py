@@ -323,6 +323,20 @@ def test_uv_is_installed_only_from_files_with_known_hashes():
     assert line == "uv==0.13.8" + "".join(f" --hash=sha256:{h}" for h in hashes)
 
 
+def _uv() -> str:
+    """The uv executable: the one `uv run` names in $UV, else uv on PATH, else the one that
+    `make setup` installed as a module of the system's Python (this venv's base)."""
+    found = os.environ.get("UV") or shutil.which("uv")
+    if found:
+        return found
+    return subprocess.run(
+        [getattr(sys, "_base_executable", "python3"), "-c", "import uv; print(uv.find_uv_bin())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
 def test_the_install_accepts_exactly_the_packages_the_lock_leaves_out(tmp_path):
     """pyproject's overrides keep keras and libtpu out of uv.lock although TensorFlow names
     them; the images install the lock with --no-deps, so `uv pip check` of a finished image
@@ -332,7 +346,7 @@ def test_the_install_accepts_exactly_the_packages_the_lock_leaves_out(tmp_path):
     import tomllib
 
     script = str(REPO / "tools" / "install_locked.sh")
-    env = {**os.environ, "BUILD_PYTHON": sys.executable}
+    env = {**os.environ, "BUILD_PYTHON": sys.executable, "UV": _uv()}
     req = tmp_path / "req"
     subprocess.run([script, "requirements", "cpu", str(req)], cwd=REPO, env=env, check=True)
     overrides = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["uv"][

@@ -152,18 +152,15 @@ cmd_check() {
   # uses; libtpu, which verify reports in its own words) and the tpu set's `tensorflow`
   # (tensorflow-tpu provides it).
   [ -f "$req/left-out.txt" ] || die "no $req/left-out.txt (run 'requirements' first)"
-  local report problems name
+  local report problems name accepted
   report=$("$UV" pip check --python "$python" 2>&1) \
     || grep -q '^The package' <<<"$report" || die "$variant: uv pip check failed:"$'\n'"$report"
+  accepted=$(cat "$req/left-out.txt")
+  [ "$variant" != tpu ] || accepted+=$'\n'tensorflow
   problems=$(grep '^The package' <<<"$report" || true)
-  while read -r name; do
-    [ -n "$name" ] || continue
-    problems=$(printf '%s\n' "$problems" | grep -v -E "requires \`${name//./\\.}[=<>!~ \`]" || true)
-  done < "$req/left-out.txt"
-  if [ "$variant" = tpu ]; then
-    problems=$(printf '%s\n' "$problems" | grep -v -E 'requires `tensorflow[=<>!~ ]' || true)
-  fi
-  problems=$(printf '%s\n' "$problems" | sed '/^$/d')
+  for name in $accepted; do
+    problems=$(grep -v -E "requires \`${name//./\\.}[=<>!~ \`]" <<<"$problems" || true)
+  done
   [ -z "$problems" ] || die "$variant: inconsistent environment:"$'\n'"$problems"
   echo "$variant: every requirement met (left out on purpose: $(paste -sd ' ' "$req/left-out.txt"))"
 }

@@ -36,7 +36,7 @@ def test_distinct_eval_negatives_are_items_of_the_catalogue(seed):
     inside each user's never-seen set: one past it maps to an id beyond the catalogue."""
     shard = random_shard(np.random.default_rng(seed), num_items=60, max_count=55)
     assert ((shard.num_items - shard.counts > 10) & (shard.num_items - shard.counts <= 40)).any()
-    ev = sampling.eval_rows(shard, sampling.complement(shard), 10, seed=5)
+    ev = sampling.eval_rows(shard, sampling.split_complement(shard, "test"), 10, seed=5)
     assert ev.items.min() >= 0 and ev.items.max() < shard.num_items
 
 

@@ -108,15 +108,20 @@ def test_data_without_a_rule_indexes_as_before():
     assert every.num_seen_only == 0 and every.stats["seen_only_pairs"] == 0
 
 
-def _shard_with_seen_only(num_items=12, num_users=40, seed=0):
-    """A shard whose users each have a few positives and a few seen-only items."""
+def _shard_with_seen_only(num_items=12, num_users=40, seed=0, timed=False):
+    """A shard whose users each have a few positives and a few seen-only items.
+
+    ``timed``: each seen-only item is placed at random among the user's positives in time
+    (``Shard.seen_before``); else every one comes first (known to every draw).
+    """
     rng = np.random.default_rng(seed)
-    offsets, items, seen_offsets, seen_items = [0], [], [0], []
+    offsets, items, seen_offsets, seen_items, before = [0], [], [0], [], []
     for _ in range(num_users):
         chosen = rng.permutation(num_items)[: rng.integers(5, num_items - 2)]
         cut = rng.integers(3, len(chosen))
         items.extend(chosen[:cut])
         seen_items.extend(np.sort(chosen[cut:]))
+        before.extend(rng.integers(0, cut + 1, len(chosen) - cut))
         offsets.append(len(items))
         seen_offsets.append(len(seen_items))
     return sampling.Shard(
@@ -127,28 +132,51 @@ def _shard_with_seen_only(num_items=12, num_users=40, seed=0):
         num_items,
         np.asarray(seen_offsets, np.int64),
         np.asarray(seen_items, np.int64),
+        np.asarray(before, np.int64) if timed else None,
     )
 
 
-@pytest.mark.parametrize("eval_sampling", sampling.EVAL_SAMPLINGS)
-def test_seen_only_items_are_never_negatives(eval_sampling):
-    shard = _shard_with_seen_only()
-    n = shard.num_items
-    seen_only = set()
+def _seen_pairs(shard, known):
+    """(user * n + item) of the seen-only items known to a draw that knows ``known[u]``
+    positives of user ``u``, and of the others."""
+    n, before = shard.num_items, shard.seen_before
+    seen_known, seen_later = set(), set()
     for u in range(len(shard.users)):
-        lo, hi = shard.seen_offsets[u], shard.seen_offsets[u + 1]
-        seen_only |= {u * n + int(i) for i in shard.seen_items[lo:hi]}
-    comp = sampling.complement(shard)
-    assert (comp.sizes == n - shard.counts - np.diff(shard.seen_offsets)).all()
+        for j in range(shard.seen_offsets[u], shard.seen_offsets[u + 1]):
+            at = 0 if before is None else int(before[j])
+            (seen_known if at <= known[u] else seen_later).add(u * n + int(shard.seen_items[j]))
+    return seen_known, seen_later
+
+
+@pytest.mark.parametrize("timed", [False, True], ids=["untimed", "timed"])
+@pytest.mark.parametrize("eval_sampling", sampling.EVAL_SAMPLINGS)
+def test_seen_only_items_are_never_negatives_while_known(eval_sampling, timed):
+    """A seen-only item from before a draw's point in time is never drawn; one from after
+    it is drawn as any other item (knowing it would tell the draw what comes later)."""
+    shard = _shard_with_seen_only(timed=timed)
+    n, counts = shard.num_items, shard.counts
+    train_known = counts - 2  # validation=True: every user here has 3 or more positives.
+    known, later = _seen_pairs(shard, train_known)
+    comp = sampling.train_complement(shard, validation=True)
+    assert (comp.sizes == n - train_known - np.array([
+        sum(1 for p in known if p // n == u) for u in range(len(shard.users))
+    ])).all()
+    drawn = set()
     for epoch in range(3):
         rows = sampling.train_rows(shard, comp, 4, 0, epoch, validation=True)
         pairs = rows.users.astype(np.int64) * n + rows.items
-        assert not set(pairs.tolist()) & seen_only
-        assert (rows.labels[np.isin(pairs, list(seen_only))] == 0).all()
-    for split in (sampling.eval_rows, sampling.validation_rows):
-        ev = split(shard, comp, 5, 0, eval_sampling)
+        assert not set(pairs.tolist()) & known
+        assert (rows.labels[np.isin(pairs, list(known | later))] == 0).all()
+        drawn |= set(pairs.tolist())
+    assert bool(drawn & later) == timed  # Later ones are drawn: there are some only if timed.
+    for split, rows_of, place in (
+        ("test", sampling.eval_rows, 1),
+        ("validation", sampling.validation_rows, 2),
+    ):
+        known, later = _seen_pairs(shard, counts - place)
+        ev = rows_of(shard, sampling.split_complement(shard, split), 5, 0, eval_sampling)
         drawn = ev.users[:, None] * n + ev.items
-        assert not set(drawn[ev.duplicate_mask == 0].tolist()) & seen_only
+        assert not set(drawn[ev.duplicate_mask == 0].tolist()) & known, split
 
 
 @pytest.fixture
@@ -195,14 +223,42 @@ def test_a_prepared_dataset_keeps_seen_only_pairs_out_of_every_split(from_intera
     assert m.source["seen_only_pairs"] == m.num_seen_only
     assert m.options["min_rating"] == 3.0
     assert len(m.seen_only_files) == m.num_shards
+    # Each seen-only pair's place in time among its user's positives, from the raw rows: what a
+    # draw knows of it (the training rows, the validation split, the test split).
+    raw_users = {int(r): k for k, r in enumerate(indexed.user_vocab)}
+    raw_items = {int(r): k for k, r in enumerate(indexed.item_vocab)}
+    by_user: dict[int, list[tuple[int, bool, int]]] = {}
+    for u, i, t, pos in zip(data.users, data.items, data.timestamps, data.positive, strict=True):
+        if int(u) in raw_users and int(i) in raw_items:
+            by_user.setdefault(raw_users[int(u)], []).append((int(t), bool(pos), raw_items[int(i)]))
+    known = {"train": set(), "validation": set(), "test": set()}
+    for u, rows in by_user.items():
+        rows.sort()
+        num_pos = sum(pos for _, pos, _ in rows)
+        cut = {"train": num_pos - 2, "validation": num_pos - 2, "test": num_pos - 1}
+        before = 0
+        for _, pos, item in rows:
+            if pos:
+                before += 1
+                continue
+            for split, place in cut.items():
+                if before <= place:
+                    known[split].add(u * n + item)
+    assert known["test"] <= seen_only
+    later = seen_only - known["train"]
+    assert later and known["train"]  # Both kinds are here.
+    drawn_later = set()
     for epoch in m.train_files:
         rows = _records(root, m.train_files[epoch], training=True)
         real = rows[records.VALID_POINT_MASK] == 1
-        assert not set((rows["user_id"] * n + rows["item_id"])[real].tolist()) & seen_only
-    for files in (m.eval_files, m.validation_files):
+        pairs = set((rows["user_id"] * n + rows["item_id"])[real].tolist())
+        assert not pairs & known["train"]
+        drawn_later |= pairs & later
+    assert drawn_later  # Seen only after the held-out items: not known to training.
+    for split, files in (("test", m.eval_files), ("validation", m.validation_files)):
         rows = _records(root, files, training=False)
         real = rows[records.DUPLICATE_MASK] == 0
-        assert not set((rows["user_id"] * n + rows["item_id"])[real].tolist()) & seen_only
+        assert not set((rows["user_id"] * n + rows["item_id"])[real].tolist()) & known[split]
     users, items = positives.seen_only_items(m, root)
     assert set((users * n + items).tolist()) == seen_only
     splits, seen = positives.seen_items(m, root)

@@ -105,9 +105,12 @@ def test_held_out_splits_and_training_content(prepared, tiny_interactions):
             assert (urow == urow[0]).all()
             assert int(item_vocab[irow[-1]]) == held_out[raw_u], split  # Positive last.
             negs = {int(item_vocab[i]) for i in irow[:-1][mrow[:-1] == 0]}
-            assert not negs & seen[raw_u]
+            # Nothing from before the split's item; the validation split may draw the test item.
+            known = seen[raw_u] - ({latest[raw_u]} if split == "validation" else set())
+            assert not negs & known
 
     expected = {(u, i) for u in raw for i in seen[u] if i not in (latest[u], before_latest[u])}
+    held_out_drawn = 0
     for epoch in range(m.num_epochs):
         tr = read_split(root, m, training=True, epoch=epoch)
         valid = tr["valid_point_mask"] == 1
@@ -127,7 +130,10 @@ def test_held_out_splits_and_training_content(prepared, tiny_interactions):
             tr["item_id"][valid & (tr["labels"] == 0)],
             strict=True,
         ):
-            assert int(item_vocab[i]) not in seen[int(user_vocab[u])]
+            raw_u, raw_i = int(user_vocab[u]), int(item_vocab[i])
+            assert (raw_u, raw_i) not in expected  # Never a training positive ...
+            held_out_drawn += raw_i in (latest[raw_u], before_latest[raw_u])
+    assert held_out_drawn  # ... while a held-out item is drawn as any other item.
 
 
 def test_epochs_differ_and_padding_sits_at_the_end(prepared):
@@ -322,16 +328,18 @@ def test_data_where_every_user_has_every_item_says_so(tmp_path):
 
 def test_more_training_negatives_than_unseen_items_warns_and_counts(tmp_path, caplog):
     rows = ["user_id,item_id,timestamp"]
-    rows += [f"1,{i},{i}" for i in range(1, 9)]  # User 1: 2 of 10 items never seen.
+    # User 1 trains on 6 of 10 items (the last two are held out): 4 items to draw from, the
+    # held-out ones among them.
+    rows += [f"1,{i},{i}" for i in range(1, 9)]
     rows += [f"{u},{i},{i}" for u in (2, 3) for i in range(u, u + 3)]
     rows += ["4,9,1", "4,10,2"]
     src = tmp_path / "events.csv"
     src.write_text("\n".join(rows) + "\n")
     caplog.set_level("WARNING")
-    res = prepare.prepare(_config(str(src), tmp_path / "o", eval_negatives=1, num_neg=4))
+    res = prepare.prepare(_config(str(src), tmp_path / "o", eval_negatives=1, num_neg=5))
     assert res.metadata.source["train_users_with_repeated_negatives"] == 1
-    assert "1 users have fewer than 4 never-seen items (--num-neg)" in caplog.text
-    again = prepare.prepare(_config(str(src), tmp_path / "p", eval_negatives=1, num_neg=2))
+    assert "1 users have fewer than 5 items they do not train on (--num-neg)" in caplog.text
+    again = prepare.prepare(_config(str(src), tmp_path / "p", eval_negatives=1, num_neg=4))
     assert again.metadata.source["train_users_with_repeated_negatives"] == 0
 
 
@@ -398,30 +406,38 @@ def test_kill_mid_run_never_looks_complete_and_rerun_recovers(tmp_path, procs):
     assert not [p for p in out.rglob("*") if atomic_writes.is_partial(p.name)]
 
 
-# Digests of every record and vocab file prepared from one small synthetic set, per option set,
-# computed before the 2026-11-25 speed-ups and unchanged by them. A given seed must keep giving
-# these bytes (a model trained on them must be reproducible from the raw data); a deliberate
-# change of sampling or encoding changes them and must be versioned in metadata.json.
-# Without a validation split (--no-validation): the bytes, and the fingerprints (measured with the
-# code before validation splits, at a628324), of datasets prepared before validation splits.
+# Digests of every record and vocab file prepared from one small synthetic set, per option set.
+# A given seed must keep giving these bytes (a model trained on them must be reproducible from
+# the raw data); a deliberate change of sampling or encoding changes them and must be versioned in
+# metadata.json. Measured on 2026-12-03 when training negatives began to draw the held-out items
+# (format version 2, docs/model-quality.md "What training may know"): the training records and
+# the validation split's changed; the test split's did not (PINNED_TEST_BYTES, the same digests
+# as the code before, at 3f8ddb6). Without a validation split (--no-validation):
 PINNED_BYTES = {
     # 10 eval negatives of 40-74 never-seen items: draws with repeats redrawn (sparse regime).
-    "sparse": "ecdb38e707e8b19615060cce5e3b5e6323c380e281e3420183bcb41f5b06e2aa",
+    "sparse": "f9bea8a573283adfa55afaafa578d327968d19cf5953c25a6567de40c46ea2ca",
     # 45: a random permutation per user (dense), and users with too few items (filled, masked).
-    "dense_and_short": "b90a59098e7211f005883147e692d591b05b5d07257a180d52cbbc13c473c175",
+    "dense_and_short": "90009395bb509d86ce3410b042dde0869746a0c54107bee40386732f60e4c019",
     # The reference's sampling with replacement.
-    "reference": "df68f1fbaf264dc2dfc4ebf5b37873ce83a1d39bbb78d94f982e55ec121fd03e",
+    "reference": "927bff188b5a33e3d2deebb368d0f2e5f7c3f2a7053b4eb7a4cfd874143ba2a5",
 }
 PINNED_FINGERPRINTS = {
-    "sparse": "a8973282f092600a5749ca094a8e837c6d8c0256db62ab5c5fa096634a16438a",
-    "dense_and_short": "d793cc94b4ceb06ecd0476def748a03853ed1afdd451c644e6b6be2e29843f98",
-    "reference": "9aece63452acc4c2842d98ab3f29fb91c429f00decf2f5e6f41f549d19d4a6c9",
+    "sparse": "f41e1b714b807dec69486b77b88c5ee3dea32b0c0c4e7fad3a62dd745c46a544",
+    "dense_and_short": "0a1dc7cb5abe5cd15992cf765a2cee521e9798ad8a7afddbf347d1e83d037083",
+    "reference": "a8ba931780d73be12d0cf557a7fc26afc9dfa3ba1285c2f48030b7858d89213a",
 }
-# With the validation split (the default), measured when it came (2026-11-27).
+# With the validation split (the default).
 PINNED_VALIDATION_BYTES = {
-    "sparse": "7eca9f148787f41b29401e4bddee7b553f8ad3e77853e10739f2f4fba5eb731c",
-    "dense_and_short": "74de5c520874604af05419644885aba3fc2a63bcc7ffca556da147672930eadd",
-    "reference": "bce67429e14e5cfd15114b17ebea360c58da386ec620613b39486715250f0a4f",
+    "sparse": "f97bdbd2ef355d572c10a51105a82de2dfe2bb0543ec037615e2a6aa4bef8d5d",
+    "dense_and_short": "a62d155bda94f599e7651b3cbae36d36aa0056c459553710a73989928b15c49d",
+    "reference": "6460d9f516dc2112bd2bdd2af8eb1d7bc21eaeeed086cf7d53be78438fc103db",
+}
+# The test split's records and the vocabularies alone (with the validation split): unchanged
+# since before format version 2.
+PINNED_TEST_BYTES = {
+    "sparse": "c27ac9f790a7ceada9d2ae69ee798107235717547c772bd22180a41b8f42dd5d",
+    "dense_and_short": "0d472fce3d75efd7856469141177fe3729a21aa38b8a8e76159acc713f0b0f65",
+    "reference": "f3405e43e8e32a1a40721e0a99e52a36fb137974225921ca1b02e5bf26353038",
 }
 PINNED_OPTIONS = {
     "sparse": dict(eval_negatives=10),
@@ -440,12 +456,12 @@ def _below_build(folder: str, keep) -> dict[str, bytes]:
     }
 
 
-def _digest(folder: str) -> str:
+def _digest(folder: str, keep=lambda rel: True) -> str:
     """sha256 over each record and vocab file's path (below the build folder) and bytes."""
     import hashlib
 
     h = hashlib.sha256()
-    for rel, data in sorted(_below_build(folder, lambda rel: True).items()):
+    for rel, data in sorted(_below_build(folder, keep).items()):
         h.update(rel.encode())
         h.update(data)
     return h.hexdigest()
@@ -478,7 +494,6 @@ def test_record_bytes_stay_pinned_for_a_seed(tmp_path, case):
     off, on = run("off", validation=False), run("on")
     if case == "dense_and_short":
         assert off.metadata.source["eval_users_with_duplicates"] > 0  # Fill and mask ran.
-    # --no-validation: the dataset of the code before validation splits, bytes and fingerprint.
     assert _digest(off.output_dir) == PINNED_BYTES[case]
     assert off.metadata.fingerprint == PINNED_FINGERPRINTS[case]
     assert not off.metadata.has_validation and "validation" not in off.metadata.options
@@ -491,6 +506,8 @@ def test_record_bytes_stay_pinned_for_a_seed(tmp_path, case):
     assert _below_build(on.output_dir, lambda r: not_trained(r) and not_validation(r)) == (
         _below_build(off.output_dir, not_trained)
     )
+    test_split = lambda r: not_trained(r) and not_validation(r)  # noqa: E731
+    assert _digest(on.output_dir, test_split) == PINNED_TEST_BYTES[case]
     assert any(f"{metadata.VALIDATION_DIR}/" in f.path for f in on.metadata.validation_files)
 
 

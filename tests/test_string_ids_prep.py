@@ -139,15 +139,31 @@ def test_rows_that_are_no_positive_are_seen_only(tmp_path, options, rule, is_pos
             strict=True,
         )
     )
-    assert not pairs & seen_only
+    # What each draw knows (docs/model-quality.md): the seen-only pairs from before the user's
+    # first held-out positive (training), the validation item, the test item.
+    code = {(users[u], items[i]): (u, i) for u, i in index}
+    known = {"train": set(), "validation": set(), "test": set()}
+    for user in set(users.tolist()):
+        mine = [(code.get((user, i)), is_positive(r, e)) for u, i, _, r, e in rows if u == user]
+        num_pos = sum(pos for _, pos in mine)
+        places = {"train": num_pos - 2, "validation": num_pos - 2, "test": num_pos - 1}
+        before = 0
+        for pair, pos in mine:
+            before += pos
+            for split, place in places.items():
+                if not pos and before <= place and pair is not None:
+                    known[split].add(pair)
+    assert known["train"] and seen_only - known["train"]
+    assert not pairs & known["train"]
+    assert all(labels[p] == 0 for p in pairs & seen_only)  # Later ones: drawn as negatives.
     assert {p for p, label in labels.items() if label == 1} <= positive
-    for files in (m.eval_files, m.validation_files):
+    for split, files in (("test", m.eval_files), ("validation", m.validation_files)):
         held = _records(root, files, training=False)
         real = held[records.DUPLICATE_MASK] == 0
         drawn = set(
             zip(held["user_id"][real].tolist(), held["item_id"][real].tolist(), strict=True)
         )
-        assert not drawn & seen_only
+        assert not drawn & known[split]
         k = 1 + m.eval_negatives
         kept = held[records.DUPLICATE_MASK][k - 1 :: k] == 0  # Padding users are masked.
         last = zip(

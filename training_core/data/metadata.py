@@ -12,7 +12,11 @@ import numpy as np
 
 from training_core.data.ids import ID_INT64, ID_KINDS, ID_STRING
 
-FORMAT_VERSION = 1
+# 2: training negatives may be any item a user does not train on, held-out items included
+# (docs/model-quality.md, "What training may know"); a version 1 dataset never drew them, so a
+# model trained on it learned its held-out items from their absence: it is refused, to be prepared
+# again.
+FORMAT_VERSION = 2
 METADATA_FILE = "metadata.json"
 SUCCESS_FILE = "_SUCCESS"
 # The folders of a dataset build, and the files whose place is fixed (metadata.json names every
@@ -118,7 +122,13 @@ class DatasetMetadata:
         if version != FORMAT_VERSION:
             raise ValueError(
                 f"metadata.json has format_version {version!r}; this ncf-pipelines reads "
-                f"version {FORMAT_VERSION}. Prepare the data again with this version."
+                f"version {FORMAT_VERSION}. Prepare the data again with this version"
+                + (
+                    " (version 1 never drew a user's held-out items as training negatives, "
+                    "which leaks them to the model: docs/model-quality.md)."
+                    if version == 1
+                    else "."
+                )
             )
         fields = {f.name for f in dataclasses.fields(cls)}
         missing = sorted(

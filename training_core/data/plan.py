@@ -398,8 +398,8 @@ def build_metadata(
         )
     if short_train:
         log.warning(
-            "%d users have fewer than %d never-seen items (--num-neg); each of their training "
-            "positives gets repeated negatives. Lower --num-neg to avoid it.",
+            "%d users have fewer than %d items they do not train on (--num-neg); each of their "
+            "training positives gets repeated negatives. Lower --num-neg to avoid it.",
             short_train,
             config.num_neg,
         )

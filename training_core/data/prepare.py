@@ -74,6 +74,8 @@ class IndexedData:
     seen_items: np.ndarray | None = None
     user_id_type: str = ID_INT64  # ids.ID_KINDS, as the reader found them.
     item_id_type: str = ID_INT64
+    # Per seen-only item, how many of the user's positives came before it (``Shard.seen_before``).
+    seen_before: np.ndarray | None = None
 
     @property
     def num_users(self) -> int:
@@ -160,9 +162,10 @@ def index_interactions(data: rio.Interactions, min_ratings: int) -> IndexedData:
         )
 
     # Items are indexed over the users kept; users with every item are then dropped too.
-    seen_users = seen_items = None
+    seen_users = seen_items = seen_at = None
     if seen_rows is not None and seen_rows.any():
-        seen_users, seen_items = users[seen_rows], items[seen_rows]
+        seen_at = np.flatnonzero(seen_rows)
+        seen_users, seen_items = users[seen_at], items[seen_at]
     while True:
         if not good_user.all():
             kept = good_user[users] if kept is None else kept & good_user[users]
@@ -174,6 +177,7 @@ def index_interactions(data: rio.Interactions, min_ratings: int) -> IndexedData:
         if seen_users is not None:
             on_kept = good_user[seen_users] & present[seen_items]
             seen_users, seen_items = seen_users[on_kept], seen_items[on_kept]
+            seen_at = seen_at[on_kept]
             seen = counts + np.bincount(seen_users, minlength=len(user_vocab))
         full = (seen >= num_items) & (counts > 0)
         if not full.any():
@@ -184,9 +188,12 @@ def index_interactions(data: rio.Interactions, min_ratings: int) -> IndexedData:
             int(full.sum()),
         )
         good_user &= ~full
+    seen_before = None
     if kept is not None:
         if not kept.any():
             raise nothing_left(stats, min_ratings)
+        if seen_at is not None:
+            seen_before = _positives_before(order, kept, seen_at, users, counts)
         order = order[kept[order]]
     user_present = counts > 0
     stats["rows_kept"] = int(len(order))
@@ -200,9 +207,10 @@ def index_interactions(data: rio.Interactions, min_ratings: int) -> IndexedData:
     seen_offsets = None
     if seen_users is not None:
         user_index = np.cumsum(user_present) - 1
-        seen_offsets, seen_items = _seen_only_sets(
+        seen_offsets, seen_items, seen_before = _seen_only_sets(
             user_index[seen_users],
             seen_items if item_index is None else item_index[seen_items],
+            seen_before,
             int(user_present.sum()),
             num_items,
         )
@@ -217,17 +225,39 @@ def index_interactions(data: rio.Interactions, min_ratings: int) -> IndexedData:
         seen_items,
         data.user_id_type,
         data.item_id_type,
+        seen_before,
     )
 
 
+def _positives_before(
+    order: np.ndarray, positive: np.ndarray, rows: np.ndarray, users: np.ndarray, counts: np.ndarray
+) -> np.ndarray:
+    """For each of ``rows``, how many positive rows of its user come before it in ``order``.
+
+    ``order`` groups the rows by user in time order (ties in file order); ``positive`` marks
+    the positive rows kept; ``counts`` is each user's number of them.
+    """
+    along = positive[order].astype(np.int64)
+    before = np.cumsum(along)
+    before -= along  # Positives strictly before each place in the order.
+    place = np.empty(len(order), np.int64)
+    place[order] = np.arange(len(order), dtype=np.int64)
+    earlier_users = np.cumsum(counts) - counts
+    return before[place[rows]] - earlier_users[users[rows]]
+
+
 def _seen_only_sets(
-    users: np.ndarray, items: np.ndarray, num_users: int, num_items: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The seen-only pairs as CSR over ``num_users`` users, each user's items ascending."""
-    pairs = np.sort(users * num_items + items)
+    users: np.ndarray, items: np.ndarray, before: np.ndarray, num_users: int, num_items: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The seen-only pairs as CSR over ``num_users`` users, each user's items ascending.
+
+    ``before`` (``IndexedData.seen_before``) is carried along in the same order.
+    """
+    pairs = users * num_items + items
+    by_pair = np.argsort(pairs, kind="stable")
     offsets = np.zeros(num_users + 1, np.int64)
     np.cumsum(np.bincount(users, minlength=num_users), out=offsets[1:])
-    return offsets, pairs % num_items
+    return offsets, pairs[by_pair] % num_items, before[by_pair]
 
 
 def _latest_of_each_pair(
@@ -355,8 +385,16 @@ def make_shard(data: IndexedData, shard: int, num_shards: int) -> sampling.Shard
     if data.seen_items is None:
         return sampling.Shard(shard, users, offsets, data.items[idx], data.num_items)
     seen_offsets, seen_items = _rows_of(data.seen_offsets, data.seen_items, users)
+    _, seen_before = _rows_of(data.seen_offsets, data.seen_before, users)
     return sampling.Shard(
-        shard, users, offsets, data.items[idx], data.num_items, seen_offsets, seen_items
+        shard,
+        users,
+        offsets,
+        data.items[idx],
+        data.num_items,
+        seen_offsets,
+        seen_items,
+        seen_before,
     )
 
 
@@ -384,9 +422,9 @@ def _write_train_shard(shard_index: int, epoch: int) -> tuple[ShardFile, float]:
     t0 = time.perf_counter()
     w = _WORK
     shard = make_shard(w["data"], shard_index, w["opts"].num_shards)
-    shard_file = shards.write_train_shard(
-        shard, sampling.complement(shard), epoch, w["opts"], w["output_dir"]
-    )
+    opts = w["opts"]
+    comp = sampling.train_complement(shard, opts.validation, opts.refit)
+    shard_file = shards.write_train_shard(shard, comp, epoch, opts, w["output_dir"])
     return shard_file, time.perf_counter() - t0
 
 
@@ -401,11 +439,12 @@ def _write_eval_shard(shard_index: int, split: str) -> tuple[ShardFile, tuple[in
     t0 = time.perf_counter()
     w = _WORK
     shard = make_shard(w["data"], shard_index, w["opts"].num_shards)
-    comp = sampling.complement(shard)
+    opts = w["opts"]
     shard_file, short = shards.write_eval_shard(
-        shard, comp, w["opts"], w["output_dir"], split=split
+        shard, sampling.split_complement(shard, split), opts, w["output_dir"], split=split
     )
-    short_train = sampling.short_train_users(comp, w["opts"].num_neg)
+    train_comp = sampling.train_complement(shard, opts.validation, opts.refit)
+    short_train = sampling.short_train_users(train_comp, opts.num_neg)
     return shard_file, (short, short_train), time.perf_counter() - t0
 
 

@@ -62,6 +62,7 @@ from training_core.data.config import PrepareConfig
 from training_core.data.ids import ID_AUTO, ID_INT64
 from training_core.data.metadata import (
     ITEM_VOCAB,
+    SPLIT_TEST,
     SPLIT_VALIDATION,
     USER_VOCAB,
     ShardFile,
@@ -761,16 +762,22 @@ def _write_text(path: str, text: str) -> None:
 def build_shard(index: int, parts, num_items: int) -> sampling.Shard:
     """A shard as ``prepare.make_shard`` makes it.
 
-    Each user's positives in (time, input order); their seen-only items ascending.
+    Each user's positives in (time, input order); their seen-only items ascending, each with
+    the number of the user's positives before it in that order.
     """
     uidx, iidx, ts, order, positive = _concat(parts)
-    seen_users, seen_items = uidx[~positive], iidx[~positive]
-    uidx, iidx, ts, order = uidx[positive], iidx[positive], ts[positive], order[positive]
-    idx = np.lexsort((order, ts, uidx))
+    every = np.lexsort((order, ts, uidx))
+    along = positive[every].astype(np.int64)
+    before_place = np.cumsum(along) - along
+    idx = every[positive[every]]
     users, counts = np.unique(uidx[idx], return_counts=True)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    seen_place = np.flatnonzero(~positive[every])
+    seen_users, seen_items = uidx[every[seen_place]], iidx[every[seen_place]]
     local = np.searchsorted(users, seen_users)
-    seen = np.sort(local * num_items + seen_items)
+    seen_before = before_place[seen_place] - offsets[local]
+    keys = local * num_items + seen_items
+    by_pair = np.argsort(keys, kind="stable")
     seen_offsets = np.zeros(len(users) + 1, np.int64)
     np.cumsum(np.bincount(local, minlength=len(users)), out=seen_offsets[1:])
     return sampling.Shard(
@@ -780,7 +787,8 @@ def build_shard(index: int, parts, num_items: int) -> sampling.Shard:
         iidx[idx],
         num_items,
         seen_offsets,
-        (seen % num_items).astype(np.int64),
+        (keys[by_pair] % num_items).astype(np.int64),
+        seen_before[by_pair].astype(np.int64),
     )
 
 
@@ -789,14 +797,20 @@ def write_shard(element, summary: Summary, config: PrepareConfig, out: str, remo
     t0 = time.perf_counter()
     index, parts = element
     shard = build_shard(index, parts, len(summary.item_vocab))
-    comp = sampling.complement(shard)
     opts = summary.plan.shard_options(config)
     write = _writer(remote)
-    eval_file, short = shards.write_eval_shard(shard, comp, opts, out, write)
+    test_comp = sampling.split_complement(shard, SPLIT_TEST)
+    eval_file, short = shards.write_eval_shard(shard, test_comp, opts, out, write)
+    del test_comp
     validation = []  # The split's file, when there is one (as many as the eval files: 0 or 1).
     if config.validation:
-        split_file, _ = shards.write_eval_shard(shard, comp, opts, out, write, SPLIT_VALIDATION)
+        split_comp = sampling.split_complement(shard, SPLIT_VALIDATION)
+        split_file, _ = shards.write_eval_shard(
+            shard, split_comp, opts, out, write, SPLIT_VALIDATION
+        )
         validation.append(dataclasses.asdict(split_file))
+        del split_comp
+    comp = sampling.train_complement(shard, opts.validation, opts.refit)
     train = [
         dataclasses.asdict(shards.write_train_shard(shard, comp, e, opts, out, write))
         for e in range(summary.plan.num_epochs)

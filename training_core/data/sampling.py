@@ -11,15 +11,25 @@ maps uniform draws in ``[0, num_items - n_u)`` to never-seen items, with no reje
 
 Seen-only items (``Shard.seen_items``): pairs the data holds that are no positive (a rating below
 ``--min-rating``, an event not in ``--positive-events``). They are never positives, and never
-negatives either: the complement of a user is taken over their positives and seen-only items
-together, so training negatives and every split's candidates leave them out alike.
+negatives or candidates while they are known (see below); ``Shard.seen_before`` places each in
+time among the user's positives.
 
 Held-out items: each user's last interaction is the test item (``eval_rows``); with a validation
 split, the second-to-last of a user with at least ``VALIDATION_MIN_INTERACTIONS`` is the
 validation item (``validation_rows``). Neither is a training positive, except in a refit, where
-every interaction is (``train_rows``; the splits' candidates are drawn as without it). Each split
-draws from its own random stream, so the test split's bytes do not depend on whether there is a
-validation split, or a refit.
+every interaction is (``train_rows``). Each split draws from its own random stream, so the test
+split's bytes do not depend on whether there is a validation split, or a refit.
+
+What each draw may know (docs/model-quality.md, "What training may know"): only what the user
+did before it. Training negatives come from every item that is not a training positive, nor a
+seen-only item from before the user's first held-out item: the held-out items themselves are
+drawn at the rate of any other item (excluding them would tell the model which items the user
+will pick: the largest leak a leave-one-out pipeline can have). The validation split's
+candidates leave out what came before the validation item (the test item may be drawn); the
+test split's leave out everything before the test item, the validation item included. A refit
+knows every interaction. Each of these is a :class:`Complement` of its own
+(:func:`train_complement`, :func:`split_complement`), and each draw checks it was given the
+right one.
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+
+from training_core.data.metadata import SPLIT_TEST, SPLIT_VALIDATION
 
 EVAL_DISTINCT = "distinct"
 EVAL_REFERENCE = "reference"
@@ -55,6 +67,9 @@ class Shard:
     (``has_validation_item``) when there is a validation split. ``seen_items[seen_offsets[k]:
     seen_offsets[k+1]]`` are the user's seen-only items (ascending, none of them a positive of
     the user); ``None`` when the dataset has none, as every dataset before seen-only rows.
+    ``seen_before[j]`` is how many of the user's positives came before seen-only item ``j``
+    (time, ties in input order): the item is known to a draw that knows that many positives;
+    ``None`` places every seen-only item first (known to every draw).
     """
 
     index: int
@@ -64,6 +79,7 @@ class Shard:
     num_items: int
     seen_offsets: np.ndarray | None = None  # int64, len(users) + 1.
     seen_items: np.ndarray | None = None  # int64 item indices, ascending per user.
+    seen_before: np.ndarray | None = None  # int64, parallel to seen_items.
 
     @property
     def counts(self) -> np.ndarray:
@@ -98,9 +114,16 @@ class Complement:
     sorted, so one count over it answers every user at once.
     """
 
-    def __init__(self, offsets: np.ndarray, sorted_items: np.ndarray, num_items: int):
-        """Builds the lookup from per-user sorted, distinct interacted items."""
+    def __init__(
+        self, offsets: np.ndarray, sorted_items: np.ndarray, num_items: int, kind: tuple = ()
+    ):
+        """Builds the lookup from per-user sorted, distinct excluded items.
+
+        ``kind`` names the draw it was built for (:func:`train_complement`,
+        :func:`split_complement`); the draws refuse a complement built for another.
+        """
         counts = np.diff(offsets)
+        self.kind = kind
         self.num_items = num_items
         self.offsets = offsets
         self.sizes = num_items - counts
@@ -185,31 +208,81 @@ def short_train_users(comp: Complement, num_neg: int) -> int:
     return int((comp.sizes < num_neg).sum())
 
 
-def _sorted_sets(shard: Shard) -> tuple[np.ndarray, np.ndarray]:
-    """Per-user sorted seen items: the positives and the seen-only items.
+def _sorted_sets(shard: Shard, known: np.ndarray, own: np.ndarray | None) -> tuple:
+    """Per-user sorted excluded items: known positives, the split's own one, known seen-only.
 
-    Interactions are distinct per user after prep, and no seen-only item of a user is one of
-    their positives, so the two sets are simply joined.
+    ``known[k]``: how many of user ``k``'s first positives (time order) are known; ``own[k]``:
+    the place of the split's positive among them, excluded as well (it is the candidate row's
+    positive), or None. A seen-only item is known when at most ``known[k]`` positives came
+    before it. Interactions are distinct per user after prep, and no seen-only item of a user
+    is one of their positives, so the two sets are simply joined.
     """
     local = np.arange(len(shard.users), dtype=np.int64)
-    base = np.repeat(local, shard.counts) * shard.num_items
-    if shard.seen_items is None or not len(shard.seen_items):
-        return shard.offsets, np.sort(base + shard.items) - base
-    seen_counts = np.diff(shard.seen_offsets)
-    seen_base = np.repeat(local, seen_counts) * shard.num_items
-    base = np.concatenate([base, seen_base])
-    keys = np.concatenate([shard.items, shard.seen_items])
-    keys += base
+    counts = shard.counts
+    owner = np.repeat(local, counts)
+    place = np.arange(len(shard.items), dtype=np.int64) - shard.offsets[owner]
+    keep = place < known[owner]
+    if own is not None:
+        keep |= place == own[owner]
+    users, keys = owner[keep], shard.items[keep]
+    if shard.seen_items is not None and len(shard.seen_items):
+        seen_owner = np.repeat(local, np.diff(shard.seen_offsets))
+        before = 0 if shard.seen_before is None else shard.seen_before
+        seen_keep = before <= known[seen_owner]
+        users = np.concatenate([users, seen_owner[seen_keep]])
+        keys = np.concatenate([keys, shard.seen_items[seen_keep]])
+    base = users * shard.num_items
+    keys = keys + base
     base.sort()
     offsets = np.zeros(len(local) + 1, np.int64)
-    np.cumsum(shard.counts + seen_counts, out=offsets[1:])
+    np.cumsum(np.bincount(users, minlength=len(local)), out=offsets[1:])
     return offsets, np.sort(keys) - base
 
 
-def complement(shard: Shard) -> Complement:
-    """The never-seen item lookup of a shard: items neither positive nor seen-only."""
-    offsets, sorted_items = _sorted_sets(shard)
-    return Complement(offsets, sorted_items, shard.num_items)
+def training_positives(shard: Shard, validation: bool, refit: bool) -> np.ndarray:
+    """Per user, how many of their first positives (time order) are training positives."""
+    if refit:
+        return shard.counts.copy()
+    return shard.counts - 1 - (has_validation_item(shard.counts) if validation else 0)
+
+
+def train_complement(shard: Shard, validation: bool = False, refit: bool = False) -> Complement:
+    """The items a user's training negatives come from: all but what training knows of them.
+
+    Excluded: the training positives and the seen-only items from before the user's first
+    held-out item (a refit: every interaction). The held-out items are not excluded.
+    """
+    known = training_positives(shard, validation, refit)
+    offsets, items = _sorted_sets(shard, known, None)
+    return Complement(offsets, items, shard.num_items, _train_kind(validation, refit))
+
+
+def split_complement(shard: Shard, split: str) -> Complement:
+    """The items a held-out split's candidates come from: all but what came before its item.
+
+    ``test``: every positive (the test item is the row's positive) and the seen-only items from
+    before it. ``validation``: the positives before the validation item, the item itself, and the
+    seen-only items from before it: the test item, a later interaction, may be drawn.
+    """
+    if split not in _SPLIT_PLACE:
+        raise ValueError(f"unknown split {split!r}; use one of {tuple(_SPLIT_PLACE)}")
+    own = np.maximum(shard.counts - _SPLIT_PLACE[split], 0)
+    offsets, items = _sorted_sets(shard, own, own)
+    return Complement(offsets, items, shard.num_items, (split,))
+
+
+# Where a split's positive is among a user's positives, counted from the end.
+_SPLIT_PLACE = {SPLIT_TEST: 1, SPLIT_VALIDATION: 2}
+
+
+def _train_kind(validation: bool, refit: bool) -> tuple:
+    return ("train", bool(validation) and not refit, bool(refit))
+
+
+def _check_kind(comp: Complement, kind: tuple) -> None:
+    """Refuses a complement built for another draw: the wrong one could leak a held-out item."""
+    if comp.kind != kind:
+        raise ValueError(f"this draw needs the complement {kind}, was given {comp.kind}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,16 +307,19 @@ def train_rows(
     validation: bool = False,
     refit: bool = False,
 ) -> TrainRows:
-    """Every training positive plus ``num_neg`` never-seen negatives each, shuffled.
+    """Every training positive plus ``num_neg`` negatives each, shuffled.
 
     The held-out interactions of each user (the test item, and the validation item when
-    ``validation``: ``Shard.held_out``) are not training positives, and negatives exclude them as
-    well as every training positive. ``refit``: every interaction is a training positive, the
-    held-out ones too (``validation`` then changes nothing here). Each epoch draws afresh.
+    ``validation``: ``Shard.held_out``) are not training positives; negatives come from
+    ``comp`` (:func:`train_complement` of the same options), so a held-out item is drawn as a
+    negative at the rate of any item the user has not trained on. ``refit``: every interaction is
+    a training positive, the held-out ones too (``validation`` then changes nothing here). Each
+    epoch draws afresh.
 
     Row ``j`` before the shuffle is positive ``j`` for ``j < P`` and else negative ``j - P`` of
     positive ``(j - P) // num_neg``; the shuffle is one permutation of those rows.
     """
+    _check_kind(comp, _train_kind(validation, refit))
     rng = shard_rng(seed, shard.index, _PURPOSE_TRAIN, epoch)
     counts = shard.counts
     local = np.arange(len(shard.users), dtype=np.int32)
@@ -288,13 +364,14 @@ def eval_rows(
 ) -> EvalRows:
     """The test split's candidates per user: ``eval_negatives`` negatives, then the test item.
 
-    ``distinct``: negatives are distinct items the user never interacted with (held-out items
-    included in the exclusion); a user with fewer such items gets them all, then repeats of the
-    first, which are masked. ``reference``: TF Model Garden's sampling, with replacement from items
-    the user never interacted with plus the split's own held-out item (so it can appear as a
+    ``comp``: ``split_complement(shard, "test")``. ``distinct``: negatives are distinct items the
+    user had not interacted with before the test item; a user with fewer such items gets them
+    all, then repeats of the first, which are masked. ``reference``: TF Model Garden's sampling,
+    with replacement from those items plus the split's own held-out item (so it can appear as a
     negative and tie with the positive, as in the reference); repeats after the first occurrence
     are masked.
     """
+    _check_kind(comp, (SPLIT_TEST,))
     rows = np.arange(len(shard.users), dtype=np.int64)
     positives = shard.items[shard.offsets[1:] - 1]
     rng = shard_rng(seed, shard.index, _PURPOSE_EVAL)
@@ -307,10 +384,13 @@ def validation_rows(
     """The validation split's candidates, as :func:`eval_rows` draws the test split's.
 
     Only users with a validation item (``has_validation_item``) are in it, each with their
-    second-to-last interaction as the positive. Its negatives exclude every interaction of the
-    user (the test item too); with ``reference`` sampling the validation item itself may appear
-    among them, as the test item may among the test split's. Drawn from its own random stream.
+    second-to-last interaction as the positive. ``comp``: ``split_complement(shard,
+    "validation")``: its negatives exclude what the user did before the validation item, not
+    the test item (a later interaction, drawn as any other item); with ``reference`` sampling
+    the validation item itself may appear among them, as the test item may among the test
+    split's. Drawn from its own random stream.
     """
+    _check_kind(comp, (SPLIT_VALIDATION,))
     rows = shard.validation_users()
     positives = shard.items[shard.offsets[rows + 1] - 2]
     rng = shard_rng(seed, shard.index, _PURPOSE_VALIDATION)

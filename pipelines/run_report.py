@@ -286,10 +286,17 @@ def model_score(metrics: Mapping[str, Any], split: str, name: str) -> float | No
     return _first(metrics, f"{split}_{name}", *([name] if split == "test" else []))
 
 
+def baseline_score(
+    metrics: Mapping[str, Any], split: str, name: str, baseline: str = "popularity"
+) -> float | None:
+    """A baseline's (popularity, ease) ``name`` on ``split`` in evaluate's metrics."""
+    keys = [f"{split}_{baseline}_{name}", f"{baseline}_{split}_{name}"]
+    return _first(metrics, *keys, *([f"{baseline}_{name}"] if split == "test" else []))
+
+
 def popularity_score(metrics: Mapping[str, Any], split: str, name: str) -> float | None:
     """The popularity baseline's ``name`` on ``split`` in evaluate's metrics."""
-    keys = [f"{split}_popularity_{name}", f"popularity_{split}_{name}"]
-    return _first(metrics, *keys, *([f"popularity_{name}"] if split == "test" else []))
+    return baseline_score(metrics, split, name, "popularity")
 
 
 def gate_score(decision: Mapping[str, Any], who: str, split: str, name: str) -> float | None:
@@ -584,8 +591,10 @@ def _metrics_section(facts: RunFacts) -> str:
         return "".join(parts)
     parts.append(
         "<p>The model against the champion (the registry's serving model, when there is one) "
-        "and the popularity baseline (the most-trained items for everyone), on each split. "
-        "Choices are made on validation; test is scored once, on the chosen model.</p>"
+        "and two baselines: popularity (the most-trained items for everyone) and EASE (a "
+        "closed-form item-item model over the same training positives, its lambda chosen on "
+        "validation; none where the catalogue is too large for it), on each split. Choices are "
+        "made on validation; test is scored once, on the chosen model.</p>"
     )
     rows = []
     for split in SPLITS:
@@ -593,8 +602,12 @@ def _metrics_section(facts: RunFacts) -> str:
             model = _model(metrics, decision, split, name)
             champion = gate_score(decision, "champion", split, name)
             popularity = popularity_score(metrics, split, name)
-            rows.append((split, _e(label), _fmt(model), _fmt(champion), _fmt(popularity)))
-    parts.append(_table(("split", "metric", "model", "champion", "popularity"), rows, "num"))
+            ease = baseline_score(metrics, split, name, "ease")
+            rows.append(
+                (split, _e(label), _fmt(model), _fmt(champion), _fmt(popularity), _fmt(ease))
+            )
+    header = ("split", "metric", "model", "champion", "popularity", "EASE")
+    parts.append(_table(header, rows, "num"))
     parts.append('<div class="charts">')
     for split in SPLITS:
         for name, label in RANKING[:2]:
@@ -602,6 +615,7 @@ def _metrics_section(facts: RunFacts) -> str:
                 ("model", _model(metrics, decision, split, name)),
                 ("champion", gate_score(decision, "champion", split, name)),
                 ("popularity", popularity_score(metrics, split, name)),
+                ("EASE", baseline_score(metrics, split, name, "ease")),
             ]
             parts.append(bar_chart(f"metrics-{split}-{name}", f"{label}, {split} split", bars))
     parts.append("</div>")

@@ -42,6 +42,7 @@ from bench.gpu_train_speed import emit
 from training_core.data import io as rio
 from training_core.data import prepare, sampling, synthetic
 from training_core.data.config import PrepareConfig
+from training_core.data.metadata import SPLIT_TEST, SPLIT_VALIDATION
 from training_core.data.plan import auto_num_shards
 from training_core.training.presets import get_preset
 
@@ -98,9 +99,9 @@ def _eval_shard(shard_index: int):
     shard = prepare.make_shard(d["data"], shard_index, d["num_shards"])
     # The split prepare-data's defaults choose on: validation (the tune chooses, so never test).
     draw = sampling.validation_rows if PREP.validation else sampling.eval_rows
-    rows = draw(
-        shard, sampling.complement(shard), PREP.eval_negatives, PREP.seed, PREP.eval_sampling
-    )
+    split = SPLIT_VALIDATION if PREP.validation else SPLIT_TEST
+    comp = sampling.split_complement(shard, split)  # What came before the split's item.
+    rows = draw(shard, comp, PREP.eval_negatives, PREP.seed, PREP.eval_sampling)
     return rows.users.astype(np.int32), rows.items.astype(np.int32), rows.duplicate_mask > 0
 
 
@@ -109,9 +110,8 @@ def _train_shard(task: tuple[int, int]):
     shard_index, epoch = task
     d = _DATA
     shard = prepare.make_shard(d["data"], shard_index, d["num_shards"])
-    rows = sampling.train_rows(
-        shard, sampling.complement(shard), PREP.num_neg, PREP.seed, epoch, PREP.validation
-    )
+    comp = sampling.train_complement(shard, PREP.validation)  # Held-out items drawable.
+    rows = sampling.train_rows(shard, comp, PREP.num_neg, PREP.seed, epoch, PREP.validation)
     p = d["prebatch"]
     n = len(rows.users)
     total = max(1, -(-n // p)) * p

@@ -11,7 +11,8 @@ the same evaluation code (``training_core.evaluation.baselines``). HR@10 and NDC
 from the training history; the table reports, per model, the mean and spread (sample standard
 deviation) over seeds of the best and the last epoch.
 
-Results go to ``<work>/model_quality.json``; ``--docs`` also writes ``docs/model-quality.md``.
+Results go to ``<work>/model_quality.json``; ``--docs`` also writes
+``docs/model-quality-synthetic.md``.
 
     uv run python -m research.model_quality --epochs 20 --seeds 0 1 2 --docs
     uv run python -m research.model_quality --docs-only          # re-render from the JSON
@@ -32,7 +33,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI = os.path.join(os.path.dirname(sys.executable), "ncf-pipelines")
-DOC = os.path.join(ROOT, "docs", "model-quality.md")
+DOC = os.path.join(ROOT, "docs", "model-quality-synthetic.md")  # What --docs writes.
 
 
 def data_dir(work: str, name: str, seed: int, batch_size: int) -> str:
@@ -332,7 +333,7 @@ def main() -> int:
     p.add_argument("--models", nargs="+", default=list(ARCHITECTURES), choices=ARCHITECTURES)
     p.add_argument("--preset", default=DEFAULTS["preset"])
     p.add_argument("--work", default="/tmp/ncf-model-quality")
-    p.add_argument("--docs", action="store_true", help="also write docs/model-quality.md")
+    p.add_argument("--docs", action="store_true", help="also write docs/model-quality-synthetic.md")
     p.add_argument("--docs-only", action="store_true", help="only render docs from the JSON")
     args = p.parse_args()
     out_json = os.path.join(args.work, "model_quality.json")

@@ -48,6 +48,7 @@ METRICS = {
     "popularity_ndcg_at_10": 0.0555, "popularity_full_catalog_hr_at_10": 0.0777,
     "validation_hr_at_10": 0.5123, "validation_ndcg_at_10": 0.25,
     "validation_popularity_hr_at_10": 0.1222, "beats_popularity": 1,
+    "ease_hr_at_10": 0.1999, "validation_ease_hr_at_10": 0.2333, "ease_lambda": 100.0,
 }  # fmt: skip
 DECISION = {
     "blessed": 1.0, "tolerance": 0.0, "decided_on_validation": 1.0,
@@ -165,11 +166,11 @@ def _page(run_dir: str, **changes) -> tuple[str, _Page]:
 def test_page_shows_the_runs_values_where_they_belong(tmp_path):
     text, page = _page(record_run(tmp_path))
     metrics = {(r[0], r[1]): r[2:] for r in page.table("split")}
-    # model, champion, popularity: each split's own numbers.
-    assert metrics[("validation", "HR@10")] == ["0.5123", "0.4999", "0.1222"]
-    assert metrics[("test", "HR@10")] == ["0.4567", "0.4444", "0.1111"]
-    assert metrics[("test", "NDCG@10, full catalog")] == ["0.1234", NOT_IN_RUN, NOT_IN_RUN]
-    assert metrics[("validation", "NDCG@10")] == ["0.2500", NOT_IN_RUN, NOT_IN_RUN]
+    # model, champion, popularity, EASE: each split's own numbers.
+    assert metrics[("validation", "HR@10")] == ["0.5123", "0.4999", "0.1222", "0.2333"]
+    assert metrics[("test", "HR@10")] == ["0.4567", "0.4444", "0.1111", "0.1999"]
+    assert metrics[("test", "NDCG@10, full catalog")] == ["0.1234", *[NOT_IN_RUN] * 3]
+    assert metrics[("validation", "NDCG@10")] == ["0.2500", *[NOT_IN_RUN] * 3]
     facts = page.facts()
     assert facts["Validation (TFDV)"] == "passed" and facts["Rows checked"] == "98371"
     assert facts["Not checked"] == "rating: values not range-checked"
@@ -226,8 +227,8 @@ def test_an_older_run_without_validation_shows_what_it_has(tmp_path):
     }
     text, page = _page(record_run(tmp_path, tasks))
     metrics = {(r[0], r[1]): r[2:] for r in page.table("split")}
-    assert metrics[("test", "HR@10")] == ["0.4000", "0.4200", "0.1000"]
-    assert metrics[("validation", "HR@10")] == [NOT_IN_RUN] * 3
+    assert metrics[("test", "HR@10")] == ["0.4000", "0.4200", "0.1000", NOT_IN_RUN]  # No EASE.
+    assert metrics[("validation", "HR@10")] == [NOT_IN_RUN] * 4
     assert "measured after each epoch on the <b>test</b> split" in text.lower()
     assert "the model keeps <b>epoch 3</b> of 3" in text
     facts = page.facts()
@@ -320,7 +321,7 @@ def test_report_run_component_writes_the_page_from_its_artifacts(tmp_path):
     text = (tmp_path / "report.html").read_text()
     page = _Page(text)
     assert "NCF run report: ncf-pipeline-20260101 — blessed" in text
-    assert page.table("split")[0][2:] == ["0.5123", "0.4999", "0.1222"]
+    assert page.table("split")[0][2:] == ["0.5123", "0.4999", "0.1222", "0.2333"]
     assert page.facts()["Registered"].startswith("blessed: the register step adds it")
     assert "Sample recommendations: none asked for" in text
     assert f"Step times: {NOT_IN_RUN}" in text  # Vertex AI shows them beside the page.

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from training_core.data.metadata import SPLIT_TEST, SPLIT_VALIDATION, read_metadata
-from training_core.evaluation import eval_config, full_catalog
+from training_core.evaluation import baselines, eval_config, full_catalog
 from training_core.evaluation import evaluate as ev
 from training_core.evaluation.eval_config import CURVE_FULL_CATALOG_USERS
 from training_core.training import curve_page, loop, presets, train_config
@@ -32,6 +32,11 @@ OLD_EVALUATE = {
     "full_catalog_ndcg_at_10", "full_catalog_recall_at_10", "full_catalog_users",
     "full_catalog_capped", "popularity_hr_at_10", "popularity_ndcg_at_10",
     "popularity_full_catalog_hr_at_10", "popularity_full_catalog_ndcg_at_10", "beats_popularity",
+}  # fmt: skip
+# The EASE baseline's numbers, beside popularity's since issue 52.
+EASE_KEYS = {
+    "ease_hr_at_10", "ease_ndcg_at_10", "ease_full_catalog_hr_at_10",
+    "ease_full_catalog_ndcg_at_10", "ease_lambda", "beats_ease",
 }  # fmt: skip
 CURVE_EPOCHS = 7
 PATIENCE = 2
@@ -201,7 +206,9 @@ def test_a_dataset_without_validation_trains_and_reports_as_before(
     assert "Test split" not in curve_page.result_page(result.to_dict())
 
     evaluated = ev.evaluate(tiny_data_without_validation, model_dir, options=ALL_USERS)
-    assert evaluated.validation is None and set(evaluated.metrics()) == OLD_EVALUATE
+    assert evaluated.validation is None
+    assert set(evaluated.metrics()) == OLD_EVALUATE | EASE_KEYS
+    assert evaluated.ease_lambda == baselines.EASE_LAMBDAS[0]  # Nothing to choose it on.
     assert evaluated.hr_at_10 == pytest.approx(last.hr_at_10, abs=1e-9)
     assert evaluated.full_catalog_hr_at_10 == pytest.approx(last.full_catalog_hr_at_10, abs=1e-9)
 
@@ -236,7 +243,8 @@ def test_evaluate_reports_both_splits_each_as_its_own_ranking(tiny_data, tmp_pat
     assert trained.last.hr_at_10 == result.validation.hr_at_10
     assert trained.test.hr_at_10 == result.hr_at_10
     flat = result.metrics()
-    assert set(flat) == OLD_EVALUATE | {f"validation_{k}" for k in OLD_EVALUATE - {"step"}}
+    keys = OLD_EVALUATE | EASE_KEYS
+    assert set(flat) == keys | {f"validation_{k}" for k in keys - {"step"}}
     assert flat["validation_hr_at_10"] == result.validation.hr_at_10
     assert flat["hr_at_10"] == result.hr_at_10
 

@@ -234,7 +234,16 @@ def _against_popularity(m: dict) -> list[str]:
         if m.get("beats_popularity")
         else "the model does NOT beat it: it has learned nothing personal"
     )
-    return [f"Popularity baseline (most-trained items for everyone): HR@10 {pop:.4f}; {verdict}."]
+    lines = [f"Popularity baseline (most-trained items for everyone): HR@10 {pop:.4f}; {verdict}."]
+    ease = m.get("ease_hr_at_10")
+    if ease is not None:
+        lam = m.get("ease_lambda")
+        lines.append(
+            f"EASE baseline (closed-form item-item, lambda {lam:g} chosen on validation): "
+            f"HR@10 {ease:.4f}; the model "
+            + (f"beats it by {hr - ease:+.4f}." if hr > ease else f"does not beat it ({hr - ease:+.4f}).")
+        )
+    return lines
 
 
 def _gate(result, registry: str) -> str:

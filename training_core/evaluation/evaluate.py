@@ -6,7 +6,8 @@ held-out items against every item the user did not train on. The training loop c
 every epoch (on the split choices are made on: ``DatasetMetadata.selection_split``) and score
 the test split once at the end. ``evaluate`` does the same for a trained model folder (its latest
 checkpoint, or one named) on the test split and, where the dataset has one, the validation split,
-and ranks the popularity baseline beside it the same way. Only the model's weights are
+and ranks the baselines beside it the same way: popularity, and EASE with its lambda chosen on
+the validation split (``baselines``). Only the model's weights are
 restored, so a checkpoint written under any strategy (mirrored, multi-worker, TPU) evaluates
 under any other, one device included.
 """
@@ -45,6 +46,14 @@ class SplitResult:
     popularity_full_catalog_hr_at_10: float
     popularity_full_catalog_ndcg_at_10: float
     beats_popularity: bool
+    # EASE (``baselines.Ease``), None where the catalogue is too large for it
+    # (``baselines.ease_skipped``).
+    ease_hr_at_10: float | None
+    ease_ndcg_at_10: float | None
+    ease_full_catalog_hr_at_10: float | None
+    ease_full_catalog_ndcg_at_10: float | None
+    ease_lambda: float | None
+    beats_ease: bool | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +72,10 @@ class EvalResult(SplitResult):
     ``popularity_*``: the popularity baseline (``baselines.Popularity``: items ranked by their
     training count, whoever the user) ranked by the same code against the same candidates and
     users; ``beats_popularity`` says whether the model's sampled HR@10 is above the baseline's.
-    A model that does not beat it has learned nothing personal.
+    A model that does not beat it has learned nothing personal. ``ease_*``: EASE, a closed-form
+    item-item model over the same training positives, its lambda chosen on the validation split
+    (``ease_lambda``), ranked the same way; ``beats_ease`` likewise. None (and absent from
+    ``metrics()``) where the catalogue is too large for EASE.
     """
 
     checkpoint: str
@@ -76,12 +88,14 @@ class EvalResult(SplitResult):
 
     def metrics(self) -> dict[str, float | int | bool]:
         """The numbers, flat: the test split's as named, ``validation_*`` where there is one."""
-        out = {k: v for k, v in self.to_dict().items() if k not in ("checkpoint", "validation")}
+        skip = ("checkpoint", "validation")
+        out = {k: v for k, v in self.to_dict().items() if k not in skip and v is not None}
         if self.validation is not None:
             out.update(
                 {
                     f"{SPLIT_VALIDATION}_{k}": v
                     for k, v in dataclasses.asdict(self.validation).items()
+                    if v is not None
                 }
             )
         return out
@@ -141,6 +155,48 @@ def rank_popularity(
     return run_eval(popularity, strategy, meta, data_dir), full_eval.for_model(popularity)()
 
 
+def fit_ease(
+    trained: tuple,
+    strategy: tf.distribute.Strategy,
+    meta: DatasetMetadata,
+    data_dir: str,
+) -> baselines.Ease | None:
+    """EASE over ``trained`` (every user's training positives as CSR ``(row_splits, items)``,
+    ``positives.training_positives``), its lambda the best on the validation split.
+
+    None (with a line saying why) where the catalogue is too large for it. A dataset without a
+    validation split gets the first of ``baselines.EASE_LAMBDAS``: nothing else to choose on (the
+    test split never chooses).
+    """
+    skipped = baselines.ease_skipped(meta.num_items)
+    if skipped:
+        log.info("%s", skipped)
+        return None
+    splits, items = trained
+    choose = None
+    if meta.has_validation:
+        view = meta.split(SPLIT_VALIDATION)
+        traced = {}  # One traced evaluation for every lambda (the weights are a variable).
+
+        def choose(ease: baselines.Ease) -> float:
+            if not traced:
+                k = input_pipeline.eval_items_per_user(view)
+                traced["fn"] = make_eval_fn(ease, strategy, k, tf.float32)
+            return run_eval(ease, strategy, view, data_dir, eval_fn=traced["fn"]).hr
+
+    ease, tried = baselines.choose_ease(splits, items, meta.num_items, choose)
+    log.info(
+        "EASE: lambda %g %s",
+        ease.lam,
+        "chosen on the validation split (HR@10 "
+        + ", ".join(f"{lam:g}: {hr:.4f}" for lam, hr in tried.items())
+        + ")"
+        if tried
+        else "(no validation split to choose on)",
+    )
+    return ease
+
+
 def load_model(model_dir: str, strategy: tf.distribute.Strategy, checkpoint: str | None = None):
     """Builds the model of ``model_dir`` under ``strategy`` and restores its weights.
 
@@ -185,7 +241,7 @@ def evaluate(
         if meta.has_validation
         else None
     )
-    test = score_split(model, strategy, meta, data_dir, SPLIT_TEST, options)
+    test = score_split(model, strategy, meta, data_dir, SPLIT_TEST, options, validation)
     return EvalResult(**dataclasses.asdict(test), checkpoint=path, step=step, validation=validation)
 
 
@@ -196,8 +252,13 @@ def score_split(
     data_dir: str,
     split: str,
     options: EvalOptions,
+    validation: SplitResult | None = None,
 ) -> SplitResult:
-    """One split's sampled and full-catalog metrics, the popularity baseline's beside them."""
+    """One split's sampled and full-catalog metrics, the baselines' beside them.
+
+    EASE's lambda is chosen on the validation split when this is that split, and taken from
+    ``validation`` (that split's result) when this is the test split.
+    """
     view = meta.split(split)
     with input_pipeline.naming_damaged_files(view.eval_file_paths(data_dir)):
         result: metrics.RankingMetrics = run_eval(model, strategy, view, data_dir)
@@ -206,6 +267,30 @@ def score_split(
     )
     full = full_eval(show_progress=True)
     pop, pop_full = rank_popularity(full_eval, strategy, view, data_dir)
+    if validation is not None and validation.ease_lambda is not None:
+        splits, items = full_eval.training_positives()
+        g = baselines.gram(splits, items, meta.num_items)
+        lam = validation.ease_lambda
+        ease = baselines.Ease(splits, items, baselines.ease_weights(g, lam), lam)
+    else:
+        ease = fit_ease(full_eval.training_positives(), strategy, meta, data_dir)
+    ease_result = ease_full = None
+    if ease is not None:
+        ease_result = run_eval(ease, strategy, view, data_dir)
+        ease_full = full_eval.for_model(ease)()
+        log.info(
+            "%s split, EASE (lambda %g): HR@10 %.4f NDCG@10 %.4f (full catalog %.4f / %.4f): "
+            "the model %s",
+            split,
+            ease.lam,
+            ease_result.hr,
+            ease_result.ndcg,
+            ease_full.metrics.hr,
+            ease_full.metrics.ndcg,
+            f"beats it by {result.hr - ease_result.hr:+.4f} HR@10"
+            if result.hr > ease_result.hr
+            else f"does not beat it ({result.hr - ease_result.hr:+.4f} HR@10)",
+        )
     log.info(
         "%s split: HR@10 %.4f NDCG@10 %.4f over %d users against %d sampled negatives; "
         "full catalog HR@10 %.4f NDCG@10 %.4f over %s (%d scores in %.1fs)",
@@ -247,4 +332,10 @@ def score_split(
         popularity_full_catalog_hr_at_10=pop_full.metrics.hr,
         popularity_full_catalog_ndcg_at_10=pop_full.metrics.ndcg,
         beats_popularity=beats,
+        ease_hr_at_10=None if ease is None else ease_result.hr,
+        ease_ndcg_at_10=None if ease is None else ease_result.ndcg,
+        ease_full_catalog_hr_at_10=None if ease is None else ease_full.metrics.hr,
+        ease_full_catalog_ndcg_at_10=None if ease is None else ease_full.metrics.ndcg,
+        ease_lambda=None if ease is None else ease.lam,
+        beats_ease=None if ease is None else result.hr > ease_result.hr,
     )

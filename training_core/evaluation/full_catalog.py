@@ -179,6 +179,10 @@ class FullCatalogEval:
         """``[num_items]`` training positives per item over every user: popularity's scores."""
         return self._users().item_counts
 
+    def training_positives(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every user's training positives as CSR ``(row_splits, items)`` (read once)."""
+        return self._training_positives()
+
     def for_model(self, model) -> FullCatalogEval:
         """The same ranking (users, held-out items, masks) for another scorer of the dataset.
 

@@ -22,7 +22,8 @@ way out (a registry model per dataset), and the step fails: it never blesses.
 
 The rule: blessed when there is no champion, or when ``challenger - champion >= -tolerance`` on
 the chosen metric (HR@10 by default). ``Decision`` carries both models' metrics on each scored
-split, the catalogue overlap and the reason.
+split, the catalogue overlap and the reason, and the baselines' on the same candidates
+(popularity and EASE, ``baselines``: reported beside the models, never deciding).
 """
 
 from __future__ import annotations
@@ -74,6 +75,21 @@ class Scores:
 
 
 @dataclasses.dataclass(frozen=True)
+class BaselineScores:
+    """A baseline's (``baselines``) ranking metrics on one split of the new run's data."""
+
+    name: str  # popularity, ease
+    split: str
+    hr_at_10: float
+    ndcg_at_10: float
+    detail: str = ""  # How it was fitted (EASE: its lambda, chosen on validation).
+
+    def metric(self, name: str) -> float:
+        """The value of one of ``METRICS``."""
+        return float(getattr(self, name))
+
+
+@dataclasses.dataclass(frozen=True)
 class Catalogue:
     """How the champion's items and the new data's items overlap (raw ids)."""
 
@@ -116,6 +132,7 @@ class Decision:
     challenger_test: Scores | None = None
     champion_test: Scores | None = None
     catalogue: Catalogue | None = None
+    baselines: tuple[BaselineScores, ...] = ()
 
     def by_split(self) -> list[tuple[str, Scores, Scores | None]]:
         """(split, challenger, champion) for each split scored, the deciding one first."""
@@ -145,6 +162,9 @@ class Decision:
         if self.catalogue is not None:
             out["champion_knows_data_items"] = self.catalogue.champion_knows
             out["champion_items_in_data"] = self.catalogue.champion_in_data
+        for b in self.baselines:
+            for name in METRICS:
+                out[f"{b.name}_{b.split}_{name}"] = b.metric(name)
         return out
 
 
@@ -281,6 +301,35 @@ def score_export(export: str | LoadedExport, data_dir: str, split: str = SPLIT_T
     )
 
 
+def score_baselines(data_dir: str, splits: tuple[str, ...]) -> tuple[BaselineScores, ...]:
+    """Popularity and EASE on ``data_dir``'s ``splits``, ranked as ``evaluate`` ranks them.
+
+    Both are fitted on the data's training positives; EASE's lambda on its validation split
+    (``evaluate.fit_ease``), and skipped where the catalogue is too large for it.
+    """
+    import tensorflow as tf
+
+    from training_core.data import positives
+    from training_core.evaluation import baselines, evaluate
+
+    meta = read_metadata(data_dir)
+    strategy = tf.distribute.get_strategy()
+    trained = positives.training_positives(meta, data_dir)
+    scorers = [
+        ("popularity", baselines.Popularity(baselines.item_counts(meta, trained[1]), meta.num_users))
+    ]
+    ease = evaluate.fit_ease(trained, strategy, meta, data_dir)
+    if ease is not None:
+        scorers.append(("ease", ease))
+    out = []
+    for split in splits:
+        for name, scorer in scorers:
+            got = evaluate.run_eval(scorer, strategy, meta.split(split), data_dir)
+            detail = f"lambda {scorer.lam:g}" if name == "ease" else ""
+            out.append(BaselineScores(name, split, got.hr, got.ndcg, detail))
+    return tuple(out)
+
+
 def catalogue(champion: LoadedExport, data_dir: str) -> Catalogue:
     """How the champion's items and ``data_dir``'s item vocabulary overlap, by raw id.
 
@@ -356,10 +405,13 @@ def compare(
         for who, scores in chosen.items()
     }
     challenger, test = chosen["challenger"], tested["challenger"]
+    scored = score_baselines(data_dir, tuple(dict.fromkeys((split, SPLIT_TEST))))
     if champion is None:
         reason = "no champion: the first model is blessed"
         log.info("blessed: %s", reason)
-        return Decision(True, reason, metric, tolerance, challenger, None, split, test)
+        return Decision(
+            True, reason, metric, tolerance, challenger, None, split, test, baselines=scored
+        )
     champion_test = tested["champion"]
     new, old = challenger.metric(metric), champion.metric(metric)
     blessed = new - old >= -tolerance
@@ -378,7 +430,7 @@ def compare(
     log.info("%s: %s", "blessed" if blessed else "refused", reason)
     return Decision(
         blessed, reason, metric, tolerance, challenger, champion, split, test, champion_test,
-        overlap,
+        overlap, scored,
     )  # fmt: skip
 
 
@@ -398,6 +450,13 @@ def decision_html(decision: Decision) -> str:
                 f"<td>{s.ndcg_at_10:.4f}</td><td>{s.known_users:.1%}</td>"
                 f"<td>{html.escape(s.export_dir)}</td></tr>"
             )
+        for b in decision.baselines:
+            if b.split == split:
+                rows.append(
+                    f"<tr><td>{b.name} (baseline)</td><td>{split} ({role})</td>"
+                    f"<td>{b.hr_at_10:.4f}</td><td>{b.ndcg_at_10:.4f}</td><td>100.0%</td>"
+                    f"<td>{html.escape(b.detail or 'fitted on the training positives')}</td></tr>"
+                )
     verdict = "blessed" if decision.blessed else "not blessed"
     return (
         "<html><body>"

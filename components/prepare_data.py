@@ -24,6 +24,8 @@ def prepare_data(
     train_preset: str = "auto",
     train_epochs: int = 0,
     num_neg: int = 4,
+    recency_boost: float = 8.0,
+    recency_scale: float = 20.0,
     eval_negatives: int = 999,
     eval_sampling: str = "distinct",
     validation: bool = True,

@@ -323,6 +323,8 @@ _PREPARE_FIELDS = {
     "min_ratings": "min_ratings",
     "data_epochs": "num_epochs",  # 0 (not set): as many as training runs.
     "num_neg": "num_neg",
+    "recency_boost": "recency_boost",
+    "recency_scale": "recency_scale",
     "eval_negatives": "eval_negatives",
     "train_batch_size": "train_batch_size",
     "eval_batch_size": "eval_batch_size",  # 0 (not set, training_core.common.not_set): automatic.

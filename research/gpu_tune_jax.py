@@ -111,7 +111,10 @@ def _train_shard(task: tuple[int, int]):
     d = _DATA
     shard = prepare.make_shard(d["data"], shard_index, d["num_shards"])
     comp = sampling.train_complement(shard, PREP.validation)  # Held-out items drawable.
-    rows = sampling.train_rows(shard, comp, PREP.num_neg, PREP.seed, epoch, PREP.validation)
+    rows = sampling.train_rows(
+        shard, comp, PREP.num_neg, PREP.seed, epoch, PREP.validation, False,
+        PREP.recency_boost, PREP.recency_scale,
+    )  # fmt: skip
     p = d["prebatch"]
     n = len(rows.users)
     total = max(1, -(-n // p)) * p

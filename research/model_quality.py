@@ -210,8 +210,9 @@ def write_docs(res: dict) -> None:
         "# Which model wins: NeuMF against its baselines",
         "",
         "On real MovieLens-100k under the honest protocol (a validation split chooses the epoch, "
-        "the test split is scored once), see [the tuning log](tuning-log.md#the-honest-protocol-"
-        "on-real-movielens-100k): the dot product wins there, and is the `ml-100k` preset's "
+        "the test split is scored once), see [model quality](model-quality.md) and [the tuning "
+        "log](tuning-log.md#honest-numbers-on-real-movielens-100k-issue-52): the `ml-100k` "
+        "preset's "
         "model. The page below is synthetic data under the reference's leave-one-out protocol "
         "(the best epoch read on the test item).",
         "",

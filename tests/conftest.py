@@ -573,6 +573,22 @@ def verified(tmp_path_factory, verify_cache):
 # --- reading back what the code wrote ------------------------------------------------------------
 
 
+def training_rows(positives_per_user, meta: DatasetMetadata) -> int:
+    """Rows of one training epoch for users with these many training positives each, by
+    prepare-data's recency rule written out here (the k-th latest positive appears
+    1 + round(B e^(-k/S)) times, each copy with num_neg negatives)."""
+    import math
+
+    boost = meta.options.get("recency_boost", 0.0)
+    scale = meta.options.get("recency_scale", 10.0)
+    copies = sum(
+        1 + (math.floor(boost * math.exp(-k / scale) + 0.5) if boost > 0 else 0)
+        for t in positives_per_user
+        for k in range(int(t))
+    )
+    return copies * (1 + meta.num_neg)
+
+
 def read_split(root: str, meta: DatasetMetadata, training: bool, epoch: int = 0):
     """All rows of a prepared split, concatenated, via our own decoder (TF is tested separately)."""
     paths = meta.train_file_paths(root, epoch) if training else meta.eval_file_paths(root)

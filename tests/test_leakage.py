@@ -77,9 +77,14 @@ def test_held_out_items_are_drawn_as_training_negatives_at_the_rate_of_any_other
         held_out |= set((users * n + items).tolist())
     assert len(held_out) > 300 and not held_out & positives
     trained = np.bincount(np.fromiter(positives, np.int64) // n, minlength=m.num_users)
-    # Per user and epoch, each item not trained on is drawn num_neg * trained / (n - trained)
-    # times on average.
-    per_item = m.num_neg * trained / (n - trained)
+    # Per user and epoch, each item not trained on is drawn (the user's negatives that epoch) /
+    # (n - trained) times on average: negatives are uniform over those items.
+    negatives = np.zeros(m.num_users)
+    for epoch in range(m.num_epochs):
+        tr = read_split(root, m, training=True, epoch=epoch)
+        neg = (tr["valid_point_mask"] == 1) & (tr["labels"] == 0)
+        negatives += np.bincount(tr["user_id"][neg], minlength=m.num_users)
+    per_item = negatives / m.num_epochs / (n - trained)
     held_users = np.fromiter(held_out, np.int64) // n
     held_per_user = np.bincount(held_users, minlength=m.num_users)
     expected = {

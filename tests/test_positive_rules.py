@@ -158,9 +158,12 @@ def test_seen_only_items_are_never_negatives_while_known(eval_sampling, timed):
     train_known = counts - 2  # validation=True: every user here has 3 or more positives.
     known, later = _seen_pairs(shard, train_known)
     comp = sampling.train_complement(shard, validation=True)
-    assert (comp.sizes == n - train_known - np.array([
-        sum(1 for p in known if p // n == u) for u in range(len(shard.users))
-    ])).all()
+    assert (
+        comp.sizes
+        == n
+        - train_known
+        - np.array([sum(1 for p in known if p // n == u) for u in range(len(shard.users))])
+    ).all()
     drawn = set()
     for epoch in range(3):
         rows = sampling.train_rows(shard, comp, 4, 0, epoch, validation=True)

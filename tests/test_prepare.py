@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import read_split, tree_bytes
+from conftest import read_split, training_rows, tree_bytes
 
 from training_core.common import atomic_writes
 from training_core.data import io as rio
@@ -41,7 +41,9 @@ def test_metadata_counts_are_exact(prepared, tiny_interactions):
     assert m.has_validation and m.options["validation"] is True
     assert m.num_validation_users == m.num_eval_users == m.num_users
     assert m.num_train_positives == len(tiny_interactions) - 2 * m.num_users
-    assert m.num_train_elements == m.num_train_positives * (1 + m.num_neg)
+    per_user = np.bincount(tiny_interactions.users) - 2
+    assert m.num_train_elements == training_rows(per_user[per_user >= 0], m)
+    assert m.num_train_elements > m.num_train_positives * (1 + m.num_neg)  # Recent ones repeat.
     assert m.train_steps_per_epoch == sum(-(-f.elements // 256) for f in m.train_files["epoch_000"])
     assert m.num_eval_elements == m.num_validation_elements == m.num_users * 51
     assert m.eval_prebatch_size == m.eval_users_per_batch * 51
@@ -410,27 +412,28 @@ def test_kill_mid_run_never_looks_complete_and_rerun_recovers(tmp_path, procs):
 # A given seed must keep giving these bytes (a model trained on them must be reproducible from
 # the raw data); a deliberate change of sampling or encoding changes them and must be versioned in
 # metadata.json. Measured on 2026-12-03 when training negatives began to draw the held-out items
-# (format version 2, docs/model-quality.md "What training may know"): the training records and
-# the validation split's changed; the test split's did not (PINNED_TEST_BYTES, the same digests
+# (format version 2, docs/model-quality.md "What training may know") and recent positives began
+# to repeat (--recency-boost 8, --recency-scale 20): the training records and the validation
+# split's changed; the test split's did not (PINNED_TEST_BYTES, the same digests
 # as the code before, at 3f8ddb6). Without a validation split (--no-validation):
 PINNED_BYTES = {
     # 10 eval negatives of 40-74 never-seen items: draws with repeats redrawn (sparse regime).
-    "sparse": "f9bea8a573283adfa55afaafa578d327968d19cf5953c25a6567de40c46ea2ca",
+    "sparse": "b80b985fcfd3ad52eff615859cc86d6bae0c1ae0658b4cb0ee5f5f09a3a7089e",
     # 45: a random permutation per user (dense), and users with too few items (filled, masked).
-    "dense_and_short": "90009395bb509d86ce3410b042dde0869746a0c54107bee40386732f60e4c019",
+    "dense_and_short": "0a7f51e8ba2ac92ff1058805760c937041634dce5e64da9f36f82197aed0309d",
     # The reference's sampling with replacement.
-    "reference": "927bff188b5a33e3d2deebb368d0f2e5f7c3f2a7053b4eb7a4cfd874143ba2a5",
+    "reference": "056aa6246e132209becff5aa61e02bdc236ecae0d2f3cd315746cba085fd107d",
 }
 PINNED_FINGERPRINTS = {
-    "sparse": "f41e1b714b807dec69486b77b88c5ee3dea32b0c0c4e7fad3a62dd745c46a544",
-    "dense_and_short": "0a1dc7cb5abe5cd15992cf765a2cee521e9798ad8a7afddbf347d1e83d037083",
-    "reference": "a8ba931780d73be12d0cf557a7fc26afc9dfa3ba1285c2f48030b7858d89213a",
+    "sparse": "ea7acf1f7f21998f22fdb49fe8c0fa1321e53673baa37dab4f6d7a2ea882d7d6",
+    "dense_and_short": "e7bc0bf39851723c8a70558f0c737ba3c113632803dd4a7baa22b6484604d28f",
+    "reference": "1e372be1075f2c70f9d36ca56bd484f3a51ea31aefb2481d657b1dff88229376",
 }
 # With the validation split (the default).
 PINNED_VALIDATION_BYTES = {
-    "sparse": "f97bdbd2ef355d572c10a51105a82de2dfe2bb0543ec037615e2a6aa4bef8d5d",
-    "dense_and_short": "a62d155bda94f599e7651b3cbae36d36aa0056c459553710a73989928b15c49d",
-    "reference": "6460d9f516dc2112bd2bdd2af8eb1d7bc21eaeeed086cf7d53be78438fc103db",
+    "sparse": "76cfa508883c085487c553a6649d397397c48ed2d58f360988ceb36b954654ed",
+    "dense_and_short": "fba66e4d57ffedf19e2c7e1a9deba1bc0ae62c391e1ea1a1d5557eab3c3093e6",
+    "reference": "52e1febbfae5fb6ff3866baf577118abd45eb5d28743e7161251e68a19196cc1",
 }
 # The test split's records and the vocabularies alone (with the validation split): unchanged
 # since before format version 2.
@@ -627,7 +630,8 @@ def test_a_refit_trains_on_every_interaction_beside_the_same_vocabularies_and_sp
     assert counted[-1] == m.num_train_positives == len(SPLIT_ROWS) - 1 and m.num_epochs == 2
     for epoch in range(m.num_epochs):
         assert _raw_positives(root, m, epoch) == EVERY_INTERACTION, epoch
-    assert m.num_train_elements == m.num_train_positives * (1 + m.num_neg)
+    per_user = [len(items) for items in EVERY_INTERACTION.values()]
+    assert m.num_train_elements == training_rows(per_user, m)  # Every interaction, by recency.
     # What says it is a refit: metadata (also as read back), options, fingerprint, build folder.
     assert m.refit and not m.held_out_unseen and metadata.read_metadata(root).refit
     assert not b.refit and b.held_out_unseen

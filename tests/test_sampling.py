@@ -232,3 +232,36 @@ def test_a_draw_refuses_the_complement_of_another():
         sampling.validation_rows(shard, sampling.split_complement(shard, "test"), 5, 0)
     with pytest.raises(ValueError, match="needs the complement"):
         sampling.eval_rows(shard, sampling.train_complement(shard), 5, 0)
+
+
+def test_recency_copies_weigh_a_users_latest_positives():
+    """1 + round(B e^(-k/S)): B 4, S 10 gives the latest 5 copies, the 10th latest 2."""
+    k = np.arange(40)
+    copies = sampling.recency_copies(k, 4.0, 10.0)
+    assert copies[[0, 1, 10, 20, 30, 39]].tolist() == [5, 5, 2, 2, 1, 1]
+    assert (np.diff(copies) <= 0).all()
+    assert (sampling.recency_copies(k, 0.0, 10.0) == 1).all()
+    assert sampling.recency_extra(4.0, 10.0) == int((copies - 1).sum())
+    assert sampling.recency_extra(0.0, 10.0) == 0
+
+
+@pytest.mark.parametrize("refit", [False, True], ids=["evaluated", "refit"])
+def test_train_rows_repeat_recent_training_positives(refit):
+    """Each training positive appears as often as its place from the user's latest training
+    positive says, each copy with num_neg negatives; held-out items stay out (not a refit)."""
+    rng = np.random.default_rng(9)
+    shard = random_shard(rng, max_count=30)
+    comp = sampling.train_complement(shard, validation=True, refit=refit)
+    rows = sampling.train_rows(shard, comp, 3, 7, 0, True, refit, 4.0, 10.0)
+    for k, u in enumerate(shard.users.tolist()):
+        user_items = shard.items[shard.offsets[k] : shard.offsets[k + 1]].tolist()
+        held = 0 if refit else (2 if len(user_items) >= 3 else 1)
+        trained = user_items[: len(user_items) - held]
+        mine = rows.users == u
+        got = rows.items[mine & (rows.labels == 1)].tolist()
+        want = {
+            item: 1 + int(np.floor(4.0 * np.exp(-(len(trained) - 1 - place) / 10.0) + 0.5))
+            for place, item in enumerate(trained)
+        }
+        assert {i: got.count(i) for i in set(got)} == want, k
+        assert int((mine & (rows.labels == 0)).sum()) == 3 * len(got)

@@ -241,7 +241,11 @@ def _against_popularity(m: dict) -> list[str]:
         lines.append(
             f"EASE baseline (closed-form item-item, lambda {lam:g} chosen on validation): "
             f"HR@10 {ease:.4f}; the model "
-            + (f"beats it by {hr - ease:+.4f}." if hr > ease else f"does not beat it ({hr - ease:+.4f}).")
+            + (
+                f"beats it by {hr - ease:+.4f}."
+                if hr > ease
+                else f"does not beat it ({hr - ease:+.4f})."
+            )
         )
     return lines
 

@@ -113,6 +113,24 @@ class PrepareConfig:
     num_neg: int = dataclasses.field(
         default=4, metadata={"help": "training negatives per positive (default {default})"}
     )
+    # Recent taste weighs more (sampling.recency_copies): chosen on real MovieLens-100k's
+    # validation split, docs/tuning-log.md#honest-numbers-on-real-movielens-100k-issue-52.
+    recency_boost: float = dataclasses.field(
+        default=8.0,
+        metadata={
+            "help": "extra copies of each user's latest training positives in every epoch, each "
+            "with its --num-neg negatives: the k-th latest (k = 0, 1, ...) appears "
+            "1 + round(B * exp(-k / S)) times, B this, S --recency-scale (default {default}; "
+            "0: every positive once, as the reference)"
+        },
+    )
+    recency_scale: float = dataclasses.field(
+        default=20.0,
+        metadata={
+            "help": "how fast --recency-boost fades, in positives: S of exp(-k / S) "
+            "(default {default})"
+        },
+    )
     eval_negatives: int = dataclasses.field(
         default=999, metadata={"help": "eval negatives per user (default {default})"}
     )
@@ -197,6 +215,8 @@ class PrepareConfig:
                 "must be >= 1 (or not set: the preset's)",
             ),
             ("num_neg", self.num_neg >= 0, "must be >= 0"),
+            ("recency_boost", self.recency_boost >= 0, "must be >= 0 (0: each positive once)"),
+            ("recency_scale", self.recency_scale > 0, "must be > 0"),
             ("eval_negatives", self.eval_negatives >= 0, "must be >= 0"),
             ("train_batch_size", self.train_batch_size >= 1, "must be >= 1"),
             (

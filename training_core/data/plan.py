@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from importlib import metadata as importlib_metadata
 
 from training_core.common import hints
-from training_core.data import dataset_folder
+from training_core.data import dataset_folder, sampling
 from training_core.data import io as rio
 from training_core.data.config import EVAL_USERS_MULTIPLE, PrepareConfig
 from training_core.data.ids import ID_AUTO, ID_INT64
@@ -127,6 +127,8 @@ class Plan:
         return ShardOptions(
             num_shards=self.num_shards,
             num_neg=config.num_neg,
+            recency_boost=config.recency_boost,
+            recency_scale=config.recency_scale,
             seed=config.seed,
             train_batch_size=config.train_batch_size,
             eval_negatives=config.eval_negatives,
@@ -220,6 +222,8 @@ def make_plan(
         "min_ratings": config.min_ratings,
         "num_epochs": num_epochs,
         "num_neg": config.num_neg,
+        "recency_boost": config.recency_boost,
+        "recency_scale": config.recency_scale,
         "eval_negatives": config.eval_negatives,
         "eval_sampling": config.eval_sampling,
         "train_batch_size": config.train_batch_size,
@@ -304,7 +308,9 @@ def estimate(
     train_row = user_bytes + item_bytes + 2
     eval_row = user_bytes + item_bytes + 1
     batch = config.train_batch_size
-    positives = plan.num_train_positives
+    # Each user's recent positives repeat (sampling.recency_copies): at most this many more.
+    extra = num_users * sampling.recency_extra(config.recency_boost, config.recency_scale)
+    positives = plan.num_train_positives + extra
     per_shard_train = -(-positives * (1 + config.num_neg) // plan.num_shards)
     train_rows = plan.num_shards * max(1, -(-per_shard_train // batch)) * batch
     per_eval_user = 1 + config.eval_negatives

@@ -42,6 +42,8 @@ class ShardOptions:
     eval_users_per_batch: int
     validation: bool = False  # Whether each user's second-to-last interaction is held out too.
     refit: bool = False  # Whether every interaction is a training positive (sampling.train_rows).
+    recency_boost: float = 0.0  # Copies of recent positives (sampling.recency_copies).
+    recency_scale: float = 10.0
 
 
 # Writes framed records to a path (through a temporary name) and returns the bytes written.
@@ -66,8 +68,9 @@ def write_train_shard(
 ) -> ShardFile:
     """One epoch of one shard's training rows, pre-batched and padded, as one TFRecord file."""
     rows = sampling.train_rows(
-        shard, comp, opts.num_neg, opts.seed, epoch, opts.validation, opts.refit
-    )
+        shard, comp, opts.num_neg, opts.seed, epoch, opts.validation, opts.refit,
+        opts.recency_boost, opts.recency_scale,
+    )  # fmt: skip
     n = len(rows.users)
     batch = opts.train_batch_size
     total = max(1, -(-n // batch)) * batch

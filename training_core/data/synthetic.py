@@ -46,7 +46,7 @@ SHAPES: dict[str, SyntheticConfig] = {
 # use. "movielens" (strength 2.0) is as hard as real MovieLens-100k: on the ml-100k shape the
 # reference preset and the default of the time score on it what they score on the real set,
 # within 0.01 HR@10, so it is the set to tune presets on (research/synthetic_calibration.py
-# measures it; the figures: docs/tuning-log.md#synthetic-data-as-hard-as-real-movielens).
+# measures it; calibrated before issue 52 on leaky numbers, not re-measured: docs/tuning-log.md).
 STRUCTURES: dict[str, dict[str, float]] = {
     "planted": {},
     "movielens": {"strength": 2.0},

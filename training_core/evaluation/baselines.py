@@ -1,12 +1,13 @@
 """The baselines every model is ranked beside: popularity, and EASE.
 
 ``Popularity``: every user's items ranked by how often they were trained on; a model that does
-not beat it has learned nothing personal. ``Ease``: Steck's closed-form item-item model ("Embarrassingly
-Shallow Autoencoders for Sparse Data", WWW 2019) over the training positives, a strong simple
-baseline that sampled-negative models often fail to beat; its one hyperparameter (the L2
-``lambda``) is chosen on the validation split (:func:`choose_ease`). Both have the scorer interface
-of ``training_core.training.model.NCFModel`` (``score``, ``item_side``, ``score_candidates``,
-``score_grid``, ``num_users``, ``num_items``), so evaluation ranks them by exactly the code,
+not beat it has learned nothing personal. ``Ease``: Steck's closed-form item-item model
+("Embarrassingly Shallow Autoencoders for Sparse Data", WWW 2019) over the training positives, a
+strong simple baseline that sampled-negative models often fail to beat; its one hyperparameter
+(the L2 ``lambda``) is chosen on the validation split (:func:`choose_ease`). Both have the
+scorer interface of ``training_core.training.model.NCFModel`` (``score``, ``item_side``,
+``score_candidates``, ``score_grid``, ``num_users``, ``num_items``), so evaluation ranks them by
+exactly the code,
 protocol and tie rule that rank the trained model (ties count against the held-out item), on the
 same eval set.
 """
@@ -101,8 +102,10 @@ def ease_skipped(num_items: int) -> str | None:
 
 
 def gram(splits: np.ndarray, items: np.ndarray, num_items: int, chunk: int = 4096) -> np.ndarray:
-    """``X^T X`` (float64, ``[num_items, num_items]``) of the binary user x item matrix ``X``
-    whose rows are the CSR ``(splits, items)``, built a block of users at a time."""
+    """``X^T X`` (float64, ``[num_items, num_items]``) of the binary user x item matrix ``X``.
+
+    ``X``'s rows are the CSR ``(splits, items)``; built a block of users at a time.
+    """
     g = np.zeros((num_items, num_items), np.float64)
     num_users = len(splits) - 1
     for first in range(0, num_users, chunk):

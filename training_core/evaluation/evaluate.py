@@ -161,12 +161,12 @@ def fit_ease(
     meta: DatasetMetadata,
     data_dir: str,
 ) -> baselines.Ease | None:
-    """EASE over ``trained`` (every user's training positives as CSR ``(row_splits, items)``,
-    ``positives.training_positives``), its lambda the best on the validation split.
+    """EASE over ``trained``, its lambda the best on the validation split.
 
-    None (with a line saying why) where the catalogue is too large for it. A dataset without a
-    validation split gets the first of ``baselines.EASE_LAMBDAS``: nothing else to choose on (the
-    test split never chooses).
+    ``trained``: every user's training positives as CSR ``(row_splits, items)``
+    (``positives.training_positives``). None (with a line saying why) where the catalogue is too
+    large for it. A dataset without a validation split gets the first of
+    ``baselines.EASE_LAMBDAS``: nothing else to choose on (the test split never chooses).
     """
     skipped = baselines.ease_skipped(meta.num_items)
     if skipped:

@@ -316,7 +316,10 @@ def score_baselines(data_dir: str, splits: tuple[str, ...]) -> tuple[BaselineSco
     strategy = tf.distribute.get_strategy()
     trained = positives.training_positives(meta, data_dir)
     scorers = [
-        ("popularity", baselines.Popularity(baselines.item_counts(meta, trained[1]), meta.num_users))
+        (
+            "popularity",
+            baselines.Popularity(baselines.item_counts(meta, trained[1]), meta.num_users),
+        )
     ]
     ease = evaluate.fit_ease(trained, strategy, meta, data_dir)
     if ease is not None:

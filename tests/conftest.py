@@ -288,10 +288,18 @@ def tiny_csv(tmp_path_factory, tiny_interactions):
 
 # tiny_data's options; other preparations of the tiny ratings change one of them.
 # Small prep options for tests that prepare a few hand-written rows (two shards, 10 negatives).
+# Both give every training positive once (recency_boost 0): the tests that use them check
+# training, serving and prep mechanics, where the default's copies (about 4.6 times the tiny
+# data's rows) would only add time; the copies themselves are tested on prepare-data's defaults
+# (test_sampling, test_prepare, test_leakage, and every whole-pipeline run).
 SMALL_PREPARE = dict(
-    min_ratings=0, num_epochs=2, eval_negatives=10, train_batch_size=64, num_shards=2, workers=1
-)
-TINY_PREPARE = dict(min_ratings=0, num_epochs=2, eval_negatives=99, train_batch_size=256, workers=1)
+    min_ratings=0, num_epochs=2, eval_negatives=10, train_batch_size=64, num_shards=2, workers=1,
+    recency_boost=0.0,
+)  # fmt: skip
+TINY_PREPARE = dict(
+    min_ratings=0, num_epochs=2, eval_negatives=99, train_batch_size=256, workers=1,
+    recency_boost=0.0,
+)  # fmt: skip
 
 
 # The embedded sample as a shop's event table would hold it (issue 40): string ids (a

@@ -198,6 +198,15 @@ def test_a_better_challenger_is_blessed_and_a_worse_one_refused(models, tiny_dat
     assert metrics[f"champion_{split}_hr_at_10"] == up.challenger.hr_at_10
     page = gate.decision_html(down)
     assert "not blessed" in page and weak in page and good in page
+    # The baselines beside them, on both splits, as evaluate ranks them (issue 52).
+    result = evaluate(tiny_data, models["good"][0])
+    by = {(b.name, b.split): b for b in down.baselines}
+    assert set(by) == {(n, s) for n in ("popularity", "ease") for s in ("validation", "test")}
+    assert by["popularity", "test"].hr_at_10 == result.popularity_hr_at_10
+    assert by["ease", "test"].hr_at_10 == pytest.approx(result.ease_hr_at_10, abs=1e-9)
+    assert by["ease", "validation"].detail == f"lambda {result.ease_lambda:g}"
+    assert metrics["ease_test_hr_at_10"] == by["ease", "test"].hr_at_10
+    assert "ease (baseline)" in page and "popularity (baseline)" in page
 
 
 def test_tolerance_and_metric_choose_what_worse_means(models, tiny_data):

@@ -154,6 +154,7 @@ def _exact_gate(monkeypatch, hr: dict[tuple[str, str], float], selection: str) -
     data = types.SimpleNamespace(selection_split=selection)
     monkeypatch.setattr(gate, "read_metadata", lambda data_dir: data)
     monkeypatch.setattr(gate, "load_export", lambda path: path)
+    monkeypatch.setattr(gate, "score_baselines", lambda data_dir, splits: ())  # test_compare's.
     monkeypatch.setattr(gate, "catalogue", lambda model, data_dir: gate.Catalogue(10, 10, 10))
     monkeypatch.setattr(
         gate, "score_export", lambda m, data_dir, split: _scores(m, hr[m, split], split)

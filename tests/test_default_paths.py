@@ -50,7 +50,7 @@ def two_step_data(tmp_path_factory):
     shape = synthetic.SyntheticConfig(60, 150, 900, min_per_user=5, seed=5)
     return _prepare(
         tmp_path_factory, "two_step", shape, num_epochs=1, eval_negatives=20,
-        train_batch_size=4096, num_shards=2,
+        train_batch_size=4096, num_shards=2, recency_boost=0.0,
     )  # fmt: skip
 
 

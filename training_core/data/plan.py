@@ -296,11 +296,14 @@ def estimate(
     num_users: int,
     num_items: int,
     num_seen_only: int = 0,
+    recency_rows: int | None = None,
 ) -> Estimate:
     """The dataset's size on disk and each worker's peak memory, before anything is written.
 
     Size: rows x epochs x bytes per row, in the ``records`` layout (ids as varints), and the
     ``num_seen_only`` seen-only pairs' records (``shards.write_seen_only_shard``).
+    ``recency_rows``: the positive copies ``--recency-boost`` adds
+    (``sampling.recency_extra_rows``), where the users' counts are known; else every user's most.
     """
     user_bytes = mean_varint_width(num_users)
     item_bytes = mean_varint_width(num_items)
@@ -309,7 +312,9 @@ def estimate(
     eval_row = user_bytes + item_bytes + 1
     batch = config.train_batch_size
     # Each user's recent positives repeat (sampling.recency_copies): at most this many more.
-    extra = num_users * sampling.recency_extra(config.recency_boost, config.recency_scale)
+    extra = recency_rows
+    if extra is None:
+        extra = num_users * sampling.recency_extra(config.recency_boost, config.recency_scale)
     positives = plan.num_train_positives + extra
     per_shard_train = -(-positives * (1 + config.num_neg) // plan.num_shards)
     train_rows = plan.num_shards * max(1, -(-per_shard_train // batch)) * batch

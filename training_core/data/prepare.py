@@ -587,6 +587,12 @@ def _prepare(config: PrepareConfig) -> PrepareResult:
     )
     out = config.output_dir
     build = build_name(config, source.sha256)
+    counts = np.diff(indexed.offsets)
+    trained = (
+        counts
+        if config.refit
+        else counts - 1 - (sampling.has_validation_item(counts) if config.validation else 0)
+    )
     size = estimate(
         plan,
         config,
@@ -594,6 +600,7 @@ def _prepare(config: PrepareConfig) -> PrepareResult:
         indexed.num_users,
         indexed.num_items,
         indexed.num_seen_only,
+        sampling.recency_extra_rows(trained, config.recency_boost, config.recency_scale),
     )
     with (
         faults.writing(

@@ -319,6 +319,18 @@ def recency_extra(boost: float, scale: float) -> int:
     return int((recency_copies(k, boost, scale) - 1).sum())
 
 
+def recency_extra_rows(train_counts: np.ndarray, boost: float, scale: float) -> int:
+    """The extra positive rows :func:`recency_copies` adds in an epoch (before negatives).
+
+    ``train_counts``: each user's number of training positives.
+    """
+    if boost <= 0 or not len(train_counts):
+        return 0
+    longest = int(max(train_counts.max(), 0))
+    extra = np.concatenate([[0], np.cumsum(recency_copies(np.arange(longest), boost, scale) - 1)])
+    return int(extra[np.maximum(train_counts, 0)].sum())
+
+
 def train_rows(
     shard: Shard,
     comp: Complement,

@@ -122,7 +122,8 @@ def test_every_component_parameter_is_an_option_with_its_default(step):
             "embedding_updates",
             "refit_of",  # refit_model's evaluated_model artifact gives it (a refit).
         },
-        "evaluate_model": set(),
+        # A test refit's evaluation (docs/model-quality.md); the pipeline chooses on validation.
+        "evaluate_model": {"ease_lambda"},
     }[step]
     assert set(defaults) - seen == only_cli
     if step == "prepare_data":  # Every column, not only some.
@@ -541,7 +542,10 @@ def test_each_evaluate_flag_reaches_the_options(monkeypatch, tmp_path):
 
     monkeypatch.setattr(evaluate_command, "strategy_from_args", lambda args: None)
     monkeypatch.setattr(evaluate, "evaluate", capture)
-    flags = {"--full-catalog-users": (["0"], lambda o: o.full_catalog_users == 0)}
+    flags = {
+        "--full-catalog-users": (["0"], lambda o: o.full_catalog_users == 0),
+        "--ease-lambda": (["50"], lambda o: o.ease_lambda == 50.0),
+    }
     not_options = {  # Paths, outputs, and the strategy's flags (strategy_config).
         "--data",
         "--model-dir",

@@ -153,6 +153,148 @@ def test_refit_of_refuses_data_that_is_no_refit_of_the_same_users(
         config(refit_data, str(other))
 
 
+# --- a test refit: every interaction before the test item, scored once on the test split --------
+
+
+@pytest.fixture(scope="module")
+def test_refit_run(tiny_data_without_validation, tiny_model, tmp_path_factory):
+    """``tiny_model``'s configuration trained again on ``tiny_data`` without validation."""
+    import tensorflow as tf
+
+    from training_core.training import loop
+
+    model_dir = str(tmp_path_factory.mktemp("test-refit") / "model")
+    config = train_config.config_for(
+        tiny_data_without_validation, model_dir, refit_of=tiny_model.model_dir, steps_per_loop=50
+    )
+    return config, loop.train(config, tf.distribute.get_strategy())
+
+
+def _positives(root, meta):
+    rows = read_split(root, meta, training=True)
+    keep = (rows["labels"] == 1) & (rows["valid_point_mask"] == 1)
+    return set(zip(rows["user_id"][keep], rows["item_id"][keep], strict=True))
+
+
+def _held_out_pairs(root, meta):
+    rows = read_split(root, meta, training=False)
+    last = 1 + meta.eval_negatives  # Each user's rows: the negatives, then the positive.
+    real = rows["duplicate_mask"][last - 1 :: last] == 0  # Not a padding user.
+    return set(zip(*(rows[k][last - 1 :: last][real] for k in ("user_id", "item_id")), strict=True))
+
+
+def test_a_test_refit_trains_on_the_validation_items_and_keeps_the_test_items_out(
+    tiny_data, tiny_data_without_validation
+):
+    """Its data: the evaluated dataset's test split record for record, and every interaction
+    before it (the validation items too) as training positives, never the test items."""
+    held_out = read_metadata(tiny_data)
+    loo = read_metadata(tiny_data_without_validation)
+    assert train_config.is_test_refit_data(loo) and not train_config.is_test_refit_data(held_out)
+    test_files = [p for p in held_out.eval_file_paths(tiny_data)]
+    loo_files = [p for p in loo.eval_file_paths(tiny_data_without_validation)]
+    assert [open(p, "rb").read() for p in test_files] == [open(p, "rb").read() for p in loo_files]
+    validation = _held_out_pairs(tiny_data, held_out.split("validation"))
+    test = _held_out_pairs(tiny_data, held_out)
+    trained = _positives(tiny_data_without_validation, loo)
+    assert validation <= trained and not validation & _positives(tiny_data, held_out)
+    assert not test & trained
+
+
+def test_a_test_refit_measures_no_epoch_and_scores_the_test_split_once(
+    tiny_data, tiny_model, test_refit_run
+):
+    import tensorflow as tf
+
+    from training_core.evaluation.evaluate import load_model, run_eval
+    from training_core.training import loop
+
+    config, result = test_refit_run
+    evaluated, _, _ = read_model_config(tiny_model.model_dir)
+    assert config.model == dataclasses.replace(
+        evaluated, epochs=tiny_model.result.final.epoch, hr_threshold=None, patience=None
+    )
+    assert result.refit and result.best is None and result.kept_epoch is None
+    assert all(e.eval_users == 0 for e in result.epochs)  # Nothing chosen, nothing measured.
+    assert result.global_step == config.model.epochs * result.steps_per_epoch
+    # Scored once, on the final weights, on the candidates the evaluated run's test split holds.
+    strategy = tf.distribute.get_strategy()
+    model, _, _ = load_model(config.model_dir, strategy)
+    on_held_out_data = run_eval(model, strategy, read_metadata(tiny_data), tiny_data)
+    assert result.test.eval_users == on_held_out_data.users > 0
+    assert result.test.hr_at_10 == on_held_out_data.hr
+    assert result.test.ndcg_at_10 == pytest.approx(on_held_out_data.ndcg, abs=1e-6)
+    summary = loop.summary_metrics(result)
+    assert summary["refit"] == 1 and summary["test_hr_at_10"] == result.test.hr_at_10
+    assert not [k for k in summary if "hr_at_10" in k and not k.startswith("test_")]
+    recorded = json.loads(open(config_path(config.model_dir)).read())
+    assert recorded[model_dir_module.SELECTION_SPLIT] == ""  # It chose nothing.
+
+
+def test_a_test_refit_refuses_an_evaluated_run_that_chose_on_the_test_split(
+    tiny_data_without_validation, tiny_model, tmp_path
+):
+    """Its epochs would have been chosen on the split it is scored on; a folder from before the
+    record is refused too (it cannot say)."""
+    import tensorflow as tf
+
+    from training_core.training import loop
+
+    chose_on_test = str(tmp_path / "loo")
+    loop.train(
+        train_config.config_for(
+            tiny_data_without_validation, chose_on_test, "tiny", epochs=1, steps_per_loop=50
+        ),
+        tf.distribute.get_strategy(),
+    )
+    recorded = json.loads(open(config_path(chose_on_test)).read())
+    assert recorded[model_dir_module.SELECTION_SPLIT] == "test"
+    on_validation = json.loads(open(config_path(tiny_model.model_dir)).read())
+    assert on_validation[model_dir_module.SELECTION_SPLIT] == "validation"
+
+    def refit(evaluated):
+        return train_config.config_for(
+            tiny_data_without_validation, str(tmp_path / "r"), refit_of=evaluated
+        )
+
+    with pytest.raises(ValueError, match="chosen on a validation split; .* chose them on the test"):
+        refit(chose_on_test)
+    old = tmp_path / "old"
+    shutil.copytree(tiny_model.model_dir, old, ignore=shutil.ignore_patterns("*.data-*"))
+    del on_validation[model_dir_module.SELECTION_SPLIT]
+    with open(config_path(str(old)), "w") as f:
+        json.dump(on_validation, f)
+    with pytest.raises(ValueError, match="does not record where it chose them"):
+        refit(str(old))
+
+
+def test_evaluate_takes_a_fixed_ease_lambda_for_data_without_a_validation_split(
+    tiny_data_without_validation, test_refit_run
+):
+    """A test refit's evaluation ranks EASE at the lambda the evaluated run's validation chose
+    (``--ease-lambda``), not at the first of the list."""
+    from training_core.evaluation import baselines, eval_config
+    from training_core.evaluation import evaluate as ev
+
+    config, _ = test_refit_run
+    chosen = baselines.EASE_LAMBDAS[-1]
+    assert chosen != baselines.EASE_LAMBDAS[0]
+    fixed = ev.evaluate(
+        tiny_data_without_validation,
+        config.model_dir,
+        options=eval_config.eval_options(ease_lambda=chosen, full_catalog_users=0),
+    )
+    first = ev.evaluate(
+        tiny_data_without_validation,
+        config.model_dir,
+        options=eval_config.eval_options(full_catalog_users=0),
+    )
+    assert (fixed.ease_lambda, first.ease_lambda) == (chosen, baselines.EASE_LAMBDAS[0])
+    assert fixed.hr_at_10 == first.hr_at_10  # The model's numbers do not depend on it.
+    with pytest.raises(ValueError, match="--ease-lambda must be > 0, got 0"):
+        eval_config.eval_options(ease_lambda=0)
+
+
 @pytest.mark.parametrize(
     ("patience", "kept"),
     [(None, 4), (2, 2)],

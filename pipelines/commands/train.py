@@ -91,7 +91,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "resumes from the latest one. TensorBoard summaries go to $AIP_TENSORBOARD_LOG_DIR "
             "when set (Vertex AI), else to MODEL_DIR/summaries. With --refit-of, on a dataset "
             "prepared with --refit, it trains an evaluated run's configuration again on every "
-            "interaction, for that run's epochs, evaluating nothing (docs/training.md, Refit). "
+            "interaction, for that run's epochs, evaluating nothing (docs/training.md, Refit); "
+            "on one prepared with --no-validation, a test refit: every interaction before each "
+            "user's test item, scored once on the test split at the end. "
             "With --warm-start-from, the model starts from a champion's weights: users and "
             "items it knows keep their rows, new ones start fresh (docs/weekly-runs.md)."
         ),
@@ -102,6 +104,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "--preset ml-20m --strategy multi_worker_mirrored",
             "ncf-pipelines train --data data/ml-1m-refit --model-dir runs/ml-1m-refit "
             "--refit-of runs/ml-1m",
+            "ncf-pipelines train --data data/ml-1m-no-validation --model-dir "
+            "runs/ml-1m-test-refit --refit-of runs/ml-1m",
             "ncf-pipelines train --data data/week-48 --model-dir runs/week-48 "
             "--warm-start-from exports/week-47",
         ),
@@ -185,6 +189,13 @@ def run(args: argparse.Namespace) -> int:
 def result_line(result) -> str:
     """What a run printed: the chosen epoch's numbers on the split that chose it, the test ones."""
     final, split, test = result.final, result.selection_split, result.test
+    if result.refit and test is not None:
+        return (
+            f"trained {result.global_step} steps ({len(result.epochs)} epochs, a test refit on "
+            f"every interaction before each user's test item): loss {final.loss:.4f} "
+            f"{final.examples_per_sec:,.0f} examples/s; test HR@10 {test.hr_at_10:.4f} NDCG@10 "
+            f"{test.ndcg_at_10:.4f} (scored once, on the final model)"
+        )
     if result.refit:
         return (
             f"trained {result.global_step} steps ({len(result.epochs)} epochs, a refit on every "

@@ -36,6 +36,17 @@ class EvalOptions:
             "{default}; 0: every user)"
         },
     )
+    # EASE's L2, fixed instead of chosen on the validation split: for data without one (a test
+    # refit's, docs/model-quality.md), the lambda the evaluated run's validation chose.
+    ease_lambda: float | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "EASE's L2 lambda, instead of the one the validation split chooses (for "
+            "data without a validation split, such as a test refit's: give the lambda the "
+            "evaluated run's evaluation chose; default: chosen on the validation split, else "
+            "the first of training_core.evaluation.baselines.EASE_LAMBDAS)"
+        },
+    )
 
     def __post_init__(self) -> None:
         check_options(**dataclasses.asdict(self))
@@ -55,6 +66,11 @@ _OPTION_RULES: dict[str, tuple[str, str, Any]] = {
         "--full-catalog-users",
         "must be >= 0 (0: every user)",
         lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+    ),
+    "ease_lambda": (
+        "--ease-lambda",
+        "must be > 0",
+        lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
     ),
 }
 

@@ -256,8 +256,9 @@ def score_split(
 ) -> SplitResult:
     """One split's sampled and full-catalog metrics, the baselines' beside them.
 
-    EASE's lambda is chosen on the validation split when this is that split, and taken from
-    ``validation`` (that split's result) when this is the test split.
+    EASE's lambda is ``options.ease_lambda`` where set; else chosen on the validation split when
+    this is that split, and taken from ``validation`` (that split's result) when this is the
+    test split.
     """
     view = meta.split(split)
     with input_pipeline.naming_damaged_files(view.eval_file_paths(data_dir)):
@@ -267,10 +268,12 @@ def score_split(
     )
     full = full_eval(show_progress=True)
     pop, pop_full = rank_popularity(full_eval, strategy, view, data_dir)
-    if validation is not None and validation.ease_lambda is not None:
+    lam = options.ease_lambda
+    if lam is None and validation is not None:
+        lam = validation.ease_lambda
+    if lam is not None and not baselines.ease_skipped(meta.num_items):
         splits, items = full_eval.training_positives()
         g = baselines.gram(splits, items, meta.num_items)
-        lam = validation.ease_lambda
         ease = baselines.Ease(splits, items, baselines.ease_weights(g, lam), lam)
     else:
         ease = fit_ease(full_eval.training_positives(), strategy, meta, data_dir)

@@ -17,7 +17,10 @@ A rerun of a finished run scores it again (the same weights, the same numbers).
 A refit dataset (``DatasetMetadata.refit``, docs/training.md "Refit") trained on its held-out
 items, so nothing is measured or chosen on them: no per-epoch evaluation, no target, no
 patience, no kept best epoch and no test result; the run trains exactly ``model.epochs`` epochs
-(``--refit-of`` sets them to the evaluated run's) and resumes as any other.
+(``--refit-of`` sets them to the evaluated run's) and resumes as any other. A test refit
+(``--refit-of`` on a dataset prepared with ``--no-validation``, ``train_config.is_test_refit_data``)
+trains the same way on every interaction before each user's test item and is scored once on the
+test split at the end (``TrainResult.test``): it chooses nothing, so it measures no epoch.
 
 A warm start (``TrainConfig.warm_start_from``, ``warm_start``) fills the freshly built model
 with the champion's weights, rows matched by raw id, before anything is restored or trained.
@@ -291,7 +294,10 @@ class _Trainer:
         self.config = config
         self.strategy = strategy
         self.meta = read_metadata(config.data_dir)
-        self.refit = not self.meta.held_out_unseen  # Nothing to measure on: see the docstring.
+        # A test refit measures no epoch (it chooses nothing) and scores the test split once.
+        self.test_refit = config.refit_of is not None and self.meta.held_out_unseen
+        # Nothing to measure on (see the docstring), or nothing to choose.
+        self.refit = not self.meta.held_out_unseen or self.test_refit
         self.split = "" if self.refit else self.meta.selection_split  # What epochs measure.
         self.selection_meta = self.meta.split(self.split or SPLIT_TEST)
         self.layout = input_pipeline.train_layout(
@@ -327,14 +333,14 @@ class _Trainer:
             self.model, strategy, input_pipeline.eval_items_per_user(self.meta), self.dtype
         )
         self.full_catalog = None
-        if not self.refit:
+        if not self.refit or self.test_refit:
             self.full_catalog = FullCatalogEval(
                 self.model,
                 strategy,
                 self.meta,
                 config.data_dir,
                 CURVE_FULL_CATALOG_USERS,
-                split=self.split,
+                split=self.split or SPLIT_TEST,
             )
         self.writer = self._summary_writer()
 
@@ -515,7 +521,7 @@ class _Trainer:
 
         Scored here only where the epochs were measured on another split; else ``final``'s own.
         """
-        if final is None or self.refit:
+        if final is None or (self.refit and not self.test_refit):
             return None
         if self.split == SPLIT_TEST:
             return TestResult(
@@ -533,7 +539,9 @@ class _Trainer:
             )
             full = self.full_catalog.for_split(SPLIT_TEST)()
         log.info(
-            "test split, scored once on the model's final weights (epoch %d's): HR@10 %.4f "
+            "test split, scored once on the "
+            + ("test refit's" if self.test_refit else "model's")
+            + " final weights (epoch %d's): HR@10 %.4f "
             "NDCG@10 %.4f (%d users); full catalog HR@10 %.4f NDCG@10 %.4f over %s",
             final.epoch,
             sampled.hr,
@@ -589,7 +597,7 @@ class _Trainer:
         partial = self._restore()
         if self.is_chief:  # Only once the folder's checkpoint, if any, was restored into it.
             warm = None if self.warm_started is None else self.warm_started.record()
-            write_model_config(cfg.model_dir, cfg.model, self.meta, cfg.data_dir, warm)
+            write_model_config(cfg.model_dir, cfg.model, self.meta, cfg.data_dir, warm, self.split)
         history = self.history
         spe = layout.steps_per_epoch
         patience = None if self.refit else cfg.model.patience
@@ -601,8 +609,12 @@ class _Trainer:
                     "no epoch is measured for a tuning trial (or any caller) to see"
                 )
             log.info(
-                "a refit: %s trains on every interaction, the held-out ones too, so no epoch is "
-                "evaluated and nothing stops it early; training exactly %d epochs",
+                "a test refit: %s trains on every interaction before each user's test item, so "
+                "no epoch is evaluated and nothing stops it early; training exactly %d epochs, "
+                "then scoring the test split once"
+                if self.test_refit
+                else "a refit: %s trains on every interaction, the held-out ones too, so no epoch "
+                "is evaluated and nothing stops it early; training exactly %d epochs",
                 cfg.data_dir,
                 cfg.model.epochs,
             )
@@ -783,7 +795,8 @@ def summary_metrics(result: TrainResult) -> dict[str, float]:
     epoch's ``best_validation_hr_at_10``) and the test split's, scored once on the final weights,
     ``test_*``: no key is both. Measured on the test split (a dataset without validation), the
     names are unprefixed, as they always were, and the test numbers are the epoch's own. A
-    refit's are ``refit`` 1 and the run's facts only: it measured nothing.
+    refit's are ``refit`` 1 and the run's facts only: it measured nothing; a test refit's add
+    its ``test_*`` numbers, scored once at the end.
     """
     final = result.final
     if final is None:
@@ -800,12 +813,12 @@ def summary_metrics(result: TrainResult) -> dict[str, float]:
         "epochs": len(result.epochs),
         "global_step": result.global_step,
     }
+    test = dataclasses.asdict(result.test) if result.test else {}
     if result.refit:
-        return {"refit": 1, **run}
+        return {"refit": 1, **{f"{SPLIT_TEST}_{k}": test[k] for k in chosen if k in test}, **run}
     if result.selection_split == SPLIT_TEST:
         return {**chosen, **run, "best_hr_at_10": result.best.hr_at_10}
     split = result.selection_split
-    test = dataclasses.asdict(result.test) if result.test else {}
     return {
         **{f"{split}_{k}": v for k, v in chosen.items()},
         f"best_{split}_hr_at_10": result.best.hr_at_10,

@@ -59,6 +59,8 @@ def config_path(model_dir: str) -> str:
 VOCAB_DIGEST = "vocab_sha256"
 DATA_DIR = "data_dir"  # ... and the prepared data's folder.
 WARM_START = "warm_start"  # ... and the champion it started from (train --warm-start-from).
+# ... and the split its epochs were measured on, which chose its kept epoch ("" a refit's: none).
+SELECTION_SPLIT = "selection_split"
 
 
 def vocab_digest(data_dir: str, meta: DatasetMetadata) -> str:
@@ -83,6 +85,7 @@ def write_model_config(
     meta: DatasetMetadata,
     data_dir: str | None = None,
     warm_start: dict[str, Any] | None = None,
+    selection_split: str | None = None,
 ) -> None:
     """Records what ``evaluate``/``export`` need to rebuild the model.
 
@@ -105,6 +108,8 @@ def write_model_config(
         payload[DATA_DIR] = data_dir
     if warm_start is not None:
         payload[WARM_START] = dict(warm_start)
+    if selection_split is not None:
+        payload[SELECTION_SPLIT] = selection_split
     atomic_writes.write_text_atomic(config_path(model_dir), json.dumps(payload, indent=2))
 
 
@@ -155,6 +160,12 @@ def recorded_vocab_digest(model_dir: str) -> str | None:
     """The vocabularies' digest a model folder records (None: written before it was)."""
     with open(config_path(model_dir)) as f:
         return json.load(f).get(VOCAB_DIGEST)
+
+
+def recorded_selection_split(model_dir: str) -> str | None:
+    """The split a model folder's epochs were measured on (None: written before it was)."""
+    with open(config_path(model_dir)) as f:
+        return json.load(f).get(SELECTION_SPLIT)
 
 
 def checkpoint_dir(model_dir: str) -> str:

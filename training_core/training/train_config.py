@@ -152,9 +152,11 @@ class TrainOptions:
         metadata={
             "metavar": "MODEL_DIR",
             "help": "train MODEL_DIR's configuration again, for the epochs whose weights it kept, "
-            "on --data prepared with --refit from the same raw data (every interaction a "
-            "training positive): the model to serve. Takes the hyperparameters from MODEL_DIR, "
-            "so no hyperparameter option may be given with it; nothing is evaluated",
+            "on --data prepared from the same raw data with --refit (every interaction a "
+            "training positive: the model to serve; nothing is evaluated) or with "
+            "--no-validation (every interaction before each user's test item: a test refit, "
+            "scored once on the test split at the end). Takes the hyperparameters from "
+            "MODEL_DIR, so no hyperparameter option may be given with it",
         },
     )
     # A warm start (docs/weekly-runs.md): the champion whose weights the run starts from, its
@@ -201,6 +203,8 @@ class TrainConfig:
         preset: the preset ``model`` came from, by name (``auto`` resolved); ``None``: not one.
         warm_start_from: the champion the run starts from (``--warm-start-from``,
             ``training_core.training.warm_start``); ``None``: a cold start.
+        refit_of: the evaluated run this one trains again (``--refit-of``, ``refit_model``);
+            ``None``: not a refit.
     """
 
     data_dir: str
@@ -216,6 +220,7 @@ class TrainConfig:
     jit_compile: bool = False
     preset: str | None = None
     warm_start_from: str | None = None
+    refit_of: str | None = None
 
     def __post_init__(self) -> None:
         m = self.model
@@ -397,6 +402,7 @@ def config_for(
         jit_compile=jit_compile,
         preset=preset_name,
         warm_start_from=opts.warm_start_uri,
+        refit_of=opts.refit_of,
     )
 
 
@@ -451,22 +457,38 @@ def kept_epoch(epochs: list[Mapping[str, Any]], patience: int | None) -> int:
     return epochs[-1]["epoch"]
 
 
-def refit_model(refit_of: str, data_dir: str, meta: Any, given: Mapping[str, Any]) -> NeuMFConfig:
-    """The evaluated run's hyperparameters, for the epochs it kept, to train on a refit dataset.
+def is_test_refit_data(meta: Any) -> bool:
+    """Whether ``meta`` is a test refit's dataset: prepared with ``--no-validation`` (not a refit).
 
-    The model ``refit_of`` holds decides everything the gate's evidence is about: its shape,
-    optimizer and batch from its ``model_config.json``, and its epochs from its history (the
-    epoch it kept). Nothing is evaluated in a refit, so nothing stops it early.
+    Its training rows are every interaction before each user's test item, the validation item
+    included, and its test split is the evaluated dataset's, record for record (the test
+    candidates exclude everything before the test item either way).
+    """
+    return not meta.refit and not meta.has_validation
+
+
+def refit_model(refit_of: str, data_dir: str, meta: Any, given: Mapping[str, Any]) -> NeuMFConfig:
+    """The evaluated run's hyperparameters, for the epochs it kept, to train again.
+
+    On a refit dataset (``prepare-data --refit``: the model to serve) or a test refit's
+    (``--no-validation``, ``is_test_refit_data``: the model that knows every interaction before
+    the test item, whose test score estimates the served model's). The model ``refit_of`` holds
+    decides everything the gate's evidence is about: its shape, optimizer and batch from its
+    ``model_config.json``, and its epochs from its history (the epoch it kept). Nothing is
+    evaluated during a refit, so nothing stops it early.
 
     Raises:
-        ValueError: ``data_dir`` is no refit dataset, or not one of the evaluated run's users and
+        ValueError: ``data_dir`` is neither kind, or not one of the evaluated run's users and
             items; a hyperparameter option was given too (naming it); ``refit_of`` never
-            finished an epoch.
+            finished an epoch; for a test refit, ``refit_of`` chose its epoch on the test split
+            (or does not say where it chose).
         FileNotFoundError: ``refit_of`` is no training output folder.
     """
+    from training_core.data.metadata import SPLIT_TEST, SPLIT_VALIDATION
     from training_core.training.model_dir import (
         history_files,
         read_model_config,
+        recorded_selection_split,
         recorded_vocab_digest,
         vocab_digest,
     )
@@ -477,12 +499,27 @@ def refit_model(refit_of: str, data_dir: str, meta: Any, given: Mapping[str, Any
             f"--refit-of takes the configuration of {refit_of}; leave out "
             + ", ".join(_OPTION_RULES[k][0] if k in _OPTION_RULES else f"--{k}" for k in taken)
         )
-    if not meta.refit:
+    test_refit = is_test_refit_data(meta)
+    if not meta.refit and not test_refit:
         raise ValueError(
-            f"--refit-of needs a refit dataset, and {data_dir} is not one: prepare the same raw "
-            "data with the same options and --refit (ncf-pipelines prepare-data --refit)"
+            f"--refit-of needs a refit dataset, and {data_dir} is not one (it holds a validation "
+            "split): prepare the same raw data with the same options and --refit (the model to "
+            "serve) or --no-validation (a test refit, scored on the test split)"
         )
     evaluated, num_users, num_items = read_model_config(refit_of)
+    chosen_on = recorded_selection_split(refit_of)
+    if test_refit and chosen_on != SPLIT_VALIDATION:
+        raise ValueError(
+            f"a test refit is scored on the test split, so the epochs it trains must have been "
+            f"chosen on a validation split; {refit_of} "
+            + (
+                "chose them on the test split (it was trained on data prepared with "
+                "--no-validation)"
+                if chosen_on == SPLIT_TEST
+                else "does not record where it chose them (trained before this was recorded)"
+            )
+            + ": train it on data prepared without --no-validation, then refit"
+        )
     if (num_users, num_items) != (meta.num_users, meta.num_items):
         raise ValueError(
             f"{data_dir} holds {meta.num_users} users and {meta.num_items} items, but {refit_of} "

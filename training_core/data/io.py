@@ -30,6 +30,7 @@ import functools
 import glob
 import gzip
 import hashlib
+import io
 import logging
 import math
 import os
@@ -42,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from training_core.common import hints
+from training_core.common import faults, hints
 from training_core.data.ids import ID_AUTO, ID_INT64, ID_KINDS, ID_STRING, ID_TYPES
 
 log = logging.getLogger(__name__)
@@ -350,10 +351,66 @@ def _open_text(path: str):
     # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8" writes one) is not part of the first
     # column's name; a file without one reads the same as UTF-8.
     return (
-        gzip.open(path, "rt", encoding="utf-8-sig", errors="replace")
+        io.TextIOWrapper(open_gz(path), encoding="utf-8-sig", errors="replace")
         if path.endswith(".gz")
         else open(path, encoding="utf-8-sig", errors="replace")
     )
+
+
+# A .gz input is read whole into memory, and the table parsed from it takes about as much again:
+# its decompressed bytes may use this share of the memory available (``faults.available_memory``,
+# as the early memory checks read it), or GZ_LIMIT_UNKNOWN where that cannot be read.
+GZ_MEMORY_SHARE = 0.5
+GZ_LIMIT_UNKNOWN = 16 * 10**9
+
+
+def gz_limit() -> tuple[int, str]:
+    """The most bytes a .gz input may decompress to here, and where that number comes from."""
+    available = faults.available_memory()
+    if available is None:
+        return GZ_LIMIT_UNKNOWN, "the limit where the memory available cannot be read"
+    share = f"{GZ_MEMORY_SHARE:.0%}"
+    return int(available * GZ_MEMORY_SHARE), (
+        f"{share} of the {faults.size_text(available)} of memory available"
+    )
+
+
+class _BoundedGzip(io.RawIOBase):
+    """A .gz file's decompressed bytes that refuse to go past :func:`gz_limit` (a gzip bomb)."""
+
+    def __init__(self, file: gzip.GzipFile, path: str):
+        self._file, self._path, self._read = file, path, 0
+        self._limit, self._why = gz_limit()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self._file.readinto(buffer)
+        self._read += n
+        if self._read > self._limit:
+            raise faults.MachineFault(
+                f"not enough memory to read {self._path}: it decompresses to more than "
+                f"{faults.size_text(self._limit)} ({self._why}), and a .gz input is read whole "
+                "into memory. Stopped reading it there; nothing was written. If the file is meant "
+                f"to be that large, decompress it yourself (gunzip -k {self._path}) and pass the "
+                "plain file with --input, or run on a machine with more memory; if it is not, it "
+                "may be a decompression bomb: check where it came from."
+            )
+        return n
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
+def open_gz(path: str) -> io.BufferedReader:
+    """A .gz file opened for reading, bounded by :func:`gz_limit`.
+
+    Raises:
+        faults.MachineFault: once the decompressed bytes pass the limit, naming the file.
+    """
+    return io.BufferedReader(_BoundedGzip(gzip.GzipFile(path, "rb"), path))
 
 
 def _sniff_format(path: str) -> str:
@@ -740,7 +797,7 @@ def _source(path: str) -> Iterator[bytes | pa.NativeFile]:
     Not memory-mapped: a file cut short while it is read would kill the process (SIGBUS).
     """
     if path.endswith(".gz"):
-        with gzip.open(path, "rb") as f:
+        with open_gz(path) as f:
             yield f.read()
         return
     with pa.OSFile(path) as f:

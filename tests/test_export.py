@@ -119,8 +119,9 @@ def test_saved_model_serves_raw_ids_without_this_package(tiny_export, reference,
     # Isolation was real: the repository was off sys.path and no project module was loaded.
     assert got["modules"] == [] and not got["sys_path_has_repo"]
     assert got["project_importable"] is False
-    assert set(got["signatures"]) == {"serving_default", "score", "recommend"}
+    assert set(got["signatures"]) == {"serving_default", "score", "recommend", "recommend_unseen"}
     assert got["signatures"]["recommend"]["inputs"] == {"user_id": "int64", "exclude_seen": "bool"}
+    assert got["signatures"]["recommend_unseen"]["inputs"] == {"user_id": "int64"}
     assert got["signatures"]["serving_default"] == got["signatures"]["score"]
 
     # score: known pairs equal the checkpoint's probabilities; unknown ids give 0.0 / False.
@@ -166,9 +167,11 @@ def test_saved_model_serves_raw_ids_without_this_package(tiny_export, reference,
     assert held_out_on_top  # Kept in when asked, so left out only by exclude_seen.
 
     # The example bodies written to serving_metadata.json work as they are.
-    example_score, example_rec = got["responses"][3:]
-    assert [p["known"] for p in example_score["predictions"]] == [True, True, False]
-    assert len(example_rec["predictions"]) == 2
+    examples = dict(zip(result.example_requests, got["responses"][3:], strict=True))
+    assert [p["known"] for p in examples["score"]["predictions"]] == [True, True, False]
+    assert len(examples["recommend"]["predictions"]) == 2
+    # The ids-only body: the first user's unseen items, as recommend with exclude_seen true.
+    assert examples["recommend_unseen"]["predictions"] == examples["recommend"]["predictions"][:1]
 
 
 @pytest.fixture(scope="module")
@@ -323,7 +326,7 @@ def test_export_model_component_and_recommend_as_default(tiny_model, tiny_data, 
     )
     m = exported_model.metadata
     assert m["framework"] == "tensorflow" and m["framework_version"] == tf.__version__
-    assert m["signatures"] == ["recommend", "score", "serving_default"]
+    assert m["signatures"] == ["recommend", "recommend_unseen", "score", "serving_default"]
     assert m["top_k"] == 3 and m["default_signature"] == "recommend"
     loaded = tf.saved_model.load(exported_model.path)
     out = loaded.signatures["serving_default"](
@@ -563,7 +566,12 @@ def test_tf1_session_loader_serves_the_same(tiny_export, reference, tmp_path):
         tf1 = _serve_tf1(export_dir, requests, tmp_path, python)
         assert tf1["tags"] == ["serve"] and tf1["eager_inside"] is False
         assert tf1["modules"] == []
-        assert set(tf1["signatures"]) == {"serving_default", "score", "recommend"}
+        assert set(tf1["signatures"]) == {
+            "serving_default",
+            "score",
+            "recommend",
+            "recommend_unseen",
+        }
         for name, sig in tf1["signatures"].items():
             assert sig["method"] == "tensorflow/serving/predict", name
             assert (sig["inputs"], sig["outputs"]) == (

@@ -15,21 +15,25 @@ Signatures (see docs/serving.md):
 - ``score(user_id int64 [N], item_id int64 [N]) -> {score float32 [N], known bool [N]}``:
   the predicted probability of each raw (user, item) pair; a pair with an id unseen in training
   gets ``score = 0.0`` and ``known = False``.
+- ``recommend_unseen(user_id int64 [N]) -> {item_ids int64 [N, k], scores float32 [N, k]}``:
+  the top ``k`` raw item ids per user, best first, without the user's seen items (what batch
+  recommendations serve). The common request: the ids alone, since TF Serving refuses an
+  instance that lacks an input of its signature.
 - ``recommend(user_id int64 [N], exclude_seen bool [N]) -> {item_ids int64 [N, k],
-  scores float32 [N, k]}``: the top ``k`` raw item ids per user, best first, optionally without the
-  user's seen items. A slot with nothing to recommend (unknown user, or every item excluded)
-  holds ``item_id = -1`` and ``score = 0.0``.
+  scores float32 [N, k]}``: the same, with the seen items left out or not per instance. A slot
+  with nothing to recommend (unknown user, or every item excluded) holds ``item_id = -1`` and
+  ``score = 0.0``, in both.
 - The ids are of the data's kind (``DatasetMetadata.user_id_type`` / ``item_id_type``, each its
   own): ``int64`` as above, or ``tf.string`` for string ids (UTF-8, as written in the data), where
   ``user_id``, ``item_id`` and ``item_ids`` are ``string`` and an empty ``recommend`` slot holds
   the empty string (no string id is empty). ``serving_metadata.json`` records both kinds
   (``user_id_type``, ``item_id_type``), so batch recommend and online requests know them without
   the dataset; over REST a string id is a JSON string.
-- ``serving_default``: one of the two (``score`` unless the config says ``recommend``), which is
+- ``serving_default``: one of the three (``score`` unless the config says otherwise), which is
   what Vertex AI's prebuilt TensorFlow container calls for ``{"instances": [...]}`` requests.
 
-Both signatures check their inputs in the graph before any work: each must be 1-D (one value per
-instance) and both must have the same length, else the call fails with ``InvalidArgumentError``
+Every signature checks its inputs in the graph before any work: each must be 1-D (one value per
+instance) and all must have the same length, else the call fails with ``InvalidArgumentError``
 naming the inputs, e.g. ``score: user_id has 1 values but item_id has 3; pass one user_id per
 item_id``. A call through ``signatures[...]`` does not enforce the ``(None,)`` input shapes
 itself, so without the checks a scalar, a 2-D batch or one user next to several items was
@@ -123,13 +127,15 @@ def _runtime_rank(x: tf.Tensor) -> tf.Tensor:
     return tf.shape(tf.where(tf.shape(x) >= 0), out_type=tf.int64)[0]
 
 
-def _checked_inputs(signature: str, inputs: dict[str, tf.Tensor], hint: str) -> list[tf.Tensor]:
+def _checked_inputs(
+    signature: str, inputs: dict[str, tf.Tensor], hint: str = ""
+) -> list[tf.Tensor]:
     """The ``inputs``, gated on checks that each is 1-D and that they all have one length.
 
     The checks run one after another, so the first failure is the one reported (a rank before a
     length), and before anything that uses the returned tensors. A failure is an
     ``InvalidArgumentError`` whose message names the signature, the inputs and their shapes or
-    lengths. Cheap: a few scalar ops per call.
+    lengths (``hint`` ends a length message). Cheap: a few scalar ops per call.
     """
 
     def after(previous: tf.Operation, condition, template: str, values) -> tf.Operation:
@@ -154,7 +160,7 @@ def _checked_inputs(signature: str, inputs: dict[str, tf.Tensor], hint: str) -> 
 
 
 class ServingModule(tf.Module):
-    """NeuMF behind raw-id lookups, with ``score`` and ``recommend`` as ``tf.function`` s.
+    """NeuMF behind raw-id lookups: ``score``, ``recommend``, ``recommend_unseen`` (tf.functions).
 
     Args:
         model: the restored NeuMF (float32 variables).
@@ -170,8 +176,8 @@ class ServingModule(tf.Module):
         item_id_type: the kind of raw item id: ``item_id`` and ``item_ids`` likewise; an empty
             ``recommend`` slot holds ``EMPTY_SLOT[item_id_type]``.
 
-    The signatures' input dtypes depend on the id kinds, so ``score`` and ``recommend`` are made
-    per instance (an integer export's are exactly the former class-level ones).
+    The signatures' input dtypes depend on the id kinds, so the functions are made per instance
+    (an integer export's are exactly the former class-level ones).
     """
 
     def __init__(
@@ -207,6 +213,9 @@ class ServingModule(tf.Module):
         self.recommend = tf.function(
             self._recommend, input_signature=[user, exclude], autograph=False
         )
+        self.recommend_unseen = tf.function(
+            self._recommend_unseen, input_signature=[user], autograph=False
+        )
 
     def _score(self, user_id: tf.Tensor, item_id: tf.Tensor) -> dict[str, tf.Tensor]:
         """Probability of each raw (user, item) pair; 0.0 and ``known`` False for unseen ids."""
@@ -222,12 +231,21 @@ class ServingModule(tf.Module):
         return {"score": tf.where(known, tf.sigmoid(logits), 0.0), "known": known}
 
     def _recommend(self, user_id: tf.Tensor, exclude_seen: tf.Tensor) -> dict[str, tf.Tensor]:
-        """Top-k raw item ids per raw user id, best first; the empty slot id/0.0 fill the rest."""
+        """``recommend``: seen items left out where ``exclude_seen`` says so."""
         user_id, exclude_seen = _checked_inputs(
             "recommend",
             {"user_id": user_id, "exclude_seen": exclude_seen},
             "pass one exclude_seen flag per user_id",
         )
+        return self._top_k(user_id, exclude_seen)
+
+    def _recommend_unseen(self, user_id: tf.Tensor) -> dict[str, tf.Tensor]:
+        """``recommend_unseen``: ``recommend`` with ``exclude_seen`` true for every user."""
+        (user_id,) = _checked_inputs("recommend_unseen", {"user_id": user_id})
+        return self._top_k(user_id, tf.fill(tf.shape(user_id), True))
+
+    def _top_k(self, user_id: tf.Tensor, exclude_seen: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Top-k raw item ids per raw user id, best first; the empty slot id/0.0 fill the rest."""
         k = self.top_k
         users = self.user_table.lookup(user_id)
         items = self.model.item_side()  # Every item's share of the score, once per call.
@@ -365,6 +383,7 @@ def export(config: ExportConfig) -> ExportResult:
         fns = {
             "score": module.score.get_concrete_function(),
             "recommend": module.recommend.get_concrete_function(),
+            "recommend_unseen": module.recommend_unseen.get_concrete_function(),
         }
     signatures = {**fns, "serving_default": fns[config.default_signature]}
 
@@ -428,14 +447,17 @@ def serving_metadata(result: ExportResult, config: ExportConfig) -> dict[str, An
     """What ``serving_metadata.json`` records."""
     payload = result.to_dict()
     payload.pop("export_dir")
+    empty = (
+        f"item id {json.dumps(EMPTY_SLOT[result.item_id_type])} and score 0.0 in every slot for "
+        "an unknown user, and in slots left empty after excluding seen items"
+    )
     return {
         "model_name": config.model_name,
         **payload,
         "unknown_ids": {
             "score": "score 0.0 and known false when the user or the item id is unknown",
-            "recommend": f"item id {json.dumps(EMPTY_SLOT[result.item_id_type])} and score 0.0 "
-            "in every slot for an unknown user, and in slots left empty after excluding seen "
-            "items",
+            "recommend": empty,
+            "recommend_unseen": empty,
         },
         "seen_items": "every item the data holds for the user: the training positives and the "
         "held-out (latest) one",
@@ -473,6 +495,10 @@ def example_requests(
             "signature_name": "score",
             "instances": [{"user_id": user_id, "item_id": i} for i in item_ids]
             + [{"user_id": unknown_id, "item_id": item_ids[0]}],
+        },
+        "recommend_unseen": {
+            "signature_name": "recommend_unseen",
+            "instances": [{"user_id": user_id}],
         },
         "recommend": {
             "signature_name": "recommend",

@@ -10,7 +10,8 @@ import dataclasses
 from training_core.data.ids import ID_INT64, ID_STRING
 from training_core.training.model_dir import CHECKPOINT_SUBDIR
 
-SIGNATURES = ("score", "recommend")
+# Each signature of the export (training_core/serving/export.py); any can be serving_default.
+SIGNATURES = ("score", "recommend", "recommend_unseen")
 
 # The raw item id of an empty ``recommend`` slot, per id kind: a value no vocabulary holds
 # (integer ids are >= 0; a string id is never empty).
@@ -28,7 +29,8 @@ class ExportConfig:
         export_dir: the SavedModel folder to create (must not exist or be empty, unless
             ``overwrite``).
         top_k: items ``recommend`` returns per user (capped at the number of items).
-        default_signature: which signature ``serving_default`` is: ``score`` or ``recommend``.
+        default_signature: which signature ``serving_default`` is: ``score``, ``recommend`` or
+            ``recommend_unseen`` (user ids only, what Vertex AI's predict can send).
         checkpoint: a checkpoint path prefix; ``None``: the latest in ``model_dir``.
         model_name: recorded in ``serving_metadata.json``.
         overwrite: replace an existing, non-empty ``export_dir``.

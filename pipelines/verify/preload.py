@@ -7,6 +7,8 @@ import os
 import shutil
 import subprocess
 
+from training_core.common import atomic_writes
+
 
 def compiler(cc: str | None = None) -> str | None:
     """The C compiler to use: ``cc``, ``$CC``, ``cc`` or ``gcc`` on ``PATH`` (None: none)."""
@@ -17,7 +19,9 @@ def compiler(cc: str | None = None) -> str | None:
 def build(source: str, stem: str, directory: str, cc: str | None = None) -> str | None:
     """Compiles ``source`` into ``directory/lib{stem}-{digest}.so``; returns it (None: no compiler).
 
-    The name carries a digest of the source, so an existing build is reused.
+    The name carries a digest of the source, so an existing build is reused. The compiler writes
+    to ``atomic_writes.partial_name(library)``, renamed into place when done; what a killed build
+    left there is removed first (``atomic_writes.remove_stale_partials``).
 
     Raises:
         RuntimeError: the compiler failed (its message is included).
@@ -29,18 +33,24 @@ def build(source: str, stem: str, directory: str, cc: str | None = None) -> str 
         digest = hashlib.sha256(f.read()).hexdigest()[:12]
     os.makedirs(directory, exist_ok=True)
     library = os.path.join(directory, f"lib{stem}-{digest}.so")
+    atomic_writes.remove_stale_partials(library)
     if os.path.exists(library):
         return library
-    partial = f"{library}.partial-{os.getpid()}"
-    done = subprocess.run(
-        [cc, "-shared", "-fPIC", "-O2", "-o", partial, source, "-ldl"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{cc} could not build {source}: {done.stderr.strip()}")
-    os.replace(partial, library)
+    partial = atomic_writes.partial_name(library)
+    open(partial, "x").close()  # Ours alone (partial_name's rule); the compiler writes over it.
+    try:
+        done = subprocess.run(
+            [cc, "-shared", "-fPIC", "-O2", "-o", partial, source, "-ldl"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"{cc} could not build {source}: {done.stderr.strip()}")
+        os.replace(partial, library)
+    finally:
+        if os.path.lexists(partial):
+            os.remove(partial)
     return library
 
 

@@ -18,7 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Restore the latest checkpoint of --model-dir on the CPU and write a SavedModel that "
             "serves with TensorFlow alone: signature 'score' (raw user_id, item_id -> score, "
-            "known) and 'recommend' (raw user_id, exclude_seen -> top-k item_ids, scores), one of "
+            "known), 'recommend' (raw user_id, exclude_seen -> top-k item_ids, scores) and "
+            "'recommend_unseen' (raw user_id alone -> top-k unseen item_ids, scores), one of "
             "them also as serving_default. The ids are of the data's kind: int64, or strings "
             "(tf.string; JSON strings in a request) for data prepared with string ids. The id "
             "vocabularies and each user's seen items (every item the data holds for them) come "

@@ -8,8 +8,10 @@
 - :func:`hold` makes a process the only writer of a folder for a while: an exclusive ``flock``
   on ``<folder>/.lock``, released by the kernel when the process dies, however it dies. The file
   also says who holds it, for the message a second writer gets. It is opened without following
-  a link and only if it is a plain file of its own, and :func:`check_output_folder` first refuses
-  a folder that another local user could plant files or links in.
+  a link and only if it is a plain file of its own, through a descriptor of the folder it checked.
+- :func:`check_output_folder` refuses a folder that another local user could plant files or
+  links in, or move away from under its name: every folder on the way to it must be this
+  user's or root's. :func:`make_output_folder` creates a missing one, a folder at a time.
 - :func:`die_with_parent` makes a worker process die with the process that started it.
 - :func:`terminate_as_exit` turns SIGTERM into ``SystemExit`` so that ``finally`` blocks clean up.
 - :func:`replace_folder` publishes a folder built aside: swapped in with one rename where the
@@ -43,6 +45,7 @@ import signal
 import socket
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import IO, Protocol
@@ -79,7 +82,10 @@ class LocalFiles:
 
     The temporary file is created, never opened where it is: the opener gets ``"x"`` for
     ``"w"`` (``"xb"``, ``"xt"``), so a name that is already there, a planted link included, fails
-    with ``FileExistsError`` instead of being written through.
+    with ``FileExistsError`` instead of being written through. Its folder is opened first and
+    held until the publish, which goes through that descriptor (``renameat``): the file is
+    published in the folder it was written in, even if a folder on the way to it was renamed or
+    replaced by a link meanwhile (it is created by name, so that the opener may be any).
 
     Args:
         opener: opens the temporary file: ``open`` (default), or e.g. ``gzip.open`` to write a
@@ -88,24 +94,65 @@ class LocalFiles:
 
     def __init__(self, opener: Callable[[str, str], IO] = open):
         self._opener = opener
+        self._folders: dict[str, int] = {}  # A temporary file's name -> its folder's descriptor.
+        self._guard = threading.Lock()
 
     def open(self, path: str, mode: str) -> IO:
         """Creates ``path`` (it must not exist) and opens it for writing."""
-        return self._opener(path, mode.replace("w", "x"))
+        folder = os.open(os.path.dirname(path) or ".", _DIR_FLAGS)
+        try:
+            opened = self._opener(path, mode.replace("w", "x"))
+        except BaseException:
+            os.close(folder)
+            raise
+        with self._guard:
+            self._folders[path] = folder
+        return opened
 
     def publish(self, tmp: str, path: str) -> None:
         """Syncs the closed ``tmp`` to disk, then renames it over ``path`` in one step."""
-        fd = os.open(tmp, os.O_RDONLY)
+        folder = self._take(tmp)
+        if folder is None or os.path.dirname(tmp) != os.path.dirname(path):
+            if folder is not None:
+                os.close(folder)
+            _sync(tmp)
+            os.replace(tmp, path)
+            return
         try:
-            os.fsync(fd)
+            name = os.path.basename(tmp)
+            _sync(name, folder)
+            os.replace(name, os.path.basename(path), src_dir_fd=folder, dst_dir_fd=folder)
         finally:
-            os.close(fd)
-        os.replace(tmp, path)
+            os.close(folder)
 
     def discard(self, tmp: str) -> None:
         """Removes ``tmp`` if it is there."""
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(tmp)
+        folder = self._take(tmp)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                if folder is None:
+                    os.remove(tmp)
+                else:
+                    os.remove(os.path.basename(tmp), dir_fd=folder)
+        finally:
+            if folder is not None:
+                os.close(folder)
+
+    def _take(self, tmp: str) -> int | None:
+        with self._guard:
+            return self._folders.pop(tmp, None)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def _sync(path: str, dir_fd: int | None = None) -> None:
+    """Syncs the file at ``path`` to disk, never through a link."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 LOCAL_FILES = LocalFiles()
@@ -183,9 +230,9 @@ _HELD: set[int] = set()  # Lock fds of this process, closed in forked workers.
 def hold(folder: str, what: str, wait: bool) -> Iterator[None]:
     """Holds ``folder`` (created if missing) as its only writer until the block ends.
 
-    The folder is checked first (:func:`check_output_folder`); its lock file is opened without
-    following a link, and must be a plain file with no other name (a hard link), before the
-    lock is taken; only then is what it says replaced.
+    The folder is checked and made (:func:`make_output_folder`); its lock file is opened in it
+    through the folder's descriptor without following a link, and must be a plain file with no
+    other name (a hard link), before the lock is taken; only then is what it says replaced.
 
     Args:
         folder: the output folder.
@@ -194,22 +241,20 @@ def hold(folder: str, what: str, wait: bool) -> Iterator[None]:
 
     Raises:
         FolderBusyError: ``wait`` is false and another process holds the folder.
-        UnsafeOutputError: another local user could plant files or links in ``folder``, or its
-            lock file is a link or not a plain file.
+        UnsafeOutputError: another local user could plant files or links in ``folder`` or move
+            it away, or its lock file is a link or not a plain file.
     """
-    check_output_folder(folder, what)  # Before making it, and after: what is there now.
-    os.makedirs(folder, exist_ok=True)
-    check_output_folder(folder, what)
+    make_output_folder(folder, what)
     path = os.path.join(folder, LOCK_FILE)
-    fd = _open_lock(path, what)
+    fd = _open_lock(folder, what)
     _HELD.add(fd)
     try:
         locked = _acquire(fd, folder, path, what, wait)
         while locked and not _same_file(fd, path):  # Removed by a writer that gave up: again.
             _HELD.discard(fd)
             os.close(fd)
-            os.makedirs(folder, exist_ok=True)
-            fd = _open_lock(path, what)
+            make_output_folder(folder, what)
+            fd = _open_lock(folder, what)
             _HELD.add(fd)
             locked = _acquire(fd, folder, path, what, wait)
         if locked:
@@ -222,19 +267,31 @@ def hold(folder: str, what: str, wait: bool) -> Iterator[None]:
         os.close(fd)  # Releases the lock (workers drop their copy: see die_with_parent).
 
 
-def _open_lock(path: str, what: str) -> int:
-    """The lock file's descriptor: never through a link, never truncated, a plain file only."""
+def _open_lock(folder: str, what: str) -> int:
+    """The lock file's descriptor: never through a link, never truncated, a plain file only.
+
+    Opened in the checked folder's descriptor (:func:`_open_folder`), not by its full name.
+    """
+    path = os.path.join(folder, LOCK_FILE)
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    dir_fd = _open_folder(folder, what)
     try:
-        fd = os.open(path, flags, 0o644)  # O_NONBLOCK: a planted FIFO does not hang the open.
+        # O_NONBLOCK: a planted FIFO does not hang the open.
+        fd = os.open(LOCK_FILE, flags, 0o644, dir_fd=dir_fd)
     except OSError as e:
-        if e.errno != errno.ELOOP or not os.path.islink(path):
+        if e.errno != errno.ELOOP:
+            raise
+        info = os.stat(LOCK_FILE, dir_fd=dir_fd, follow_symlinks=False)
+        if not stat.S_ISLNK(info.st_mode):
             raise
         raise UnsafeOutputError(
-            f"{path} is a symbolic link (to {os.readlink(path)!r}), not a lock file this program "
-            f"wrote; {what} does not write through it. Someone else may have put it there: "
-            f"remove it (rm {path}) once you know why it is there, or write to another folder."
+            f"{path} is a symbolic link (to {os.readlink(LOCK_FILE, dir_fd=dir_fd)!r}), not a "
+            f"lock file this program wrote; {what} does not write through it. Someone else may "
+            f"have put it there: remove it (rm {path}) once you know why it is there, or write "
+            "to another folder."
         ) from None
+    finally:
+        os.close(dir_fd)
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
         os.close(fd)
@@ -259,48 +316,145 @@ def check_output_folder(path: str, what: str) -> None:
     """Refuses an output folder that another local user could plant files or links in.
 
     The one rule for every folder a command writes (the dataset folder, the model folder, an
-    export, recommendations, the local registry): ``path`` (if it is there) must be owned by
-    this user or by root, and neither it nor the folder it is published in (its parent) may be
-    writable by other users, unless that folder is sticky (as ``/tmp`` is: others cannot remove
-    or rename what is ours). Group write counts as others' unless the group is the owner's own
-    (a user private group: same name, no other members). ``path`` itself may not be a link
-    owned by another user. On the Cloud Storage FUSE mount (``/gcs/`` on Vertex AI) permission
-    bits are not what guards a bucket (IAM is), and nothing is checked there.
+    export, recommendations, the local registry). Each name a lookup of ``path`` passes must be
+    this user's or root's: ``path`` itself (if it is there) and every folder above it up to
+    ``/``, and where one is a link, the link and every folder on the way to what it points at.
+    Whoever owns a folder on the way can rename what is in it and put a link in its place, and
+    every later write of the run would land where they chose. None of those folders, nor
+    ``path``, may be writable by other users either, unless it is sticky (as ``/tmp`` is: others
+    cannot remove or rename what is ours; the folder under it that leads to ``path`` must then
+    be ours too, as every folder on the way must). Group write counts as others' unless the
+    group is the owner's own (a user private group: same name, no other members). Names not
+    there yet are not judged: :func:`make_output_folder` creates them and checks each. On the
+    Cloud Storage FUSE mount (``/gcs/`` on Vertex AI) permission bits are not what guards a
+    bucket (IAM is), and nothing on it is checked.
 
     Args:
         path: the output folder (it need not exist yet).
         what: the command or step that writes it, for the message.
 
     Raises:
-        UnsafeOutputError: naming the folder, its owner and mode, and what to do.
+        UnsafeOutputError: naming the folder, each folder or link on the way that fails the rule
+            with its owner and mode, and what to do.
     """
     path = os.path.abspath(path)
-    problems, shown = [], None
-    link = os.lstat(path) if os.path.lexists(path) else None
-    if link and stat.S_ISLNK(link.st_mode) and link.st_uid not in _trusted_uids():
-        problems.append(f"it is a link owned by {_user(link.st_uid)}")
-        shown = link
-    elif os.path.exists(path):
-        shown = os.stat(path)
-        if shown.st_uid not in _trusted_uids():
-            problems.append(f"it is owned by {_user(shown.st_uid)}")
-        if _others_write(shown):
-            problems.append(f"it is writable by {_others(shown)}")
-    parent = os.path.dirname(path)
-    while not os.path.exists(parent) and os.path.dirname(parent) != parent:
-        parent = os.path.dirname(parent)
-    above = os.stat(parent)
-    if _others_write(above):
-        problems.append(f"its parent {parent} is writable by {_others(above)}")
-    if not problems or _on_gcsfuse(path if os.path.exists(path) else parent):
+    problems = [
+        problem
+        for where, problem in _problems_on_the_way(path)
+        if not _on_gcsfuse(where)  # A link's folder, for a link.
+    ]
+    if not problems:
         return
-    shown = shown or above
     raise UnsafeOutputError(
-        f"{what}: refusing to write in {path}: {'; '.join(problems)} (owner "
-        f"{_user(shown.st_uid)}, mode {stat.filemode(shown.st_mode)}), so another user could "
-        "plant links there that redirect this program's writes. Write to a folder of your own "
-        "(under your home folder or the clone, e.g. out/), or make this one yours (chown it "
-        "to yourself, chmod go-w it; a shared parent needs chmod +t)."
+        f"{what}: refusing to write in {path}: {'; '.join(dict.fromkeys(problems))}. Another "
+        "user could move it away or plant links there that redirect this program's writes. "
+        "Write to a folder of your own (under your home folder or the clone, e.g. out/), with "
+        "only your own or root's folders above it, or make this one yours (chown it to "
+        "yourself, chmod go-w it; a shared parent needs chmod +t)."
+    )
+
+
+_MAX_LINKS = 40  # The kernel's limit on links followed in one lookup.
+
+
+def _problems_on_the_way(path: str) -> Iterator[tuple[str, str]]:
+    """Where a lookup of the absolute ``path`` passes a name that fails the rule, and why.
+
+    Looked at (lstat): ``path``, then each folder above it up to ``/``; for a link, the link,
+    then its target and each folder above that. Names that are not there are passed over.
+    Yields the folder the name is in for a link, the name itself for a folder.
+    """
+    parent, todo, links = os.path.dirname(path), [(path, True)], 0
+    while todo:
+        start, is_path = todo.pop()
+        here = start
+        while True:
+            try:
+                info = os.lstat(here)
+            except (FileNotFoundError, NotADirectoryError):
+                info = None
+            if info is not None:
+                itself = is_path and here == start
+                name = "it" if itself else f"its parent {here}" if here == parent else here
+                link, problem = stat.S_ISLNK(info.st_mode), _problem(name, info)
+                if problem:
+                    yield (os.path.dirname(here) if link else here), problem
+                if link:
+                    links += 1
+                    if links > _MAX_LINKS:
+                        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+                    target = os.path.join(os.path.dirname(here), os.readlink(here))
+                    todo.append((target, itself))
+            up = os.path.dirname(here)
+            if up == here:
+                break
+            here = up
+
+
+def _problem(name: str, info: os.stat_result) -> str | None:
+    """Why the folder or link ``name`` (its lstat ``info``) fails the rule; None if it does not."""
+    mode = stat.filemode(info.st_mode)
+    if info.st_uid not in _trusted_uids():
+        kind = "a link owned" if stat.S_ISLNK(info.st_mode) else "owned"
+        return f"{name} is {kind} by {_user(info.st_uid)} (mode {mode})"
+    if not stat.S_ISLNK(info.st_mode) and _others_write(info):
+        return f"{name} is writable by {_others(info)} (owner {_user(info.st_uid)}, mode {mode})"
+    return None
+
+
+def make_output_folder(path: str, what: str) -> None:
+    """Checks ``path`` (:func:`check_output_folder`) and makes it, with any missing folder above.
+
+    Missing folders are made one at a time, mode ``0o755`` less the umask (never writable by
+    others), and each is looked at (lstat) as soon as it is made: it must be a folder, not a
+    link, and this user's or root's (under a sticky folder such as ``/tmp`` another user could
+    have made that name first). Then ``path`` is checked again as a whole.
+
+    Raises:
+        UnsafeOutputError: as :func:`check_output_folder`, or a folder made here turned out to be
+            a link, not a folder, or another user's.
+    """
+    path = os.path.abspath(path)
+    check_output_folder(path, what)
+    missing, head = [], path
+    while not os.path.lexists(head) and os.path.dirname(head) != head:
+        missing.append(head)
+        head = os.path.dirname(head)
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # Judged below, whoever made it.
+            os.mkdir(folder, 0o755)
+        info = os.lstat(folder)
+        ours = info.st_uid in _trusted_uids() or _on_gcsfuse(folder)
+        if stat.S_ISDIR(info.st_mode) and ours:
+            continue
+        mode = stat.filemode(info.st_mode)
+        kind = {"l": "a link", "d": "a folder"}.get(mode[0], "a file")
+        raise UnsafeOutputError(
+            f"{what}: refusing to write in {path}: {folder}, to be made for it just now, is "
+            f"{kind} owned by {_user(info.st_uid)} (mode {mode}): "
+            "someone else made that name first. Write to a folder of your own (under your home "
+            "folder or the clone, e.g. out/), with only your own or root's folders above it."
+        )
+    check_output_folder(path, what)
+
+
+def _open_folder(folder: str, what: str) -> int:
+    """A descriptor of the checked ``folder``: the folder its name leads to now, by inode."""
+    try:
+        fd = os.open(os.path.realpath(folder), _DIR_FLAGS | os.O_NOFOLLOW)
+    except OSError as e:
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        fd = None
+    if fd is not None:
+        opened, named = os.fstat(fd), os.stat(folder)
+        if (opened.st_dev, opened.st_ino) == (named.st_dev, named.st_ino):
+            return fd
+        os.close(fd)
+    raise UnsafeOutputError(
+        f"{what}: {folder} changed while it was checked (a folder on the way to it was moved "
+        "or replaced by a link). Find out who else writes there, or write to a folder of your "
+        "own."
     )
 
 
@@ -471,12 +625,15 @@ _NO_FOLDER_RENAME = {errno.ENOSYS, errno.EMFILE, errno.EOPNOTSUPP, errno.EXDEV, 
 PUBLISHING_FILE = ".publishing"  # In a folder while files are moved into it one by one.
 
 
-def replace_folder(new: str, target: str, marker: str) -> None:
+def replace_folder(new: str, target: str, marker: str, what: str = "publish") -> None:
     """Publishes the complete folder ``new`` at ``target`` (a path), replacing what is there.
 
-    Where the file system can, old and new are swapped in one step, so ``target`` is always one
-    complete folder; elsewhere the old one is renamed aside first (a moment without ``target``).
-    The old folder is removed afterwards.
+    ``target`` is checked again first (:func:`check_output_folder`): a folder on the way to it
+    that another user made or swapped since the caller checked it (a missing folder under
+    ``/tmp`` made first by them, say) stops the publish, nothing renamed. Where the file system
+    can, old and new are swapped in one step, so ``target`` is always one complete folder;
+    elsewhere the old one is renamed aside first (a moment without ``target``). The old folder is
+    removed afterwards.
 
     Where folders cannot be renamed (the Cloud Storage FUSE mount: see the module doc), the
     files are moved into ``target`` one by one instead (:func:`move_in`): ``marker`` (a file
@@ -487,7 +644,12 @@ def replace_folder(new: str, target: str, marker: str) -> None:
         new: the complete folder (on the file system of ``target``).
         target: where to publish it.
         marker: the name of the file in ``new`` that says the folder is complete.
+        what: the command or step that publishes it, for the message.
+
+    Raises:
+        UnsafeOutputError: another local user could move ``target`` away or plant links in it.
     """
+    check_output_folder(target, what)
     if not os.path.lexists(target):
         try:
             os.rename(new, target)

@@ -132,7 +132,8 @@ def _canary(num_users: int, seed: int = 0) -> rio.Interactions:
 
 @pytest.mark.slow
 def test_a_canary_whose_held_out_items_are_random_scores_at_chance(tmp_path):
-    """prepare (both engines) -> train (the ml-100k preset, 12 epochs) -> evaluate."""
+    """prepare (both engines) -> train (the ml-100k preset, 12 epochs) -> evaluate, then the
+    test refit: prepare --no-validation -> train --refit-of -> evaluate."""
     import tensorflow as tf
 
     from training_core.evaluation import evaluate
@@ -153,3 +154,28 @@ def test_a_canary_whose_held_out_items_are_random_scores_at_chance(tmp_path):
         assert split.popularity_hr_at_10 < CANARY_BOUND
         assert split.ease_hr_at_10 is not None and split.ease_hr_at_10 < CANARY_BOUND
     assert os.path.isdir(model_dir)
+
+    # The test refit (docs/training.md): trained on the validation items too, still at chance on
+    # the test items, and so are the baselines fitted on the same positives.
+    from training_core.evaluation.eval_config import eval_options
+
+    loo = str(tmp_path / "loo")
+    prepare.prepare(
+        PrepareConfig(
+            input_path=str(tmp_path / "canary.csv"), output_dir=loo, min_ratings=0,
+            num_epochs=12, eval_negatives=CANARY_NEGATIVES, train_batch_size=256, workers=1,
+            validation=False,
+        )
+    )  # fmt: skip
+    refit_dir = str(tmp_path / "test-refit")
+    refit = loop.train(
+        train_config.config_for(loo, refit_dir, refit_of=model_dir, steps_per_loop=50),
+        tf.distribute.get_strategy(),
+    )
+    assert refit.test.eval_users == CANARY_USERS
+    assert refit.test.hr_at_10 < CANARY_BOUND, refit.test
+    options = eval_options(ease_lambda=result.validation.ease_lambda)
+    refit_result = evaluate.evaluate(loo, refit_dir, tf.distribute.get_strategy(), options=options)
+    assert refit_result.hr_at_10 == refit.test.hr_at_10
+    assert refit_result.popularity_hr_at_10 < CANARY_BOUND
+    assert refit_result.ease_hr_at_10 < CANARY_BOUND

@@ -26,7 +26,7 @@ from conftest import EVENT_PARAMS, EVENTS, FULL_CHAIN, RETRIED, chain_options
 
 from pipelines import cli, pipeline, profiles, verify, yaml_io
 from pipelines.run_plan import placeholders, template
-from pipelines.verify import job_service, shim
+from pipelines.verify import job_service, replica_network, shim
 from training_core.data import metadata
 from training_core.training.strategy import ALLOW_MISSING_ACCELERATOR_ENV, STRATEGIES
 
@@ -392,8 +392,9 @@ def test_a_failing_replica_fails_the_job_with_its_last_output(sandbox, tmp_path)
 def test_a_port_taken_before_the_replica_binds_it_starts_the_job_again(
     sandbox, tmp_path, monkeypatch
 ):
-    """The ports in CLUSTER_SPEC are chosen before the replicas start; one taken in between (here
-    by a socket this test holds) fails the bind, and the job is run again on fresh ports."""
+    """The ports in CLUSTER_SPEC are chosen before the replicas start; where the replicas share
+    this machine's loopback (no network namespace), one taken in between (here by a socket this
+    test holds) fails the bind, and the job is run again on fresh ports."""
     _, env = sandbox
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
@@ -407,7 +408,11 @@ def test_a_port_taken_before_the_replica_binds_it_starts_the_job_again(
         "try: b.bind((host, int(port)))\n"
         f"except OSError: sys.exit('{job_service.ADDRESS_IN_USE} (port ' + port + ')')"
     )
-    with taken, job_service.JobServiceStandIn(str(tmp_path / "jobs"), env, "1", "A") as standin:
+    shared = replica_network.Guard(replica_network.NONE)  # One replica: it runs unguarded.
+    standin = job_service.JobServiceStandIn(
+        str(tmp_path / "jobs"), env, "1", "A", replica_guard=shared
+    )
+    with taken, standin:
         with _client(standin.address) as client:
             created = client.create_custom_job(
                 parent="projects/p/locations/us-central1",

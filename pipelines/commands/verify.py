@@ -91,6 +91,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(default: it refuses them as Cloud Storage FUSE does on Vertex AI)",
     )
     p.add_argument(
+        "--allow-unguarded-replicas",
+        action="store_true",
+        help="run custom jobs of several replicas even where verify can keep no other user of "
+        "this machine off their TensorFlow servers (no network namespace, no C compiler): any "
+        "local user could then run TensorFlow ops as you through their loopback ports "
+        "(default: such jobs fail; see docs/verify.md)",
+    )
+    p.add_argument(
         "--task-timeout",
         type=float,
         default=1800.0,
@@ -169,6 +177,7 @@ def _verify(args: argparse.Namespace, template: str) -> int:
             cache_dir=args.cache_dir,
             retries=args.retries,
             gcsfuse=args.gcsfuse,
+            allow_unguarded_replicas=args.allow_unguarded_replicas,
             task_timeout_s=args.task_timeout,
             echo=lambda line: print(f"  {line}", file=sys.stderr, flush=True),
         )

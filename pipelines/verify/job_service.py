@@ -14,7 +14,9 @@ machine (and nothing off it) may reach it. A request is checked as the service c
 (``custom_job.service_problems``, and ``tuning_problems`` for a tuning job) and refused with
 ``INVALID_ARGUMENT`` if it fails; an accepted job runs each worker pool's container ``command +
 args`` as one local process per replica, with the ``CLUSTER_SPEC`` Vertex AI gives each
-(``workerpoolN`` names, loopback addresses on free ports) and the ``AIP_*`` variables it sets.
+(``workerpoolN`` names, loopback addresses on free ports) and the ``AIP_*`` variables it sets;
+a job's replicas share a network namespace of their own where this machine allows one, so no
+other user reaches their TensorFlow servers (``replica_network`` says which guard holds where).
 The job is ``RUNNING`` until every replica has exited, then ``SUCCEEDED``, or ``FAILED`` with the
 failing replica's last lines of output. The container image is not pulled: this Python
 environment stands in for it.
@@ -38,6 +40,7 @@ import time
 from collections.abc import Callable
 
 from pipelines.run_plan import custom_job
+from pipelines.verify import replica_network
 from pipelines.verify.report import JobRecord, ProcessRecord, tail
 
 SERVICE = "google.cloud.aiplatform.v1.JobService"
@@ -46,9 +49,10 @@ _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 # How long the other replicas may go on after one failed (Vertex AI then tears the job down).
 _GRACE_SECONDS = 10.0
 # In a replica's log when its gRPC server could not bind the port CLUSTER_SPEC gave it: the ports
-# are chosen before any replica starts (every replica must know them all), so another process on
-# this machine can take one in between. Vertex AI gives each replica its own host; here the job
-# is started again on fresh ports, at most this many times in all.
+# are chosen before any replica starts (every replica must know them all), so where the replicas
+# share this machine's loopback (no namespace) another process can take one in between. Vertex AI
+# gives each replica its own host; here the job is started again on fresh ports, at most this
+# many times in all.
 ADDRESS_IN_USE = "Address already in use"
 _PORT_ATTEMPTS = 3
 
@@ -168,6 +172,10 @@ class JobServiceStandIn:
         allow_missing_accelerator_env: the variable that lets training go on without the
             accelerator the pool asked for; set for replicas when this machine has none.
         timeout_s: the longest a job may run here before it is stopped and failed.
+        local_path: the local folder behind a ``gs://`` URI (``AIP_*`` folders).
+        replica_guard: what keeps other users off the replicas' ports
+            (``replica_network.choose``; None: chosen when the first job runs, its library, if
+            one is needed, built in ``work_dir``).
     """
 
     def __init__(
@@ -178,6 +186,7 @@ class JobServiceStandIn:
         allow_missing_accelerator_env: str,
         timeout_s: float = 1800.0,
         local_path: Callable[[str], str] | None = None,
+        replica_guard: replica_network.Guard | None = None,
     ) -> None:
         self.work_dir = work_dir
         self.replica_env = replica_env
@@ -185,6 +194,7 @@ class JobServiceStandIn:
         self.allow_env = allow_missing_accelerator_env
         self.timeout_s = timeout_s
         self.local_path = local_path
+        self._replica_guard = replica_guard
         self.jobs: dict[str, JobRecord] = {}
         self.rejections: list[str] = []
         self._lock = threading.Lock()
@@ -273,6 +283,13 @@ class JobServiceStandIn:
     def fail_next_job(self, message: str) -> None:
         """Makes the next created job fail with ``message`` without running (a preemption)."""
         self._fail_next.append(message)
+
+    def replica_guard(self) -> replica_network.Guard:
+        """The guard the replicas run under (chosen now if it was not given)."""
+        with self._lock:
+            if self._replica_guard is None:
+                self._replica_guard = replica_network.choose(os.path.join(self.work_dir, "lib"))
+            return self._replica_guard
 
     def created_since(self, count: int) -> list[JobRecord]:
         """Jobs created after the first ``count``."""
@@ -526,7 +543,32 @@ class JobServiceStandIn:
                     "none, so its image's entrypoint would run, which verify cannot know",
                 )
                 return None
+        refusal = self.replica_guard().refusal(sum(pool.replica_count for pool in pools))
+        if refusal:
+            self._finish(record, "JOB_STATE_FAILED", refusal)
+            return None
         processes: list[tuple[ProcessRecord, subprocess.Popen]] = []
+        try:
+            with replica_network.JobNetwork(self.replica_guard()) as network:
+                self._start_pools(record, pools, cluster, job_dir, network, processes)
+        except BaseException:  # No replica of a job that could not start all of them runs on.
+            self._processes[record.name] = [p for _, p in processes]
+            self._kill(record.name)
+            raise
+        self._processes[record.name] = [p for _, p in processes]
+        return self._wait(record, processes)
+
+    def _start_pools(
+        self,
+        record: JobRecord,
+        pools: list,
+        cluster: dict,
+        job_dir: str,
+        network: replica_network.JobNetwork,
+        processes: list[tuple[ProcessRecord, subprocess.Popen]],
+    ) -> None:
+        """Starts every pool's replicas on ``network``, appending each to ``processes``."""
+        spec = record.request.custom_job.job_spec
         for i, pool in enumerate(pools):
             container = pool.container_spec
             accelerator = pool.machine_spec.accelerator_type.name
@@ -559,9 +601,9 @@ class JobServiceStandIn:
                 )
                 rec.save_command(scratch)
                 with open(rec.stdout_path, "w") as log:
-                    proc = subprocess.Popen(
+                    proc = network.popen(
                         command,
-                        env=env,
+                        env,
                         cwd=scratch,
                         stdout=log,
                         stderr=subprocess.STDOUT,
@@ -570,8 +612,6 @@ class JobServiceStandIn:
                     )
                 record.replicas.append(rec)
                 processes.append((rec, proc))
-        self._processes[record.name] = [p for _, p in processes]
-        return self._wait(record, processes)
 
     def _vertex_env(self, spec, cluster: dict, pool: int, index: int) -> dict[str, str]:
         env = {

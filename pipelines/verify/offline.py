@@ -17,9 +17,10 @@ custom-job launcher, replicas) and every process those start:
   fails name lookups and socket connects with a message that says why; on a machine without a C
   compiler it is the only network guard, and it covers Python's ``socket`` module only.
 
-docs/verify.md says what none of them covers. A network namespace is not used: it needs user
-namespaces (off on many machines and in most containers), a job's replicas and its launcher
-would have to share one, and it changes the user id processes see.
+docs/verify.md says what none of them covers. This guard makes no network namespace: it must
+hold on every machine, and one needs privileges or user namespaces (off on many machines and in
+most containers). A custom job's replicas get one where the machine allows it, to keep other
+users off their servers (``pipelines/verify/replica_network.py``).
 """
 
 from __future__ import annotations

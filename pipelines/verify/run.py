@@ -29,7 +29,7 @@ from pipelines.run_plan.plan import (  # noqa: F401 (verify's names, as before)
     RunPlan,
 )
 from pipelines.run_plan.plan import PlanError as VerifyError
-from pipelines.verify import cache, offline, report, shim
+from pipelines.verify import cache, offline, replica_network, report, shim
 from pipelines.verify import gcsfuse as gcsfuse_emulation
 from pipelines.verify.parameters import DATA_URI, stage
 from pipelines.verify.report import FAILED, ProcessRecord, TaskRecord
@@ -59,6 +59,9 @@ class Verification(RunPlan):
             (without waiting the backoff); ``False``: stop at the first failure.
         gcsfuse: the ``/gcs/`` stand-in refuses what Cloud Storage FUSE refuses (directory
             renames, hard links; ``pipelines/verify/gcsfuse.py``); ``False``: a plain folder.
+        allow_unguarded_replicas: run custom jobs of several replicas even where nothing keeps
+            other users of this machine off their TensorFlow servers (no network namespace, no
+            C compiler; ``pipelines/verify/replica_network.py``); ``False``: such jobs fail.
         echo: called with a line as each task starts and ends.
 
     Raises:
@@ -83,6 +86,7 @@ class Verification(RunPlan):
         cache_dir: str | None = None,
         retries: bool = False,
         gcsfuse: bool = True,
+        allow_unguarded_replicas: bool = False,
         echo: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(
@@ -108,6 +112,7 @@ class Verification(RunPlan):
         self.cache_dir = os.path.abspath(cache_dir) if cache_dir else None
         self.retries = retries
         self.gcsfuse = gcsfuse
+        self.allow_unguarded_replicas = allow_unguarded_replicas
         self._gcsfuse: tuple[str, str | None] | None = None
         self._offline: offline.Guard | None = None
         self.data_fingerprint = ""
@@ -136,6 +141,7 @@ class Verification(RunPlan):
         if self.gcsfuse:
             self._gcsfuse = gcsfuse_emulation.prepare(self.shim_dir)
         self._offline = offline.prepare(self.shim_dir, os.path.join(self.work_dir, "home"))
+        replica_guard = replica_network.choose(self.shim_dir, self.allow_unguarded_replicas)
         try:
             self._env(None)  # A work folder LD_PRELOAD cannot carry fails here, not in a task.
         except ValueError as e:
@@ -156,6 +162,7 @@ class Verification(RunPlan):
             allow_missing_accelerator_env=ALLOW_MISSING_ACCELERATOR_ENV,
             timeout_s=self.task_timeout_s,
             local_path=self.local_path,
+            replica_guard=replica_guard,
         )
         address = self.job_service.start()
         self.notes += [
@@ -167,6 +174,7 @@ class Verification(RunPlan):
             f"Vertex AI JobService: a gRPC stand-in on {address} (a socket only this user can "
             "open)",
             offline.describe(self._offline),
+            replica_network.describe(replica_guard),
             f"container images: every step ran in this Python environment ({sys.executable})",
         ]
 

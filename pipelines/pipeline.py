@@ -43,7 +43,7 @@ from training_core.common.not_set import kfp_default
 from training_core.data import config as prepare_options
 from training_core.evaluation import gate
 from training_core.serving import batch_recommend as batch_options
-from training_core.serving.deploy import MODEL_DISPLAY_NAME, ROLLOUT_CANARY
+from training_core.serving.deploy import ROLLOUT_CANARY
 from training_core.training import train_config as train_options
 
 if TYPE_CHECKING:  # The search space is read inside the tuning builder, off the import path.
@@ -531,13 +531,16 @@ def _evaluate_export_and_gate(
     champion_uri: Param,
     register: Param,
     model_display_name: Param,
+    data_uri: Param,
     gate_metric: Param,
     gate_tolerance: Param,
 ) -> _Gated:
     """Evaluates the trained model, exports it for serving and compares it with the champion.
 
     The champion: ``champion_uri`` when given, else (when registering) the registry's default
-    version of ``model_display_name``: Vertex AI's, or locally the local registry's.
+    version of the model line: ``model_display_name``, or unset the line of ``data_uri``
+    (training_core/serving/model_line.py, applied by the compare step, whose ``model_line``
+    output registration uses); Vertex AI's registry, or locally the local registry.
     """
     from google_cloud_pipeline_components import _placeholders
 
@@ -555,6 +558,7 @@ def _evaluate_export_and_gate(
         project="" if b.local else _placeholders.PROJECT_ID_PLACEHOLDER,
         location="" if b.local else _placeholders.LOCATION_PLACEHOLDER,
         model_display_name=model_display_name,
+        data_uri=data_uri,
         metric=gate_metric,
         tolerance=gate_tolerance,
         local_registry=b.local_registry,
@@ -571,7 +575,6 @@ class _Serving(NamedTuple):
 
     register: Param
     batch_recommend: Param
-    model_display_name: Param
     endpoint_display_name: Param
     data_fingerprint: Param
     preset: Param
@@ -658,7 +661,7 @@ def _register_and_deploy(
         exported_model=exported_model,
         project="" if b.local else _placeholders.PROJECT_ID_PLACEHOLDER,
         location="" if b.local else _placeholders.LOCATION_PLACEHOLDER,
-        display_name=serving.model_display_name,
+        display_name=gated.compare.outputs["model_line"],  # The line the gate looked up.
         parent_model=gated.compare.outputs["champion_model"],
         decision=gated.compare.outputs["decision"],
         local_registry=b.local_registry,
@@ -822,7 +825,7 @@ def build_pipeline(
         beam_pipeline_args: list = [],  # noqa: B006 (a KFP parameter default, never mutated)
         top_k: int = 10,
         register: bool = False,
-        model_display_name: str = MODEL_DISPLAY_NAME,
+        model_display_name: str = "",  # "": the line of data_uri (model_line.py).
         endpoint_display_name: str = "",
         tune_trials: int = 20,
         tune_parallel_trials: int = 4,
@@ -890,6 +893,7 @@ def build_pipeline(
             champion_uri=champion_uri,
             register=register,
             model_display_name=model_display_name,
+            data_uri=data_uri,
             gate_metric=gate_metric,
             gate_tolerance=gate_tolerance,
         )
@@ -897,7 +901,6 @@ def build_pipeline(
             serving = _Serving(
                 register=register,
                 batch_recommend=batch_recommend,
-                model_display_name=model_display_name,
                 endpoint_display_name=endpoint_display_name,
                 data_fingerprint=data_fingerprint,
                 preset=preset,

@@ -24,6 +24,7 @@ from kfp import dsl
 from pipelines import pipeline, profiles, verify, yaml_io
 from pipelines.verify import cache
 from training_core import tune
+from training_core.serving import model_line
 from training_core.serving.vertex_registry import SERVING_METADATA_FILE
 
 NEVER_CACHED = ("tuning-trial-spec", "compare-models", "register-model", "deploy-model")
@@ -161,7 +162,9 @@ def _register_and_deploy(vertex, tmp_path, spec: dict):
     folder.mkdir(parents=True)
     (folder / SERVING_METADATA_FILE).write_text(json.dumps({"tensorflow_version": "2.16.2"}))
     registered = dsl.Artifact(uri=f"gs://{BUCKET}/run/vertex_model")
-    args = _arguments(spec, tasks["register-model"], {"parent_model": ""})
+    # compare-models' outputs: no champion, and the model line of the run's data.
+    line = model_line.of_data(f"gs://{BUCKET}/ratings/").name
+    args = _arguments(spec, tasks["register-model"], {"parent_model": "", "display_name": line})
     int_params = ("epochs", "seed")
     args.update({k: int(args[k]) for k in int_params})
     register_model.python_func(

@@ -29,7 +29,7 @@ from training_core.data.metadata import (
 )
 from training_core.evaluation import gate
 from training_core.evaluation.evaluate import evaluate
-from training_core.serving import export
+from training_core.serving import export, model_line
 from training_core.training import loop, train_config
 
 
@@ -310,7 +310,7 @@ def test_the_compare_models_component_blesses_and_refuses(models, tiny_data, tmp
 
     from components.compare_models import compare_models
 
-    def run(challenger, champion_uri):
+    def run(challenger, champion_uri, **kw):
         decision = dsl.Metrics(uri=str(tmp_path / "decision"))
         report = dsl.HTML(uri=str(tmp_path / "report.html"))
         out = compare_models.python_func(
@@ -319,16 +319,20 @@ def test_the_compare_models_component_blesses_and_refuses(models, tiny_data, tmp
             decision=decision,
             report=report,
             champion_uri=champion_uri,
+            **kw,
         )
         return out, decision, open(report.path).read()
 
-    (blessed, champion), decision, page = run(models["weak"][1], models["good"][1])
-    assert (blessed, champion) == (False, "")  # No registry model: a URI champion.
+    (blessed, champion, line), decision, page = run(models["weak"][1], models["good"][1])
+    assert (blessed, champion, line) == (False, "", "")  # A URI champion; no line to name.
     assert decision.metadata["blessed"] == 0.0 and "worse than" in decision.metadata["reason"]
     assert decision.metadata["split"] == read_metadata(tiny_data).selection_split
     assert "not blessed" in page
-    (blessed, _), decision, _ = run(models["good"][1], "")
+    (blessed, _, line), decision, _ = run(models["good"][1], "", data_uri="gs://b/week/")
     assert blessed and "first model" in decision.metadata["reason"]
+    assert line == model_line.of_data("gs://b/week").name  # The data's own line, registered.
+    (_, _, line), _, _ = run(models["good"][1], "", data_uri="gs://b/x", model_display_name="m")
+    assert line == "m"
 
 
 def test_the_gate_scores_the_records_rows_in_order_in_chunks_of_whole_calls():

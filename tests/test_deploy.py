@@ -318,7 +318,7 @@ def _gate(tmp_path, monkeypatch, **kw) -> tuple[str, str | None]:
         model_display_name="ncf-neumf",
     )
     args.update(kw)
-    _, champion_model = compare_models.python_func(**args)
+    _, champion_model, _ = compare_models.python_func(**args)
     return champion_model, loaded[0]
 
 

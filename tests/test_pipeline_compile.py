@@ -290,6 +290,12 @@ def test_pipeline_parameters_and_artifact_wiring(compiled):
         assert p in params
     assert not params["data_uri"].get("isOptional")  # Required.
     tasks = spec["root"]["dag"]["tasks"]
+    # The model line: unset in the template, so compare-models names it after the run's
+    # data_uri (training_core/serving/model_line.py), whatever submits the template.
+    assert params["model_display_name"]["defaultValue"] == ""
+    gate_inputs = tasks["compare-models"]["inputs"]["parameters"]
+    for name in ("model_display_name", "data_uri"):
+        assert gate_inputs[name] == {"componentInputParameter": name}, name
     art = tasks["train-model"]["inputs"]["artifacts"]["examples"]["taskOutputArtifact"]
     assert art == {"outputArtifactKey": "examples", "producerTask": "prepare-data"}
     ev = tasks["evaluate-model"]["inputs"]["artifacts"]["model"]["taskOutputArtifact"]
@@ -346,6 +352,8 @@ def test_pipeline_parameters_and_artifact_wiring(compiled):
             "compare-models",
             "champion_model",
         ),
+        # The model line the gate looked its champion up in (model_line.py): one per dataset.
+        ("parameters", "display_name"): ("taskOutputParameter", "compare-models", "model_line"),
     }
     for (kind, name), (how, producer, key) in wiring.items():
         got = source(reg_task["inputs"][kind][name], held_out, inner, outer)

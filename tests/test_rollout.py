@@ -14,7 +14,7 @@ from test_deploy import _default_version, _deploy, _register, _stranger_model
 
 from components.deploy_model import deploy_model, promote_canary
 from pipelines import cli, yaml_io
-from training_core.serving import deploy
+from training_core.serving import deploy, model_line
 
 DOWN = "The service is currently unavailable."
 
@@ -192,17 +192,25 @@ def test_the_rollout_command(vertex, tmp_path, capsys):
     model, done = _canary(vertex, tmp_path)
     name = done.metadata["resourceName"]
     where = ["--project", PROJECT, "--location", REGION]
-    assert cli.main(["rollout", "status", *where]) == 0
+    line = ["--model-display-name", "ncf-neumf"]  # The line test_deploy's versions are of.
+    assert cli.main(["rollout", "status", *where, *line]) == 0
     assert capsys.readouterr().out.startswith("canary: ")
     vertex.fail_next(503, DOWN, ":undeployModel")
     with pytest.raises(Exception, match="unavailable"):
-        cli.main(["rollout", "rollback", *where, "--endpoint", name])
+        cli.main(["rollout", "rollback", *where, *line, "--endpoint", name])
     assert cli.main(["rollout", "rollback", *where, "--model", model]) == 0
     assert capsys.readouterr().out.startswith("serving: ")
-    assert cli.main(["rollout", "promote", *where]) == 2
+    assert cli.main(["rollout", "promote", *where, *line]) == 2
     assert "error: no canary to promote: serving:" in capsys.readouterr().err
     assert cli.main(["rollout", "status", *where, "--model-display-name", "nothing"]) == 2
     assert "no registry model named 'nothing'" in capsys.readouterr().err
+    # Lines are per dataset (model_line.py): no default name to fall back on, the data's line.
+    assert cli.main(["rollout", "status", *where]) == 2
+    assert "which model? give --model" in capsys.readouterr().err
+    assert cli.main(["rollout", "status", *where, "--data", "gs://b/ratings/"]) == 2
+    assert f"no registry model named '{model_line.of_data('gs://b/ratings').name}'" in (
+        capsys.readouterr().err
+    )
 
 
 # --- the pipeline's promote step ------------------------------------------------------------------

@@ -4,6 +4,7 @@ import logging
 import os
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 from kfp.local import logging_utils, status
 
@@ -11,7 +12,7 @@ from pipelines import cli
 from pipelines.local_run import StepDisplay
 from training_core.common import console
 from training_core.data import ids, metadata
-from training_core.serving import batch_recommend, local_registry
+from training_core.serving import batch_recommend, local_registry, model_line
 
 MAX_LINES = 60  # What a successful run-local may print (issue 17).
 
@@ -47,8 +48,23 @@ def _printed_lines(text: str) -> list[str]:
 
 @pytest.mark.slow
 def test_run_local_whole_pipeline_on_an_event_table_with_string_ids(tmp_path, capsys, sample_run):
+    """Issue 55's sequence: ``make run`` (the embedded sample, integer ids) registers its model,
+    then a run on the user's own table (string ids) into the same registry, with no parameter
+    about the registry, is blessed as the first model of its own line and recommends its items;
+    then a worse run on that table is refused against that line's champion."""
     registry = tmp_path / "registry"
     users = [sample_run.user(1), sample_run.user(2)]
+    code = cli.main(
+        ["run-local", "--pipeline-root", str(tmp_path), "--registry", str(registry),
+         "--param", "epochs=1", "--param", "eval_negatives=100"]
+    )  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert f"Gate: blessed, registered as version 1 of ncf-sample in {registry} (no champion" in out
+    assert "Model line: ncf-sample, the embedded sample's line; --param model_display_name=" in out
+    sample_champion = local_registry.find_champion(str(registry), model_line.SAMPLE_LINE)
+    assert sample_champion.version_id == "1"
+
     code = cli.main(
         [
             "run-local",
@@ -98,9 +114,14 @@ def test_run_local_whole_pipeline_on_an_event_table_with_string_ids(tmp_path, ca
     assert prepared.num_users == 943 and prepared.num_items == 1682  # As the sample's.
     # data_epochs not set: the prepare step prepared one epoch per epoch the train step ran.
     assert prepared.num_epochs == 2 and len(prepared.train_files) == 2
-    # The gate's true branch ran under kfp.local: no champion, blessed, registered as version 1.
-    assert f"Gate: blessed, registered as version 1 in {registry} (no champion" in out
-    champion = local_registry.find_champion(str(registry), "ncf-neumf")
+    # The gate's true branch ran under kfp.local: no champion in the table's own model line
+    # (the sample's model is another line's), blessed, registered as its version 1.
+    events = sample_run.args[1]
+    line = model_line.of_data(events).name
+    assert line.startswith("ncf-events-") and line != model_line.SAMPLE_LINE
+    assert f"Gate: blessed, registered as version 1 of {line} in {registry} (no champion" in out
+    assert f"Model line: {line}, named after the data at {events} (its name and a digest" in out
+    champion = local_registry.find_champion(str(registry), line)
     assert champion.version_id == "1"
     assert _recommend(champion.path, users) == _recommend(exported, users)
     # Batch recommendations for every user of the sample, from the blessed model.
@@ -160,9 +181,10 @@ def test_run_local_whole_pipeline_on_an_event_table_with_string_ids(tmp_path, ca
     assert last.startswith("Report: ") and os.path.isfile(last.removeprefix("Report: ")), last
     worse = float(captured.out.split("Finished in ")[1].split("HR@10 ")[1].split()[0])
     assert worse < hr
-    assert local_registry.find_champion(str(registry), "ncf-neumf") == champion
-    versions = os.listdir(os.path.join(registry, "ncf-neumf", local_registry.VERSIONS_DIR))
+    assert local_registry.find_champion(str(registry), line) == champion
+    versions = os.listdir(os.path.join(registry, line, local_registry.VERSIONS_DIR))
     assert sorted(versions) == ["1", "1.json"]
+    assert local_registry.find_champion(str(registry), model_line.SAMPLE_LINE) == sample_champion
 
 
 def _recommend(export_dir: str, users: list[int] | list[str]) -> list[int] | list[str]:
@@ -219,6 +241,54 @@ def test_run_local_refuses_bad_parameters_before_any_step_runs(tmp_path, capsys,
     code = cli.main(["run-local", "--pipeline-root", str(root), "--param", param])
     assert code == 2
     assert message in capsys.readouterr().err
+    assert not root.exists()  # Nothing ran.
+
+
+def _register_catalogue(registry: str, name: str, items: list[int], folder: str) -> str:
+    """A version of ``name`` in the local registry whose export knows the integer ``items``;
+    returns its folder. The export's files the preflight reads (its item vocabulary asset and
+    ``serving_metadata.json``; tests/test_string_id_serving.py holds ``gate.export_items`` to
+    real exports of both id kinds), registered as ``register_model`` registers."""
+    import json
+
+    from training_core.serving.vertex_registry import SERVING_METADATA_FILE
+
+    os.makedirs(os.path.join(folder, "assets"))
+    with open(os.path.join(folder, "assets", os.path.basename(metadata.ITEM_VOCAB)), "w") as f:
+        f.write(metadata.vocab_text(np.asarray(items, np.int64)))
+    with open(os.path.join(folder, SERVING_METADATA_FILE), "w") as f:
+        json.dump({"user_id_type": ids.ID_INT64, "item_id_type": ids.ID_INT64}, f)
+    open(os.path.join(folder, "saved_model.pb"), "wb").close()
+    return local_registry.register(registry, name, folder).path
+
+
+def test_a_named_line_whose_champion_is_another_catalogue_is_refused_before_any_step(
+    tmp_path, capsys
+):
+    """Issue 55: ``model_display_name`` names the line whose champion is the embedded sample's
+    model (integer items 1..1682, as ``make run`` registered it under the old default name);
+    a run on the user's table of string ids is refused before validation starts, with the
+    gate's message, instead of at compare-models after the whole training."""
+    from conftest import EVENT_PARAMS, write_events_sample
+
+    registry, root = str(tmp_path / "registry"), tmp_path / "runs"
+    champion = _register_catalogue(
+        registry, "ncf-neumf", list(range(1, 1683)), str(tmp_path / "export")
+    )
+    events = write_events_sample(str(tmp_path / "events.csv"))
+    params = {**EVENT_PARAMS, "model_display_name": "ncf-neumf"}
+    code = cli.main(
+        ["run-local", "--data", events, "--pipeline-root", str(root), "--registry", registry,
+         *(a for k, v in params.items() for a in ("--param", f"{k}={v}"))]
+    )  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert (
+        f"the champion {champion} was trained on another catalogue: it knows 0% of the 1682 "
+        f"items of {events}, and 0% of its own 1682 items are in that data" in err
+    )
+    assert "--param model_display_name=" in err and "start without a champion" in err
+    assert f"unset, this data's line is {model_line.of_data(events).name}" in err
     assert not root.exists()  # Nothing ran.
 
 

@@ -22,7 +22,7 @@ from pipelines import cli
 from training_core.data.ids import ID_INT64, ID_STRING
 from training_core.data.metadata import METADATA_FILE, read_metadata, read_vocab, vocab_text
 from training_core.evaluation import gate
-from training_core.serving import batch_recommend, export
+from training_core.serving import batch_recommend, export, vertex_registry
 from training_core.serving.export_config import EMPTY_SLOT
 from training_core.serving.vertex_registry import SERVING_METADATA_FILE
 
@@ -292,6 +292,13 @@ def test_the_gate_finds_no_shared_item_between_integer_and_string_catalogues(
     s_champion = gate.load_export(string_export[0])
     i_champion = gate.load_export(tiny_export.export_dir)
     assert s_champion.item_ids.tolist() == [ids["item_codes"][int(i)] for i in ids["items"]]
+    # run-local's preflight reads the same items without TensorFlow, of the same kinds.
+    for export_dir, champion in (
+        (string_export[0], s_champion),
+        (tiny_export.export_dir, i_champion),
+    ):
+        got = vertex_registry.export_items(export_dir)
+        assert got.dtype == champion.item_ids.dtype and got.tolist() == champion.item_ids.tolist()
     n = len(ids["items"])
     # Same kind: by raw id, every item shared.
     assert gate.catalogue(s_champion, string_data).shared == n

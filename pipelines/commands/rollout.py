@@ -25,10 +25,13 @@ def register(sub: argparse._SubParsersAction) -> None:
             "--project and --region default to GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_REGION."
         ),
         epilog=example_epilog(
-            "ncf-pipelines rollout status --project my-project --region us-central1",
+            "ncf-pipelines rollout status --project my-project --region us-central1 "
+            "--data gs://my-bucket/ratings/",
             "ncf-pipelines rollout promote --project my-project --region us-central1 "
+            "--data gs://my-bucket/ratings/ "
             "--endpoint projects/my-project/locations/us-central1/endpoints/123",
-            "ncf-pipelines rollout rollback --project my-project --region us-central1 --version 7",
+            "ncf-pipelines rollout rollback --project my-project --region us-central1 "
+            "--model-display-name ncf-ratings --version 7",
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -52,7 +55,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--model-display-name",
         default="",
-        help="the pipeline's model_display_name (default: its default)",
+        help="the registry model's display name: the run's model_display_name, its model line",
+    )
+    p.add_argument(
+        "--data",
+        default="",
+        help="instead of --model-display-name: the run's data_uri, whose model line (the "
+        "pipeline's default model_display_name) is looked up",
     )
     p.add_argument(
         "--version",
@@ -65,12 +74,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Reads the rollout's state and prints it; promotes or rolls back when asked."""
-    from training_core.serving import deploy
+    from training_core.serving import deploy, model_line
 
     project, region = project_and_region(args)
-    endpoint, model = deploy.open_rollout(
-        project, region, args.endpoint, args.model, args.model_display_name
-    )
+    name = args.model_display_name
+    if not name and args.data:
+        name = model_line.of_data(args.data).name
+    endpoint, model = deploy.open_rollout(project, region, args.endpoint, args.model, name)
     if args.action == "promote":
         state = deploy.promote(endpoint, model, args.version)
     elif args.action == "rollback":

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import shlex
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from pipelines.cli import add_param_option, example_epilog
+
+if TYPE_CHECKING:
+    from pipelines.compiled import Template
+    from training_core.serving.model_line import ModelLine
 
 # What a local run changes from the pipeline's defaults: it registers a blessed model in the
 # local registry (--registry), so that the next run has a champion to beat, and writes the batch
@@ -38,7 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "few minutes); with --data the pipeline's own defaults train (the preset for the "
             "data's size and its epochs; --param preset=... and epochs=... override; a table "
             "whose columns have other names: --param user_col=COLUMN, and item_col, time_col "
-            "alike, as prepare-data's --user-col, --item-col, --time-col). Prints "
+            "alike, as prepare-data's --user-col, --item-col, --time-col). Each dataset has "
+            "its own model line in the registry (the sample's ncf-sample; --data's named after "
+            "its path), unless --param model_display_name=NAME names one; a champion of another "
+            "catalogue there is refused before any step runs. Prints "
             "where each artifact is, HR@10 and NDCG@10 beside the popularity baseline's, the "
             "gate's decision and the exported model's path; the last line names the run's report, "
             "one HTML page of all of it with pictures (docs/run-report.md)."
@@ -63,9 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=DEFAULT_REGISTRY,
         help=(
             "the local model registry: the folder standing in for the Vertex AI Model Registry "
-            "(the champion is its default version of model_display_name; a blessed challenger "
-            f"becomes a new version; default {DEFAULT_REGISTRY}; --param register=false: "
-            "compare only)"
+            "(the champion is the default version of the run's model line: model_display_name, "
+            "or unset the data's own line; a blessed challenger becomes a new version; default "
+            f"{DEFAULT_REGISTRY}; --param register=false: compare only)"
         ),
     )
     add_param_option(
@@ -106,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     problems = submit.parameter_problems(arguments) + run_problems(spec, arguments)
     if problems:
         raise ValueError("these parameter values cannot run:\n  - " + "\n  - ".join(problems))
+    line = preflight_champion(arguments, template, registry)
     root = os.path.abspath(os.path.join(args.pipeline_root, time.strftime("%Y%m%d-%H%M%S")))
     data = args.data or "the embedded sample"
     print(
@@ -116,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
         result = run_local(root, arguments, pipeline_func, verbose=args.verbose)
     except LocalRunFailed as e:
         raise UserError(str(e)) from None
-    print(summary(result, time.perf_counter() - started, registry))
+    registers = arguments.get("register", template.parameters["register"].default)
+    print(summary(result, time.perf_counter() - started, registry, line if registers else None))
     print(f"Report: {write_report(result, registry)}")  # Last: the line a person looks for.
     return 0
 
@@ -141,8 +153,80 @@ def write_report(result, registry: str = "") -> str:
     return run_report.write(facts, os.path.join(result.pipeline_root, run_report.REPORT_FILE))
 
 
-def summary(result, seconds: float, registry: str = "") -> str:
-    """What a finished run measured, where its artifacts are, and what to do next."""
+def preflight_champion(arguments: dict, template: Template, registry: str) -> ModelLine:
+    """The run's model line (``model_line.ModelLine``), its champion checked against the data.
+
+    Before any step runs. The line is ``model_display_name``, or unset the data's own
+    (training_core/serving/model_line.py, the rule the compare step applies). Where the run has
+    a champion (``champion_uri``, else when registering the line's default version in the local
+    registry), its items and the data's items as the prepare step would index them must be one
+    catalogue (the gate's rule and message, training_core/evaluation/gate.py): a champion of
+    another would fail the compare step after training. Data that cannot be read is left to the
+    validate and prepare steps, which say what is wrong with it.
+
+    Raises:
+        ValueError: a champion of another catalogue; a name that cannot name a registry model.
+    """
+    from training_core.data import config as prep_config
+    from training_core.data import io as rio
+    from training_core.data import prepare
+    from training_core.evaluation import gate
+    from training_core.serving import local_registry, model_line, vertex_registry
+
+    def value(name: str):
+        return arguments[name] if name in arguments else template.parameters[name].default
+
+    data_uri = arguments["data_uri"]
+    line = model_line.resolve(value(model_line.PARAM), data_uri)
+    champion = value("champion_uri")
+    if not champion and value("register"):
+        found = local_registry.find_champion(registry, line.name)
+        champion = found.path if found is not None else ""
+    if not champion or not os.path.isdir(champion):  # None, or not local: the gate checks it.
+        return line
+    columns = ("user_col", "item_col", "time_col", "rating_col", "event_col")
+    reading = ("data_format", "id_type", "min_rating", "positive_events", "min_ratings")
+    settings = prep_config.from_parameters(
+        data_uri,
+        "",
+        {
+            **{name: value(name) for name in reading},
+            "columns": rio.Columns(*(value(name) or None for name in columns)),  # "": detect.
+        },
+    )
+    try:
+        with _quiet("training_core"):  # The data's findings are the prepare step's to log.
+            items = prepare.item_vocabulary(settings)
+    except rio.DataError:
+        return line
+    try:
+        gate.check_catalogue(champion, vertex_registry.export_items(champion), items, data_uri)
+    except ValueError as e:
+        own = model_line.of_data(data_uri).name
+        unset = f"; unset, this data's line is {own}" if own != line.name else ""
+        raise ValueError(
+            f"{e}. Checked before any step ran: the model line {line.name} ({line.why}{unset})"
+        ) from None
+    return line
+
+
+@contextlib.contextmanager
+def _quiet(logger: str):
+    """``logger`` logs errors only while the block runs."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def summary(result, seconds: float, registry: str = "", line: ModelLine | None = None) -> str:
+    """What a finished run measured, where its artifacts are, and what to do next.
+
+    ``line``: the model line the run registers in (``preflight_champion``), said with why.
+    """
     from training_core.data.metadata import read_metadata
     from training_core.serving.vertex_registry import SERVING_METADATA_FILE
 
@@ -163,6 +247,7 @@ def summary(result, seconds: float, registry: str = "") -> str:
         f"{m.get('full_catalog_hr_at_10', nan):.4f})",
         *_against_popularity(m),
         _gate(result, registry),
+        *([_line_words(line)] if line is not None else []),
         f"Artifacts under {result.pipeline_root}:",
     ]
     for step, artifacts in result.artifacts.items():
@@ -258,14 +343,22 @@ def _gate(result, registry: str) -> str:
     return f"Gate: {'blessed' if blessed else 'refused'}, {outcome} ({reason})."
 
 
+def _line_words(line: ModelLine) -> str:
+    """The model line a run registers in, and why that one, in one line."""
+    from training_core.serving.model_line import PARAM
+
+    return f"Model line: {line.name}, {line.why}; --param {PARAM}=NAME names another"
+
+
 def _registration(result, registry: str) -> str:
     """What came of the gate's decision in the registry, in words."""
     from pipelines.run_report import served_task
 
     task = served_task(result.artifacts, "register-model")
     registered = result.artifacts.get(task, {}).get("vertex_model")
-    if registered:
-        return f"registered as version {os.path.basename(registered)} in {registry}"
+    if registered:  # <registry>/<model line>/versions/<N>
+        line = os.path.basename(os.path.dirname(os.path.dirname(registered)))
+        return f"registered as version {os.path.basename(registered)} of {line} in {registry}"
     if result.decision.get("blessed"):
         return "not registered (--param register=false)"
     return "nothing registered, the champion stays"

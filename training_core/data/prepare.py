@@ -572,6 +572,21 @@ def prepare(config: PrepareConfig) -> PrepareResult:
         return _prepare(config)
 
 
+def item_vocabulary(config: PrepareConfig) -> np.ndarray:
+    """The item vocabulary ``prepare(config)`` would write (raw ids), nothing written.
+
+    The input read and indexed as ``prepare`` reads and indexes it: what ``run-local`` checks a
+    champion's catalogue against before any step runs (training_core/evaluation/gate.py).
+
+    Raises:
+        io.DataError: input that cannot be read as interactions (as ``prepare`` would).
+    """
+    data = rio.read_interactions(
+        config.input_path, config.format, config.columns, **read_options(config)
+    )
+    return index_interactions(data, config.min_ratings).item_vocab
+
+
 def _prepare(config: PrepareConfig) -> PrepareResult:
     t0 = time.perf_counter()
     timings: dict[str, float] = {}

@@ -52,7 +52,8 @@ MIN_KNOWN_USERS = 0.5
 # ids, but under half of ml-1m's items are ml-100k's.
 MIN_SHARED_ITEMS = 0.5
 SIGNATURE = "score"
-# The pipeline parameter that names the registry model, and so the champion: one per dataset.
+# The pipeline parameter that names the registry model (the model line, one per dataset:
+# training_core/serving/model_line.py), and so the champion.
 REGISTRY_MODEL_PARAM = "model_display_name"
 _USERS_PER_CALL = 256  # Eval users scored per signature call.
 
@@ -334,30 +335,59 @@ def score_baselines(data_dir: str, splits: tuple[str, ...]) -> tuple[BaselineSco
 
 
 def catalogue(champion: LoadedExport, data_dir: str) -> Catalogue:
-    """How the champion's items and ``data_dir``'s item vocabulary overlap, by raw id.
+    """How the champion's items and ``data_dir``'s item vocabulary overlap, by raw id."""
+    meta = read_metadata(data_dir)
+    data_items = read_vocab(os.path.join(data_dir, meta.item_vocab), meta.item_id_type)
+    return overlap(champion.item_ids, data_items)
+
+
+def overlap(champion_items: np.ndarray, data_items: np.ndarray) -> Catalogue:
+    """How two item vocabularies (raw ids: int64, or object arrays of ``str``) overlap.
 
     Ids of two kinds (an integer catalogue against string ids) share no item: the string "42"
     is not the integer 42 to serving, so such a champion is one of another catalogue.
     """
-    meta = read_metadata(data_dir)
-    data_items = read_vocab(os.path.join(data_dir, meta.item_vocab), meta.item_id_type)
-    same_kind = (champion.item_ids.dtype == object) == (data_items.dtype == object)
-    shared = np.intersect1d(champion.item_ids, data_items).size if same_kind else 0
-    return Catalogue(len(np.unique(data_items)), len(np.unique(champion.item_ids)), int(shared))
+    same_kind = (champion_items.dtype == object) == (data_items.dtype == object)
+    shared = np.intersect1d(champion_items, data_items).size if same_kind else 0
+    return Catalogue(len(np.unique(data_items)), len(np.unique(champion_items)), int(shared))
 
 
-def _other_catalogue(champion_dir: str, challenger_dir: str, data_dir: str, c: Catalogue) -> str:
+def other_catalogue(
+    champion_dir: str, data: str, c: Catalogue, challenger_dir: str | None = None
+) -> str:
+    """Why a champion of another catalogue is refused, and the way out (one message).
+
+    ``data``: where the data's items come from; ``challenger_dir``: the model trained on it,
+    ``None`` before training (``run-local``'s preflight).
+    """
+    trained = f" (the challenger {challenger_dir} was trained on it)" if challenger_dir else ""
     return (
         f"the champion {champion_dir} was trained on another catalogue: it knows "
-        f"{c.champion_knows:.0%} of the {c.data_items} items of {data_dir} (the challenger "
-        f"{challenger_dir} was trained on it), and {c.champion_in_data:.0%} of its own "
-        f"{c.champion_items} items are in that data (both must be at least "
-        f"{MIN_SHARED_ITEMS:.0%}). A model of one dataset is no champion of another: keep one "
-        f"registry model per dataset (the pipeline parameter {REGISTRY_MODEL_PARAM}, e.g. "
-        f"--param {REGISTRY_MODEL_PARAM}=ncf-neumf-<dataset>), give this dataset's champion "
-        "with champion_uri, or start without a champion (--param register=false compares with "
-        "none)"
+        f"{c.champion_knows:.0%} of the {c.data_items} items of {data}{trained}, and "
+        f"{c.champion_in_data:.0%} of its own {c.champion_items} items are in that data (both "
+        f"must be at least {MIN_SHARED_ITEMS:.0%}). A model of one dataset is no champion of "
+        f"another: keep one registry model per dataset (the pipeline parameter "
+        f"{REGISTRY_MODEL_PARAM}: unset, each data_uri has its own line; or name one, e.g. "
+        f"--param {REGISTRY_MODEL_PARAM}=ncf-<dataset>), give this dataset's champion with "
+        "champion_uri, or start without a champion (--param register=false compares with none)"
     )
+
+
+def check_catalogue(
+    champion_dir: str, champion_items: np.ndarray, data_items: np.ndarray, data: str
+) -> Catalogue:
+    """Refuses a champion whose items are another catalogue's than ``data_items``.
+
+    Before training (``run-local``'s preflight, which reads ``champion_items`` from the export
+    without TensorFlow): the rule and the message are ``compare``'s.
+
+    Raises:
+        ValueError: another catalogue (``other_catalogue``'s message).
+    """
+    c = overlap(champion_items, data_items)
+    if not c.same:
+        raise ValueError(other_catalogue(champion_dir, data, c))
+    return c
 
 
 def compare(
@@ -387,12 +417,12 @@ def compare(
     check_choice(metric, tolerance)
     split = read_metadata(data_dir).selection_split
     models = {"challenger": load_export(challenger_dir)}
-    overlap = None
+    items = None  # The catalogue overlap, with a champion.
     if champion_dir is not None:
         models["champion"] = load_export(champion_dir)
-        overlap = catalogue(models["champion"], data_dir)
-        if not overlap.same:
-            raise ValueError(_other_catalogue(champion_dir, challenger_dir, data_dir, overlap))
+        items = catalogue(models["champion"], data_dir)
+        if not items.same:
+            raise ValueError(other_catalogue(champion_dir, data_dir, items, challenger_dir))
     chosen = {who: score_export(model, data_dir, split) for who, model in models.items()}
     champion = chosen.get("champion")
     if champion is not None and champion.known_users < MIN_KNOWN_USERS:
@@ -423,7 +453,7 @@ def compare(
         f"on the {split} split, challenger {metric} {new:.4f} is {verdict} the champion's "
         f"{old:.4f} (difference {new - old:+.4f}, tolerance {tolerance:.4f}) on "
         f"{challenger.users} held-out users; the champion knows {champion.known_users:.1%} of "
-        f"them and {overlap.champion_knows:.1%} of the data's items"
+        f"them and {items.champion_knows:.1%} of the data's items"
     )
     if split != SPLIT_TEST:
         reason += (
@@ -433,7 +463,7 @@ def compare(
     log.info("%s: %s", "blessed" if blessed else "refused", reason)
     return Decision(
         blessed, reason, metric, tolerance, challenger, champion, split, test, champion_test,
-        overlap, scored,
+        items, scored,
     )  # fmt: skip
 
 

@@ -43,10 +43,6 @@ log = logging.getLogger(__name__)
 ENDPOINT_NAME = re.compile(r"projects/[^/]+/locations/[^/]+/endpoints/[^/]+")
 
 DEFAULT_ALIAS = "default"  # Vertex AI's alias for a model's default version.
-# The registry model's display name the pipeline registers under unless told otherwise (its
-# ``model_display_name`` parameter; ``ncf-pipelines rollout`` looks it up by default).
-MODEL_DISPLAY_NAME = "ncf-neumf"
-
 # How a deploying profile puts a new version on the endpoint (pipelines/profiles.py).
 ROLLOUT_REPLACE = "replace"  # All the traffic at once, the earlier version undeployed.
 ROLLOUT_CANARY = "canary"  # A share beside the serving version, until promote or rollback.
@@ -464,8 +460,9 @@ def open_rollout(
 ):
     """The endpoint (an ``aiplatform.Endpoint``) and the registry model a rollout is about.
 
-    ``model``: a resource name, else the model named ``model_display_name`` carrying this
-    pipeline's label (the most recently updated). ``endpoint``: a resource name, else a display
+    ``model``: a resource name, else the model named ``model_display_name`` (a run's model
+    line, training_core/serving/model_line.py) carrying this pipeline's label (the most
+    recently updated); one of the two is needed. ``endpoint``: a resource name, else a display
     name (empty: the model's) with the label, as :func:`deploy` finds it.
 
     Raises:
@@ -474,8 +471,13 @@ def open_rollout(
     """
     from google.cloud import aiplatform
 
+    if not (model or model_display_name):
+        raise ValueError(
+            "which model? give --model (a resource name), --model-display-name (the run's "
+            "model_display_name) or --data (the run's data_uri, whose model line it is)"
+        )
     aiplatform.init(project=project, location=location)
-    name = model_display_name or MODEL_DISPLAY_NAME
+    name = model_display_name
     if model:
         registered = aiplatform.Model(model_name=model.split("@")[0])
     else:

@@ -307,6 +307,31 @@ def saved_tensorflow_version(export_dir: str) -> str:
         return json.load(f)["tensorflow_version"]
 
 
+def export_items(export_dir: str):
+    """The raw item ids an export knows (a NumPy array), read without TensorFlow.
+
+    The same ids as the gate's ``load_export(...).item_ids``: the item vocabulary the export
+    carries as an asset (``assets/items.txt``), of the kind its ``serving_metadata.json``
+    records; what ``run-local`` checks a champion's catalogue with before any step runs.
+
+    Raises:
+        ValueError: the folder holds no export with them (naming the folder).
+    """
+    from training_core.data.metadata import ITEM_VOCAB, parse_vocab
+
+    vocab = os.path.join(export_dir, "assets", os.path.basename(ITEM_VOCAB))
+    try:
+        with open(os.path.join(export_dir, SERVING_METADATA_FILE)) as f:
+            kind = json.load(f)["item_id_type"]
+        with open(vocab, encoding="utf-8") as f:
+            return parse_vocab(f.read(), kind)
+    except (OSError, KeyError, ValueError) as e:
+        raise ValueError(
+            f"{export_dir} is no export of ncf-pipelines with its items ({vocab} and "
+            f"{SERVING_METADATA_FILE}'s item_id_type): {e}"
+        ) from None
+
+
 def register(
     export_dir: str,
     artifact_uri: str,

@@ -35,18 +35,23 @@ def refit_data(tmp_path_factory, tiny_csv):
     )
 
 
-@pytest.fixture(scope="module")
-def refit_run(refit_data, tiny_model, tmp_path_factory):
-    """``tiny_model``'s configuration refit on ``refit_data`` (``--refit-of``)."""
+def _refit(data: str, evaluated: str, folder) -> tuple:
+    """``evaluated``'s configuration trained again on ``data`` (``--refit-of``) in ``folder``:
+    its config and ``TrainResult``."""
     import tensorflow as tf
 
     from training_core.training import loop
 
-    model_dir = str(tmp_path_factory.mktemp("refit") / "model")
     config = train_config.config_for(
-        refit_data, model_dir, refit_of=tiny_model.model_dir, steps_per_loop=50
+        data, str(folder / "model"), refit_of=evaluated, steps_per_loop=50
     )
     return config, loop.train(config, tf.distribute.get_strategy())
+
+
+@pytest.fixture(scope="module")
+def refit_run(refit_data, tiny_model, tmp_path_factory):
+    """``tiny_model``'s configuration refit on ``refit_data`` (``--refit-of``)."""
+    return _refit(refit_data, tiny_model.model_dir, tmp_path_factory.mktemp("refit"))
 
 
 def test_refit_data_holds_every_held_out_item_as_a_training_positive(tiny_data, refit_data):
@@ -159,15 +164,8 @@ def test_refit_of_refuses_data_that_is_no_refit_of_the_same_users(
 @pytest.fixture(scope="module")
 def test_refit_run(tiny_data_without_validation, tiny_model, tmp_path_factory):
     """``tiny_model``'s configuration trained again on ``tiny_data`` without validation."""
-    import tensorflow as tf
-
-    from training_core.training import loop
-
-    model_dir = str(tmp_path_factory.mktemp("test-refit") / "model")
-    config = train_config.config_for(
-        tiny_data_without_validation, model_dir, refit_of=tiny_model.model_dir, steps_per_loop=50
-    )
-    return config, loop.train(config, tf.distribute.get_strategy())
+    folder = tmp_path_factory.mktemp("test-refit")
+    return _refit(tiny_data_without_validation, tiny_model.model_dir, folder)
 
 
 def _positives(root, meta):

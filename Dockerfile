@@ -19,6 +19,8 @@
 #
 #   dataflow     the cpu set + Beam's worker boot entrypoint (/opt/apache/beam/boot, copied from
 #                the Beam SDK image of the locked apache-beam): Dataflow's worker image
+#   serve        the cpu set + the serve extra (fastapi, uvicorn): a registered model's server on
+#                Vertex AI endpoints (Custom Prediction Routines' server with our predictor)
 #
 # Every step is tools/install_locked.sh, which `make image-check` also runs (without Docker).
 # Every download is checked: the base images by digest once pinned (below), uv by its PyPI
@@ -60,6 +62,7 @@ RUN python3 -m venv /opt/build \
 ENV PATH=/opt/build/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml uv.lock README.md ./
+COPY images/tpu/pyproject.toml images/tpu/uv.lock images/tpu/
 COPY tools/install_locked.sh tools/wheelhouse.py tools/verify_image.py tools/
 RUN mkdir -p /stage/bin && cp /opt/build/bin/uv /stage/bin/uv && cp -r tools /stage/tools
 
@@ -72,6 +75,11 @@ FROM builder AS wheels-gpu
 RUN --mount=type=cache,target=/root/.cache/pip \
     tools/install_locked.sh requirements gpu /stage/req \
     && tools/install_locked.sh wheels gpu /stage/req /stage/wheels
+
+FROM builder AS wheels-serve
+RUN --mount=type=cache,target=/root/.cache/pip \
+    tools/install_locked.sh requirements serve /stage/req \
+    && tools/install_locked.sh wheels serve /stage/req /stage/wheels
 
 FROM builder AS wheels-tpu
 RUN --mount=type=cache,target=/root/.cache/pip \
@@ -90,7 +98,9 @@ RUN tools/install_locked.sh project /dist
 # The unprivileged account the images run as: each final stage installs as root, then ends with
 # `USER 1000:1000` (numeric, so a runtime that requires a non-root user can tell). Its home is
 # its only folder of its own; /tmp and the mounts Vertex AI gives (/gcs, /usr/local/nvidia) are
-# the rest of what it writes or reads.
+# the rest of what it writes or reads. `--build-arg IMAGE_USER=root` builds the root variant
+# (each final stage's `ARG IMAGE_USER=1000:1000`, used by its USER), for a Vertex AI whose /gcs
+# or tuning metric folder refuses uid 1000 (docs/images.md, "The root variant").
 FROM ${PYTHON_IMAGE} AS runtime
 # /var/hypertune: where Vertex AI's tuning service has a trial write its metric
 # (CLOUD_ML_HP_METRIC_FILE, cloudml-hypertune); made here, owned by ncf, because a user who is not
@@ -115,21 +125,53 @@ RUN printf '%s\n' /usr/local/nvidia/lib64 /usr/local/nvidia/lib > /etc/ld.so.con
 RUN --mount=type=bind,from=wheels-gpu,source=/stage,target=/stage \
     --mount=type=bind,from=project,source=/dist,target=/dist \
     UV=/stage/bin/uv /stage/tools/install_locked.sh install gpu /stage/req /stage/wheels /dist /opt/venv
-USER 1000:1000
+ARG IMAGE_USER=1000:1000
+USER ${IMAGE_USER}
 
-# TensorFlow's TPU build (tensorflow-tpu) instead of tensorflow. Its libtpu (2.16.0rc0, which
-# also provides the PJRT C API TensorFlow uses on TPU VMs such as v5e) is not on PyPI and so not in
-# uv.lock: until it is, this stage stops with that reason instead of shipping an image that
-# cannot reach a TPU (docs/images.md, "TPU"). Vertex AI's TPU VM jobs expect libtpu.so in /lib
-# of a custom container: the wheel's copy is linked there once the install has it.
+# TensorFlow's TPU build with its libtpu, from a set and lock of their own (images/tpu: the
+# training step's needs, TensorFlow 2.19; no data validation). Vertex AI's TPU VM jobs expect
+# libtpu.so in /lib of a custom container: the wheel's copy is linked there. TensorFlow on v5e
+# runs on the PJRT runtime, which Vertex AI's "Training with TPU accelerators" page has a
+# Dockerfile turn on with these two variables (TensorFlow then loads /lib/libtpu.so as its
+# pluggable TPU device). On a host without a TPU, training_core turns libtpu's loading off before
+# TensorFlow is imported (training_core/common/tpu_runtime.py), so the step fails in one line
+# instead of waiting minutes on the metadata server (docs/images.md, "TPU").
 FROM runtime AS tpu
-ENV NCF_PIPELINES_IMAGE_VARIANT=tpu
+ENV NCF_PIPELINES_IMAGE_VARIANT=tpu \
+    NEXT_PLUGGABLE_DEVICE_USE_C_API=true \
+    TF_PLUGGABLE_DEVICE_LIBRARY_PATH=/lib/libtpu.so
+# The link first (it dangles until the install), so that the install's verify sees /lib/libtpu.so.
 RUN --mount=type=bind,from=wheels-tpu,source=/stage,target=/stage \
     --mount=type=bind,from=project,source=/dist,target=/dist \
-    UV=/stage/bin/uv /stage/tools/install_locked.sh install tpu /stage/req /stage/wheels /dist /opt/venv \
-    && ln -s "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/libtpu/libtpu.so" \
-        /lib/libtpu.so
-USER 1000:1000
+    ln -s "/opt/venv/lib/$(python3 -c 'import sys; print("python%d.%d" % sys.version_info[:2])')/site-packages/libtpu/libtpu.so" \
+        /lib/libtpu.so \
+    && UV=/stage/bin/uv /stage/tools/install_locked.sh install tpu /stage/req /stage/wheels /dist /opt/venv
+ARG IMAGE_USER=1000:1000
+USER ${IMAGE_USER}
+
+# Our own serving image (a registered model's server on Vertex AI endpoints when the profile's
+# serving_image is `own`: docs/serving.md): the cpu set and the serve extra, started as Vertex AI's
+# Custom Prediction Routines server (FastAPI on uvicorn) with our predictor, which loads the
+# SavedModel at AIP_STORAGE_URI (training_core/serving/prediction_server.py). Vertex AI sets
+# AIP_HTTP_PORT, AIP_PREDICT_ROUTE and AIP_HEALTH_ROUTE from the upload's container spec
+# (vertex_registry.py's OWN_*); the same values are the defaults here, so the image runs alone
+# too (make image-check starts it). CPU only; one server process per core
+# (VERTEX_CPR_WEB_CONCURRENCY sets another count), each holding the model.
+FROM runtime AS serve
+ENV NCF_PIPELINES_IMAGE_VARIANT=serve \
+    HANDLER_MODULE=google.cloud.aiplatform.prediction.handler \
+    HANDLER_CLASS=PredictionHandler \
+    PREDICTOR_MODULE=training_core.serving.prediction_server \
+    PREDICTOR_CLASS=NcfPredictor \
+    AIP_HTTP_PORT=8080 \
+    AIP_PREDICT_ROUTE=/predict \
+    AIP_HEALTH_ROUTE=/health
+RUN --mount=type=bind,from=wheels-serve,source=/stage,target=/stage \
+    --mount=type=bind,from=project,source=/dist,target=/dist \
+    UV=/stage/bin/uv /stage/tools/install_locked.sh install serve /stage/req /stage/wheels /dist /opt/venv
+ARG IMAGE_USER=1000:1000
+USER ${IMAGE_USER}
+ENTRYPOINT ["python3", "-m", "google.cloud.aiplatform.prediction.model_server"]
 
 # Dataflow's worker image (--sdk_container_image): the cpu set, with Beam's boot binary as the
 # entrypoint, which Dataflow runs to start the SDK worker (`python -m
@@ -145,7 +187,8 @@ RUN --mount=type=bind,from=wheels-cpu,source=/stage,target=/stage \
 # boot runs as ncf too: it writes only under its --semi_persist_dir (/tmp) and, with
 # RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT, installs nothing unless the job stages packages, which
 # ours do not (a job that did would need them in the image instead).
-USER 1000:1000
+ARG IMAGE_USER=1000:1000
+USER ${IMAGE_USER}
 ENTRYPOINT ["/opt/apache/beam/boot"]
 
 # Last, so that a plain `docker build .` builds the CPU image.
@@ -154,4 +197,5 @@ ENV NCF_PIPELINES_IMAGE_VARIANT=cpu
 RUN --mount=type=bind,from=wheels-cpu,source=/stage,target=/stage \
     --mount=type=bind,from=project,source=/dist,target=/dist \
     UV=/stage/bin/uv /stage/tools/install_locked.sh install cpu /stage/req /stage/wheels /dist /opt/venv
-USER 1000:1000
+ARG IMAGE_USER=1000:1000
+USER ${IMAGE_USER}

@@ -13,6 +13,9 @@ XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --n
 IMAGE_VARIANTS ?=
 IMAGE_REPOSITORY ?=
 IMAGE_CHECK_ENGINES ?= chroot buildah
+# make image / make push: IMAGE_USER=root builds the root variant, tagged ...-VARIANT-root (compile
+# --image-user root names those): for a Vertex AI whose /gcs refuses uid 1000 (docs/images.md).
+IMAGE_USER ?=
 # make push: the profile whose images are built and pushed to IMAGE_REPOSITORY; DRY_RUN=1 prints.
 PROFILE ?= cpu
 DRY_RUN ?=
@@ -29,7 +32,7 @@ SETUP_LOG ?= out/setup.log
 V ?=
 logged = $(if $(V),$(1),$(1) >>$(SETUP_LOG) 2>&1 || { cat $(SETUP_LOG); echo "setup failed: the output above is also in $(SETUP_LOG)"; exit 1; })
 
-.PHONY: help setup run test test-fast report-check mutants lint format bench-prepare \
+.PHONY: help setup run test test-fast test-tpu-env report-check mutants lint format bench-prepare \
 	bench-reference bench-quality image image-check pin-base push audit clean
 
 help: ## Show this help.
@@ -38,6 +41,8 @@ help: ## Show this help.
 # --compile-bytecode: the .pyc files are written once here (about 35 s on 2 cores, then about
 # 1.5 s per sync). Where PYTHONDONTWRITEBYTECODE=1 (set on some CI hosts) Python would otherwise
 # compile TensorFlow from source in every process: 19 s per `import tensorflow` instead of 6.
+# --extra serve: the serving image's web server (fastapi, starlette, uvicorn; pure Python), so the
+# tests run the model server (tests/test_prediction_server.py).
 # One line per phase; each phase's own output goes to $(SETUP_LOG), and is printed in full when the
 # phase fails. V=1 prints it as it comes instead.
 setup: ## Install uv and the locked environment into .venv (idempotent).
@@ -46,7 +51,7 @@ setup: ## Install uv and the locked environment into .venv (idempotent).
 	  echo "setup: installing uv $(UV_VERSION) with pip"; \
 	  $(call logged,python3 -m pip install --quiet "uv==$(UV_VERSION)"); }
 	@echo "setup: the locked environment in .venv (uv sync; details in $(SETUP_LOG))"
-	@$(call logged,$(UV) sync --frozen --compile-bytecode)
+	@$(call logged,$(UV) sync --frozen --compile-bytecode --extra serve)
 
 run: setup ## Main job: the whole pipeline locally (kfp.local) on the embedded sample data.
 	$(UV) run ncf-pipelines run-local --pipeline-root out/local-runs
@@ -55,12 +60,31 @@ run: setup ## Main job: the whole pipeline locally (kfp.local) on the embedded s
 # by report-check, which installs Chromium first (docs/run-report.md). A -k in PYTEST_ARGS
 # replaces this one.
 NOT_BROWSER = -k "not chromium"
+# The tests that train in the tpu image's TensorFlow need its environments: test-tpu-env runs them.
+NOT_TPU_ENV = -m "not tpu_env"
 
 test: setup ## Run the whole test suite, slow tests included (what CI runs; the browser's: report-check).
-	$(UV) run pytest -q --durations=15 $(XDIST) $(NOT_BROWSER) $(PYTEST_ARGS)
+	$(UV) run pytest -q --durations=15 $(XDIST) $(NOT_BROWSER) $(NOT_TPU_ENV) $(PYTEST_ARGS)
 
 test-fast: setup ## Run the tests without the ones marked slow.
-	$(UV) run pytest -q -m "not slow" $(XDIST) $(NOT_BROWSER) $(PYTEST_ARGS)
+	$(UV) run pytest -q -m "not slow and not tpu_env" $(XDIST) $(NOT_BROWSER) $(PYTEST_ARGS)
+
+# make test-tpu-env: the tpu image's set (images/tpu/uv.lock: TensorFlow's TPU build) and the same
+# TensorFlow release's CPU build (XLA on the CPU, which the TPU build lacks), each with the
+# project installed without its dependencies, as the image installs it.
+TPU_ENV ?= $(CURDIR)/.venv-tpu
+XLA_ENV ?= $(CURDIR)/.venv-tpu-xla
+
+test-tpu-env: setup ## Train, resume, evaluate across, XLA: the training path in the tpu image's TensorFlow (CI).
+	@echo "test-tpu-env: $(TPU_ENV) and $(XLA_ENV) from images/tpu/uv.lock (details in $(SETUP_LOG))"
+	@$(call logged,UV_PROJECT_ENVIRONMENT=$(TPU_ENV) $(UV) sync --project images/tpu --frozen \
+		--group test --compile-bytecode)
+	@$(call logged,UV_PROJECT_ENVIRONMENT=$(XLA_ENV) $(UV) sync --project images/tpu --frozen \
+		--no-default-groups --group xla --group test --compile-bytecode)
+	@$(call logged,$(UV) pip install --python $(TPU_ENV)/bin/python --no-deps --quiet -e .)
+	@$(call logged,$(UV) pip install --python $(XLA_ENV)/bin/python --no-deps --quiet -e .)
+	NCF_TPU_PYTHON=$(TPU_ENV)/bin/python NCF_XLA_PYTHON=$(XLA_ENV)/bin/python \
+		$(UV) run pytest -q -m tpu_env $(PYTEST_ARGS) tests/test_tpu_env.py
 
 # make report-check: where its run-local run goes, and Debian's Chromium package.
 REPORT_CHECK_WORK ?= out/report-check
@@ -110,9 +134,11 @@ image: setup ## Build every image variant (cpu, gpu, dataflow, tpu) with Docker;
 	@set -e; for variant in $(or $(IMAGE_VARIANTS),$$($(UV) run --frozen python -c \
 			'from components._image import VARIANTS; print(*VARIANTS)')); do \
 		tag=$$($(UV) run --frozen python -m components._image --variant $$variant \
-			$(if $(IMAGE_REPOSITORY),--repository $(IMAGE_REPOSITORY))); \
+			$(if $(IMAGE_REPOSITORY),--repository $(IMAGE_REPOSITORY)) \
+			$(if $(IMAGE_USER),--user $(IMAGE_USER))); \
 		echo "== $$variant -> $$tag"; \
 		DOCKER_BUILDKIT=1 docker build --build-arg UV_VERSION=$(UV_VERSION) \
+			$(if $(IMAGE_USER),--build-arg IMAGE_USER=$(IMAGE_USER)) \
 			--target $$variant --tag $$tag .; \
 	done
 
@@ -122,7 +148,7 @@ pin-base: ## Pin the Dockerfile's base images to the digests their tags name now
 push: setup ## Build and push the images PROFILE's template runs to IMAGE_REPOSITORY (docs/submit.md).
 	$(UV) run --frozen python -m pipelines.push_images --profile $(PROFILE) \
 		$(if $(IMAGE_REPOSITORY),--repository $(IMAGE_REPOSITORY)) --uv-version $(UV_VERSION) \
-		$(if $(DRY_RUN),--dry-run)
+		$(if $(IMAGE_USER),--user $(IMAGE_USER)) $(if $(DRY_RUN),--dry-run)
 
 image-check: setup ## Without Docker: each stage's install (--no-build) in a clean root; buildah build (CI).
 	python3 tools/image_check.py --uv-version $(UV_VERSION) --engines $(IMAGE_CHECK_ENGINES) \

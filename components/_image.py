@@ -6,10 +6,12 @@ Dockerfile's stages are named after ``VARIANTS``, ``make image`` asks this modul
 
 - ``cpu``: every step that runs on CPU machines (validate, prepare, evaluate, export; CPU training).
 - ``gpu``: training on NVIDIA GPUs (TensorFlow with its CUDA libraries).
-- ``tpu``: training on Cloud TPU VMs (TensorFlow with ``libtpu``). Cannot be built yet
-  (``UNBUILDABLE``): compile and submit say so (``unbuildable_images``).
+- ``tpu``: training on Cloud TPU VMs (TensorFlow's TPU build with ``libtpu``, from a dependency
+  set and lock of its own: ``images/tpu``).
 - ``dataflow``: Dataflow's workers for the Beam steps (the cpu set with Beam's boot entrypoint,
   ``BEAM_BOOT``); ``with_worker_image`` adds it to a Dataflow job's options.
+- ``serve``: a registered model's server on Vertex AI endpoints when the profile's
+  ``serving_image`` is ``own`` (the cpu set, fastapi and uvicorn; ``SERVE_ENTRYPOINT``).
 
 Pipelines compile with these tags unless ``--image-repository`` (or
 ``NCF_PIPELINES_IMAGE_REPOSITORY``, read by the CLI) names another repository, or ``--image``
@@ -29,22 +31,21 @@ import re
 from collections.abc import Sequence
 
 IMAGE_REPOSITORY = "us-docker.pkg.dev/ncf-pipelines/images/ncf-pipelines"
-VARIANTS = ("cpu", "gpu", "dataflow", "tpu")  # tpu last: its stage stops (UNBUILDABLE)
+VARIANTS = ("cpu", "gpu", "dataflow", "serve", "tpu")
 # Set by each Dockerfile stage, so a running step can say which image it is in.
 VARIANT_ENV = "NCF_PIPELINES_IMAGE_VARIANT"
 # The Dataflow worker image's entrypoint: Beam's boot binary, which Dataflow runs to start the
 # SDK worker (its ENTRYPOINT in the Dockerfile's dataflow stage; make image-check compares).
 BEAM_BOOT = "/opt/apache/beam/boot"
-# Variants whose image cannot be built yet, and why (docs/images.md).
-UNBUILDABLE = {
-    "tpu": (
-        "the tpu image cannot be built yet: tensorflow-tpu 2.16 needs libtpu==2.16.0rc0, which "
-        "is not on PyPI (only on Google's libtpu-tf-releases index), so uv.lock cannot hold it "
-        "and the Dockerfile's tpu stage stops. A TPU run needs an image you built with libtpu "
-        "(--image); see docs/images.md, 'TPU'"
-    ),
-}
+# The serve image's entrypoint: Vertex AI's Custom Prediction Routines server (uvicorn), which
+# loads the predictor its environment names (training_core.serving.prediction_server).
+SERVE_ENTRYPOINT = ["python3", "-m", "google.cloud.aiplatform.prediction.model_server"]
 
+# Who the images run as (the Dockerfile's ARG IMAGE_USER): ``ncf``, uid 1000, unless a first run
+# on Vertex AI shows /gcs or the tuning metric folder refuses it; then the root variant, built
+# with IMAGE_USER=root and tagged ``...-VARIANT-root`` (docs/images.md, "The root variant").
+DEFAULT_USER = "1000:1000"
+IMAGE_USERS = (DEFAULT_USER, "root")
 
 # A content digest as registries give it (docker push, docker inspect's RepoDigests).
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -91,15 +92,38 @@ def package_version() -> str:
     return importlib.metadata.version("ncf-pipelines")
 
 
-def image_for(variant: str = "cpu", repository: str = IMAGE_REPOSITORY) -> str:
+def image_for(
+    variant: str = "cpu", repository: str = IMAGE_REPOSITORY, user: str = DEFAULT_USER
+) -> str:
     """The image tag for one accelerator family, e.g. ``REPO:0.1.0-gpu``.
 
+    ``user`` ``root``: the root variant (``--build-arg IMAGE_USER=root``), ``REPO:0.1.0-gpu-root``.
+
     Raises:
-        ValueError: an unknown variant.
+        ValueError: an unknown variant or user.
     """
     if variant not in VARIANTS:
         raise ValueError(f"unknown image variant {variant!r}; choose one of {', '.join(VARIANTS)}")
-    return f"{repository}:{package_version()}-{variant}"
+    if user not in IMAGE_USERS:
+        raise ValueError(f"unknown image user {user!r}; choose one of {', '.join(IMAGE_USERS)}")
+    suffix = "" if user == DEFAULT_USER else f"-{user}"
+    return f"{repository}:{package_version()}-{variant}{suffix}"
+
+
+def variant_of(image: str) -> str | None:
+    """The variant of one of our image tags, ``REPO:VERSION-VARIANT`` or its ``-root`` form.
+
+    ``None`` for any other image (and for a digest reference, which names no variant).
+    """
+    tag = image.rpartition("@")[0] if "@" in image else image
+    name = tag.rsplit("/", 1)[-1]
+    if ":" not in name:
+        return None
+    suffix = name.rsplit(":", 1)[1]
+    for variant in VARIANTS:
+        if suffix.endswith((f"-{variant}", f"-{variant}-root")):
+            return variant
+    return None
 
 
 def variant_for_accelerator(accelerator_type: str) -> str:
@@ -145,27 +169,15 @@ def names_option(beam_args: Sequence[str], *names: str) -> bool:
     return any(a.split("=", 1)[0] in names for a in beam_args)
 
 
-def unbuildable_images(text: str) -> list[str]:
-    """Warnings for the images of ``UNBUILDABLE`` variants that ``text`` (a template) names.
-
-    An image is one of ours by its tag, ``VERSION-VARIANT``, in whatever repository.
-    """
-    warnings = []
-    for variant, reason in UNBUILDABLE.items():
-        found = sorted(set(re.findall(rf"[\w.-]+(?:/[\w.-]+)*:[\w.]+-{variant}\b", text)))
-        if found:
-            warnings.append(f"{', '.join(found)}: {reason}")
-    return warnings
-
-
 def main(argv: list[str] | None = None) -> None:
     """Prints the tag of one variant (or of all), for ``make image``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", choices=VARIANTS, help="one variant (default: all)")
     parser.add_argument("--repository", default=IMAGE_REPOSITORY)
+    parser.add_argument("--user", default=DEFAULT_USER, choices=IMAGE_USERS, help="IMAGE_USER")
     args = parser.parse_args(argv)
     for variant in [args.variant] if args.variant else VARIANTS:
-        print(image_for(variant, args.repository))
+        print(image_for(variant, args.repository, args.user))
 
 
 if __name__ == "__main__":

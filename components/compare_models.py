@@ -50,9 +50,10 @@ def compare_models(
     """
     import logging
 
-    from training_core.common import console
+    from training_core.common import console, first_run
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
+    first_run.at_step_start(decision.path, report.path)  # /gcs writable? docs/submit.md
     from training_core.evaluation import gate
     from training_core.serving import model_line, vertex_registry
 

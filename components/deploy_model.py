@@ -39,9 +39,10 @@ def deploy_model(
     version serves ``canary_percent`` of that traffic beside the previous one, which stays the
     default until a promote.
     """
-    from training_core.common import console
+    from training_core.common import console, first_run
 
     console.setup()  # First: the cloud libraries' import warnings stay quiet.
+    first_run.at_step_start(endpoint.path)  # /gcs writable? docs/submit.md
     from training_core.serving import deploy
 
     done = deploy.deploy(

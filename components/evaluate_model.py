@@ -26,9 +26,10 @@ def evaluate_model(
     holds them equal).
     """
     parameters = dict(locals())
-    from training_core.common import console
+    from training_core.common import console, first_run
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
+    first_run.at_step_start(metrics.path)  # /gcs writable? docs/submit.md
     from training_core.common import faults
     from training_core.evaluation import eval_config, evaluate
     from training_core.training import strategy as st

@@ -20,9 +20,10 @@ def export_model(
     default_signature: str = "score",
 ):
     """Writes a SavedModel that scores and recommends by raw ids (see docs/serving.md)."""
-    from training_core.common import console
+    from training_core.common import console, first_run
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
+    first_run.at_step_start(exported_model.path)  # /gcs writable? docs/submit.md
     from training_core.common import faults
     from training_core.serving import export
 
@@ -71,8 +72,14 @@ def register_model(
     architecture: str = "",
     epochs: int = 0,
     seed: int = 0,
+    own_serving_image: bool = False,
 ):
-    """Uploads the SavedModel to the Vertex AI Model Registry with a TF Serving image.
+    """Uploads the SavedModel to the Vertex AI Model Registry with its serving image.
+
+    The image is Vertex AI's prebuilt TF Serving one for the export's TensorFlow, or
+    ``serving_image``; with ``own_serving_image`` that is this project's serve image, and the
+    upload names its predict and health routes and its port (docs/serving.md, "Our own
+    serving image").
 
     With ``parent_model`` (``compare_models``' ``champion_model``) the upload is a new version
     of that model, else a new model; it becomes the default version unless ``make_default`` is
@@ -84,9 +91,10 @@ def register_model(
     preset's", are left out). ``local_registry`` (run-local):
     the registry is that folder (training_core/serving/local_registry.py), not Vertex AI's.
     """
-    from training_core.common import console
+    from training_core.common import console, first_run
 
     console.setup()  # First: the cloud libraries' import warnings stay quiet.
+    first_run.at_step_start(vertex_model.path)  # /gcs writable? docs/submit.md
     from training_core.serving import vertex_registry
 
     measured = {}
@@ -124,6 +132,7 @@ def register_model(
         parent_model=parent_model,
         labels=labels,
         is_default_version=make_default,
+        own_serving_image=own_serving_image,
     )
     vertex_model.uri = registered.uri
     vertex_model.metadata.update(

@@ -61,9 +61,10 @@ def prepare_data(
     ``examples`` gets the dataset folder and its counts as artifact metadata.
     """
     parameters = dict(locals())
-    from training_core.common import console
+    from training_core.common import console, first_run
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
+    first_run.at_step_start(examples.path)  # /gcs writable? docs/submit.md
     from components._image import with_worker_image
     from training_core.common import faults, hints
     from training_core.data import config, prep_result, prepare

@@ -31,9 +31,10 @@ def recommend(
     Dataflow worker image) becomes the job's ``--sdk_container_image`` on Dataflow unless the
     options name one.
     """
-    from training_core.common import console
+    from training_core.common import console, first_run
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
+    first_run.at_step_start(recommendations.path)  # /gcs writable? docs/submit.md
     from components._image import with_worker_image
     from training_core.common import faults
     from training_core.serving import batch_recommend

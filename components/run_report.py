@@ -31,9 +31,10 @@ def report_run(
     how many users' histories and recommendations to show (0: none). ``run_name``: the page's
     heading (the pipeline job's name). Docs: docs/run-report.md.
     """
-    from training_core.common import console
+    from training_core.common import console, first_run
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
+    first_run.at_step_start(report.path)  # /gcs writable? docs/submit.md
     from pipelines import run_report
 
     given = {

@@ -57,9 +57,10 @@ def train_model(
     the CLI's ``--warm-start-from``, docs/weekly-runs.md); "" trains cold.
     """
     parameters = dict(locals())
-    from training_core.common import console
+    from training_core.common import console, first_run
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
+    first_run.at_step_start(model.path, metrics.path, plots.path)  # /gcs writable? docs/submit.md
     from training_core.training import loop
 
     config, result = loop.train_step(examples.path, model.path, parameters)
@@ -99,9 +100,10 @@ def refit_model(
     """
     parameters = dict(locals())
     parameters["refit_of"] = evaluated_model.path
-    from training_core.common import console
+    from training_core.common import console, first_run
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
+    first_run.at_step_start(model.path, metrics.path, plots.path)  # /gcs writable? docs/submit.md
     from training_core.training import loop
 
     config, result = loop.train_step(examples.path, model.path, parameters)

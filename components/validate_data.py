@@ -45,9 +45,11 @@ def validate_data(
     set) and ``positive_events`` ("": every event).
     See training_core.data.validate and docs/validation.md.
     """
-    from training_core.common import console
+    from training_core.common import console, first_run
 
     console.setup()  # First: TensorFlow's start-up stays quiet only if set before its import.
+    # Before any work: /gcs takes this user's writes (docs/submit.md, first-run checklist).
+    first_run.at_step_start(statistics.path, schema.path, anomalies.path, report.path)
     from components._image import with_worker_image
     from training_core.common import faults, hints
     from training_core.data import io as rio

@@ -92,19 +92,22 @@ def images_from(spec: Mapping[str, Any], repository: str) -> list[str]:
 
 
 # Where a compiled spec names an image besides executors and worker pools: the Beam steps'
-# Dataflow worker image (their component parameter), and a Beam job's own option.
+# Dataflow worker image (their component parameter), a Beam job's own option, and the image
+# register_model names for serving (its parameter, set when a profile serves with its own image).
 WORKER_IMAGE = "worker_image"
+SERVING_IMAGE = "serving_image"
 _WORKER_IMAGE_OPTION = re.compile(r"--(?:sdk_container_image|worker_harness_container_image)=(\S+)")
 
 
 def _worker_images(node: Any) -> set[str]:
-    """The constant values of every ``worker_image`` task parameter below ``node``."""
+    """The constant values of every ``worker_image`` and ``serving_image`` task parameter."""
     found: set[str] = set()
     if isinstance(node, Mapping):
-        constant = node.get(WORKER_IMAGE, {})
-        constant = constant.get("runtimeValue", {}) if isinstance(constant, Mapping) else {}
-        if isinstance(constant, Mapping) and constant.get("constant"):
-            found.add(constant["constant"])
+        for name in (WORKER_IMAGE, SERVING_IMAGE):
+            constant = node.get(name, {})
+            constant = constant.get("runtimeValue", {}) if isinstance(constant, Mapping) else {}
+            if isinstance(constant, Mapping) and constant.get("constant"):
+                found.add(constant["constant"])
         for value in node.values():
             found |= _worker_images(value)
     elif isinstance(node, list):
@@ -116,8 +119,9 @@ def _worker_images(node: Any) -> set[str]:
 def images_named(spec: Mapping[str, Any]) -> list[str]:
     """Every container image the compiled spec runs, sorted.
 
-    The executors' containers, the custom job's worker pools and the Dataflow workers' image
-    (the Beam steps' ``worker_image``, or a ``--sdk_container_image`` option).
+    The executors' containers, the custom job's worker pools, the Dataflow workers' image
+    (the Beam steps' ``worker_image``, or a ``--sdk_container_image`` option) and our own
+    serving image (register_model's ``serving_image``).
     """
     executors = spec.get("deploymentSpec", {}).get("executors", {}).values()
     images = {e["container"]["image"] for e in executors if "container" in e}

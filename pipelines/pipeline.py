@@ -20,7 +20,13 @@ from kfp import dsl
 from kfp.dsl import Dataset, Metrics, Model
 
 from components import custom_job_launcher
-from components._image import DEFAULT_IMAGE, IMAGE_REPOSITORY, image_for, variant_for_accelerator
+from components._image import (
+    DEFAULT_IMAGE,
+    DEFAULT_USER,
+    IMAGE_REPOSITORY,
+    image_for,
+    variant_for_accelerator,
+)
 from components.compare_models import compare_models
 from components.deploy_model import deploy_model, promote_canary
 from components.evaluate_model import evaluate_model
@@ -44,6 +50,7 @@ from training_core.data import config as prepare_options
 from training_core.evaluation import gate
 from training_core.serving import batch_recommend as batch_options
 from training_core.serving.deploy import ROLLOUT_CANARY
+from training_core.serving.vertex_registry import SERVING_OWN
 from training_core.training import train_config as train_options
 
 if TYPE_CHECKING:  # The search space is read inside the tuning builder, off the import path.
@@ -77,27 +84,41 @@ class Images:
     """The images a compiled pipeline runs: ``cpu`` for every plain step, ``train`` for training.
 
     ``dataflow``: the Dataflow workers' image of a profile that prepares data with Beam ("":
-    none, the job's own ``--sdk_container_image`` or Beam's default).
+    none, the job's own ``--sdk_container_image`` or Beam's default). ``serve``: the image a
+    registered model is served by when the profile's ``serving_image`` is ``own`` ("": Vertex
+    AI's prebuilt TF Serving image).
     """
 
     cpu: str
     train: str
     dataflow: str = ""
+    serve: str = ""
 
     @classmethod
     def for_profile(
-        cls, profile: Profile, repository: str | None = None, image: str | None = None
+        cls,
+        profile: Profile,
+        repository: str | None = None,
+        image: str | None = None,
+        user: str = DEFAULT_USER,
     ) -> "Images":
-        """``image`` for everything, or the repository's tags that match the profile."""
+        """``image`` for everything, or the repository's tags that match the profile.
+
+        ``image`` serves the model too when the profile serves with its own image. ``user``
+        ``root``: the root variant's tags for the steps (``components._image.image_for``); the
+        serving image writes nothing to /gcs and keeps its own.
+        """
+        own = profile.serving_image == SERVING_OWN
         if image:
-            return cls(image, image)
+            return cls(image, image, serve=image if own else "")
         repo = repository or IMAGE_REPOSITORY
         variant = variant_for_accelerator(profile.train.accelerator_type)
         beam = profile.data_runner == prepare_options.RUNNER_BEAM
         return cls(
-            image_for("cpu", repo),
-            image_for(variant, repo),
-            image_for("dataflow", repo) if beam else "",
+            image_for("cpu", repo, user),
+            image_for(variant, repo, user),
+            image_for("dataflow", repo, user) if beam else "",
+            image_for("serve", repo) if own else "",
         )
 
 
@@ -657,6 +678,10 @@ def _register_and_deploy(
     """
     from google_cloud_pipeline_components import _placeholders
 
+    # Our own serve image, when the profile asks for it (else the prebuilt one, chosen when the
+    # step runs from the export's TensorFlow version); local runs register in a folder.
+    serving_image = "" if b.local else (b.images or Images.for_profile(b.profile)).serve
+    own = {"serving_image": serving_image, "own_serving_image": True} if serving_image else {}
     reg = register_model(
         exported_model=exported_model,
         project="" if b.local else _placeholders.PROJECT_ID_PLACEHOLDER,
@@ -673,6 +698,7 @@ def _register_and_deploy(
         architecture=serving.architecture,
         epochs=serving.epochs,
         seed=serving.seed,
+        **own,
     )
     reg.set_display_name(f"Register in the {'local' if b.local else 'Vertex AI'} Model Registry")
     # Outside effects (an upload; the default version moves): never from the cache, or
@@ -962,6 +988,7 @@ def compile_pipeline(
     image: str | None = None,
     image_repository: str | None = None,
     defaults: Mapping[str, Any] | None = None,
+    image_user: str = DEFAULT_USER,
 ) -> str:
     """Preflights the profile and compiles the pipeline to ``output_path`` (IR YAML).
 
@@ -975,7 +1002,7 @@ def compile_pipeline(
         ProfileError: the profile, or the defaults on its machines, cannot run.
     """
     preflight(profile)
-    images = Images.for_profile(profile, image_repository, image)
+    images = Images.for_profile(profile, image_repository, image, image_user)
     directory = os.path.dirname(os.path.abspath(output_path))
     os.makedirs(directory, exist_ok=True)
     spec, *rest = compiled_documents(build_pipeline(profile, images=images))

@@ -164,20 +164,15 @@ def movable_tags_warning(spec: Mapping[str, Any], path: str) -> str | None:
 def warn_about_images(path: str) -> None:
     """Logs what is wrong with the images the template at ``path`` names (compile, submit).
 
-    The placeholder repository (``placeholder_repository_warning``), images named by movable
-    tag (``movable_tags_warning``) and images that cannot be built yet
-    (``components._image.unbuildable_images``: the tpu one), from one read of it.
+    The placeholder repository (``placeholder_repository_warning``) and images named by movable
+    tag (``movable_tags_warning``), from one read of it.
     """
-    import json
-
-    from components._image import unbuildable_images
     from pipelines import compiled
 
     spec = compiled.load_template(path).spec
     warnings = [
         placeholder_repository_warning(spec, path),
         movable_tags_warning(spec, path),
-        *unbuildable_images(json.dumps(spec)),
     ]
     for warning in filter(None, warnings):
         logging.getLogger("ncf-pipelines").warning("%s", warning)

@@ -26,6 +26,7 @@ from typing import Any
 from training_core.data.config import RUNNER_BEAM, RUNNER_LOCAL
 from training_core.data.config import RUNNERS as DATA_RUNNERS
 from training_core.serving.deploy import Rollout
+from training_core.serving.vertex_registry import SERVING_IMAGES, SERVING_OWN, SERVING_PREBUILT
 from training_core.training.strategy import STRATEGIES
 
 
@@ -84,6 +85,9 @@ class Profile:
     serve: Machine = SERVE_MACHINE  # The endpoint's machines (replica_count: how many serve).
     # How a new version takes the endpoint's traffic: at once, or as a canary (docs/rollouts.md).
     rollout: Rollout = Rollout()
+    # Which image serves a registered model: Vertex AI's prebuilt TF Serving image (prebuilt, while
+    # Google offers 2.15: until 2027-01-14) or our own CPU serve image (own); docs/serving.md.
+    serving_image: str = SERVING_PREBUILT
     # Tune before the final training (a Vertex AI tuning job, each trial on one `train` machine);
     # search_space: a search-space file, "" for training_core/search_space.yaml.
     tune: bool = False
@@ -176,14 +180,6 @@ BUILTIN: dict[str, Profile] = {
             "multi_worker_mirrored",
         ),
         Profile(
-            "tpu-v3-8",
-            "a TPU v3-8 (8 cores)",
-            _DATA,
-            Machine("cloud-tpu", "TPU_V3", 8),
-            _EVAL,
-            "tpu",
-        ),
-        Profile(
             "tpu-v5e-8",
             "a TPU v5e-8 VM (2x4 topology)",
             _DATA,
@@ -252,17 +248,27 @@ _G2_L4 = {
     "g2-standard-48": 4,
     "g2-standard-96": 8,
 }
-_TPU = {  # machine type -> (accelerator, cores, topology)
-    "cloud-tpu": (("TPU_V2", "TPU_V3"), (8,), ""),
+_TPU = {  # machine type -> (accelerator, cores, topology): one TPU VM each (docs/profiles.md)
     "ct5lp-hightpu-1t": (("TPU_V5_LITEPOD",), (1,), "1x1"),
     "ct5lp-hightpu-4t": (("TPU_V5_LITEPOD",), (4,), "2x2"),
     "ct5lp-hightpu-8t": (("TPU_V5_LITEPOD",), (8,), "2x4"),
 }
+# TPU machines Vertex AI offers that the tpu image cannot be shown to run on, and why.
+_REFUSED_TPU = {
+    "cloud-tpu": (
+        "cloud-tpu (TPU v2/v3) is refused: the tpu image runs TensorFlow 2.19 with libtpu 0.0.10 "
+        "on the PJRT runtime, which Vertex AI documents for TPU v5e (TensorFlow 2.15+), not for "
+        "v2/v3 (Google builds their TensorFlow separately, and recommends moving off v3); use a "
+        "v5e machine, ct5lp-hightpu-1t/4t/8t (profile tpu-v5e-8; docs/profiles.md, 'TPU')"
+    ),
+}
+_REFUSED_TPU_TYPES = ("TPU_V2", "TPU_V3")
 _CPU_FAMILIES = tuple(f"{family}-" for family in _CPU_SIZES)
 _ACCELERATOR_MACHINES = frozenset(
     [f"{family}-{n}g" for family, (_, counts) in _FIXED_GPU.items() for n in counts]
     + list(_G2_L4)
     + list(_TPU)
+    + list(_REFUSED_TPU)
 )
 MACHINE_TYPES: frozenset[str] = _ACCELERATOR_MACHINES | {
     f"{family}-{n}" for family, sizes in _CPU_SIZES.items() for n in sizes
@@ -331,6 +337,9 @@ def _machine_problems(step: str, m: Machine, pipeline_task: bool = True) -> list
     if acc and n < 1:
         out.append(f"{step}: {acc} needs accelerator_count >= 1")
         return out
+    if mt in _REFUSED_TPU or acc in _REFUSED_TPU_TYPES:
+        out.append(f"{step}: {_REFUSED_TPU['cloud-tpu']}")
+        return out
     if mt in _TPU:
         accs, counts, topo = _TPU[mt]
         if acc not in accs:
@@ -340,7 +349,10 @@ def _machine_problems(step: str, m: Machine, pipeline_task: bool = True) -> list
                 f"{step}: {mt} has {counts[0]} {acc} cores; set accelerator_count {counts[0]}"
             )
         if topo and m.tpu_topology and m.tpu_topology != topo:
-            out.append(f"{step}: {mt} has topology {topo}, not {m.tpu_topology}")
+            out.append(
+                f"{step}: {mt} has topology {topo}, not {m.tpu_topology} (a slice over several "
+                "TPU VMs is not supported: training runs on one TPU VM, ct5lp-hightpu-8t at most)"
+            )
         return out
     if acc.startswith("TPU_"):
         choices = ", ".join(k for k, v in _TPU.items() if acc in v[0])
@@ -430,10 +442,20 @@ def preflight(
                 "serve: the prebuilt TensorFlow serving container runs on CPU or GPU machines; "
                 "remove the TPU"
             )
+        elif profile.serve.accelerator_type and profile.serving_image == SERVING_OWN:
+            problems.append(
+                f"serve: our own serving image (serving_image: {SERVING_OWN}) is CPU-only, so "
+                f"{profile.serve.accelerator_type} would sit idle; remove the accelerator, or "
+                f"serve on the GPU with serving_image: {SERVING_PREBUILT}"
+            )
         problems += profile.rollout.problems()
     elif profile.rollout != Rollout():
         problems.append(
             "rollout: only a deploying profile rolls out; set deploy: true or remove it"
+        )
+    if profile.serving_image not in SERVING_IMAGES:
+        problems.append(
+            f"serving_image {profile.serving_image!r} is unknown; use {' or '.join(SERVING_IMAGES)}"
         )
     if profile.data_runner not in DATA_RUNNERS:
         problems.append(
@@ -445,7 +467,7 @@ def preflight(
     if t.is_tpu and s not in ("tpu", "auto"):
         problems.append(f"a TPU trains only with strategy 'tpu' (or 'auto'), not {s!r}")
     if s == "tpu" and not t.is_tpu:
-        problems.append("strategy 'tpu' needs a TPU machine (e.g. profile tpu-v3-8)")
+        problems.append("strategy 'tpu' needs a TPU machine (e.g. profile tpu-v5e-8)")
     gpus = t.accelerator_count if t.accelerator_type and not t.is_tpu else 0
     if s == "one_device" and (gpus > 1 or t.replica_count > 1):
         problems.append(
@@ -544,6 +566,7 @@ def load_profiles(path: str) -> dict[str, Profile]:
             "deploy",
             "serve",
             "rollout",
+            "serving_image",
             "tune",
             "search_space",
         }
@@ -568,6 +591,7 @@ def load_profiles(path: str) -> dict[str, Profile]:
                 _machine_from(spec["serve"], f"{where}.serve") if "serve" in spec else SERVE_MACHINE
             ),
             rollout=_rollout_from(spec.get("rollout", {}), f"{where}.rollout"),
+            serving_image=str(spec.get("serving_image", SERVING_PREBUILT)),
             tune=_flag(spec.get("tune", False), f"{where}.tune"),
             search_space=str(spec.get("search_space", "")),
         )

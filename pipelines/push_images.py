@@ -28,15 +28,17 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def images_to_push(
-    profile_name: str, repository: str, profiles_file: str | None = None
+    profile_name: str, repository: str, profiles_file: str | None = None, user: str = "1000:1000"
 ) -> list[tuple[str, str]]:
     """The ``(variant, tag)`` of every image the profile's template names, compiled for repository.
+
+    ``user`` ``root``: the template ``compile --image-user root`` writes (the root variant's tags).
 
     Raises:
         ValueError: the repository holds a placeholder or is the placeholder repository, or the
             template names a tag of the repository that no variant has.
     """
-    from components._image import IMAGE_REPOSITORY, VARIANTS, image_for
+    from components._image import DEFAULT_USER, IMAGE_REPOSITORY, VARIANTS, image_for
     from pipelines import compiled, pipeline, placeholder_values, profiles
 
     placeholder_values.check_placeholders({"IMAGE_REPOSITORY": (repository, "image repository")})
@@ -48,10 +50,13 @@ def images_to_push(
     profile = profiles.get_profile(profile_name, profiles_file)
     with tempfile.TemporaryDirectory(prefix="ncf-push-") as scratch:
         path = pipeline.compile_pipeline(
-            profile, os.path.join(scratch, "pipeline.yaml"), image_repository=repository
+            profile,
+            os.path.join(scratch, "pipeline.yaml"),
+            image_repository=repository,
+            image_user=user,
         )
         tags = compiled.images_from(compiled.load_template(path).spec, repository)
-    variant_of = {image_for(v, repository): v for v in VARIANTS}
+    variant_of = {image_for(v, repository, u): v for v in VARIANTS for u in {DEFAULT_USER, user}}
     unknown = [t for t in tags if t not in variant_of]
     if unknown:
         raise ValueError(
@@ -62,11 +67,15 @@ def images_to_push(
 
 
 def commands(builds: list[tuple[str, str]], uv_version: str) -> list[list[str]]:
-    """``docker build`` (the variant's Dockerfile stage) then ``docker push``, for each image."""
+    """``docker build`` (the variant's Dockerfile stage) then ``docker push``, for each image.
+
+    A root variant's tag (``...-VARIANT-root``) is built with ``--build-arg IMAGE_USER=root``.
+    """
     out = []
     for variant, tag in builds:
+        user = ["--build-arg", "IMAGE_USER=root"] if tag.endswith(f"-{variant}-root") else []
         out.append(
-            ["docker", "build", "--build-arg", f"UV_VERSION={uv_version}"]
+            ["docker", "build", "--build-arg", f"UV_VERSION={uv_version}", *user]
             + ["--target", variant, "--tag", tag, "."]
         )
         out.append(["docker", "push", tag])
@@ -116,10 +125,14 @@ def main(argv: list[str] | None = None) -> int:
         "ncf-pipelines (make push: IMAGE_REPOSITORY=...)",
     )
     parser.add_argument("--uv-version", required=True, help="the Makefile's UV_VERSION")
+    parser.add_argument(
+        "--user",
+        default="1000:1000",
+        choices=("1000:1000", "root"),
+        help="IMAGE_USER: root builds and pushes the root variant (docs/images.md)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run none")
     args = parser.parse_args(argv)
-    from components._image import UNBUILDABLE
-
     if not args.repository:
         parser.exit(
             2,
@@ -127,17 +140,12 @@ def main(argv: list[str] | None = None) -> int:
             "IMAGE_REPOSITORY=REGION-docker.pkg.dev/PROJECT/REPOSITORY/ncf-pipelines\n",
         )
     try:
-        builds = images_to_push(args.profile, args.repository, args.profiles_file)
+        builds = images_to_push(args.profile, args.repository, args.profiles_file, args.user)
     except (ValueError, FileNotFoundError) as e:
         parser.exit(2, f"make push: error: {e}\n")
     print(f"profile {args.profile} runs {len(builds)} image(s):")
     for variant, tag in builds:
         print(f"  {variant:8} {tag}")
-    blocked = [UNBUILDABLE[v] for v, _ in builds if v in UNBUILDABLE]
-    if blocked and not args.dry_run:
-        parser.exit(2, f"make push: error: {'; '.join(blocked)}\n")
-    for reason in blocked:
-        print(f"note: {reason}")
     if not args.dry_run and shutil.which("docker") is None:
         parser.exit(2, "make push: error: needs Docker (DRY_RUN=1 prints the commands)\n")
     if not os.path.isfile(os.path.join(_ROOT, "Dockerfile")):
@@ -152,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dry_run:
         digests = {v: repo_digest(tag, args.repository) for v, tag in builds}
         print(
-            f"Pushed. Compile with: {pin_options(args.repository, digests)}\n"
+            f"Pushed. Compile with: {pin_options(args.repository, digests)}"
+            f"{' --image-user root' if args.user == 'root' else ''}\n"
             "(the digests pin what was pushed now; the tags alone would follow later pushes)"
         )
     return 0

@@ -491,7 +491,7 @@ FULL_CHAIN = (
     "gpu-t4",
     "gpu-a100",
     "gpu-a100-2workers",
-    "tpu-v3-8",
+    "tpu-v5e-8",
 )
 RETRIED = "gpu-t4"  # Its training is preempted once and retried under the task's retryPolicy.
 # Verified on the sample as a shop's event table (write_events_sample: string ids, columns

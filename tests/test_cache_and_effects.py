@@ -279,7 +279,7 @@ def test_a_trial_that_fails_is_infeasible_and_a_job_whose_trials_all_fail_fails(
     (tmp_path / "gcs").mkdir()
     shim_dir = shim.write_shim(str(tmp_path / "shim"))
 
-    def env(write_log=None, **kw):
+    def env(write_log=None, image="", **kw):  # The stand-in's replica_env: every image here.
         return shim.process_env(
             dict(os.environ), shim_dir, str(tmp_path / "gcs"), write_log=write_log
         )

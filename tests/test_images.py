@@ -139,7 +139,7 @@ def test_the_dataflow_stage_is_a_worker_image_dataflow_can_start():
         capture_output=True,
         text=True,
     )
-    assert done.returncode == 1 and "cpu, gpu, tpu or dataflow" in done.stderr
+    assert done.returncode == 1 and "cpu, gpu, tpu, dataflow or serve" in done.stderr
     assert "dataflow" in _image.VARIANTS
 
 
@@ -198,32 +198,56 @@ def test_the_dataflow_profile_compiles_with_the_worker_image(tmp_path):
     assert worker_image("gpu-a100") == ""
 
 
-# --- TPU: the image that cannot be built yet ---------------------------------------------------
+# --- TPU: its own dependency set (images/tpu) --------------------------------------------------
+
+
+def _tpu_project() -> dict:
+    import tomllib
+
+    with open(REPO / "images" / "tpu" / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+def _pins(specs: list[str]) -> dict[str, str]:
+    return {s.split("==")[0]: s.split("==")[1].split(";")[0].strip() for s in specs if "==" in s}
+
+
+def test_the_tpu_set_shares_the_project_s_requirements_word_for_word():
+    """images/tpu holds the training step's needs; each one the project also names is written
+    the same (one range for KFP's executor, whichever image runs it), and the XLA group is the
+    TPU build's own TensorFlow release (tests/test_tpu_env.py compiles the step with it)."""
+    import tomllib
+
+    with open(REPO / "pyproject.toml", "rb") as f:
+        project = tomllib.load(f)["project"]["dependencies"]
+    tpu = _tpu_project()
+    by_name = {spec.split(">")[0].split("=")[0].split("<")[0]: spec for spec in project}
+    for spec in tpu["project"]["dependencies"]:
+        name = spec.split(">")[0].split("=")[0].split("<")[0]
+        assert by_name.get(name) == spec, f"{spec} is {by_name.get(name)} in pyproject.toml"
+    groups = tpu["dependency-groups"]
+    assert _pins(groups["tpu"])["tensorflow-tpu"] == _pins(groups["xla"])["tensorflow-cpu"]
+    assert "tensorflow-data-validation" not in str(tpu)  # The reason it is a set of its own.
 
 
 @pytest.mark.slow
-def test_compile_and_submit_say_the_tpu_image_cannot_be_built(tmp_path, caplog):
-    from pipelines import cli
+def test_compile_and_push_of_the_tpu_profile_name_a_buildable_image(tmp_path, caplog, capsys):
+    """The tpu image builds from the lock now (make image-check proves it): compile warns of
+    nothing tpu-specific, and make push builds and pushes it like any other."""
+    from pipelines import cli, push_images
 
-    tpu, gpu = tmp_path / "tpu.yaml", tmp_path / "gpu.yaml"
+    out = tmp_path / "tpu.yaml"
     with caplog.at_level(logging.WARNING, logger="ncf-pipelines"):
-        assert cli.main(["compile", "--profile", "tpu-v5e-8", "--output", str(tpu)]) == 0
-    warned = [r.getMessage() for r in caplog.records if "libtpu" in r.getMessage()]
-    assert len(warned) == 1
-    assert _image.image_for("tpu") in warned[0] and "docs/images.md" in warned[0]
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="ncf-pipelines"):
-        assert cli.main(["compile", "--profile", "gpu-a100", "--output", str(gpu)]) == 0
-    assert not [r for r in caplog.records if "libtpu" in r.getMessage()]
-    caplog.clear()
-    submit = ["submit", "--project", "my-proj", "--region", "europe-west4",
-              "--pipeline-root", "gs://bucket/root", "--param", "data_uri=gs://bucket/ml-1m/",
-              "--dry-run"]  # fmt: skip
-    with caplog.at_level(logging.WARNING, logger="ncf-pipelines"):
-        assert cli.main([*submit, "--template", str(tpu)]) == 0
-    assert [r for r in caplog.records if "cannot be built yet" in r.getMessage()]
-    # One image for every step (--image) is the user's own: no word about ours.
-    assert _image.unbuildable_images(f"image: {_image.image_for('cpu')}") == []
+        assert cli.main(["compile", "--profile", "tpu-v5e-8", "--output", str(out)]) == 0
+    assert _image.image_for("tpu") in out.read_text()
+    assert not [r for r in caplog.records if "libtpu" in r.getMessage() or "cannot" in
+                r.getMessage()]  # fmt: skip
+    repository = "europe-docker.pkg.dev/p/r/ncf-pipelines"
+    argv = ["--profile", "tpu-v5e-8", "--repository", repository, "--uv-version", "0.0.0"]
+    assert push_images.main([*argv, "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "--target tpu" in printed and _image.image_for("tpu", repository) in printed
+    assert "note:" not in printed
 
 
 # --- Supply chain: the user the images run as, pinned bases and downloads, pinned images -------
@@ -238,12 +262,38 @@ def test_every_final_stage_installs_as_root_then_runs_as_the_unprivileged_user(v
     instructions = STAGES[variant]["instructions"]
     keywords = [k for k, _ in instructions]
     users = [t for k, t in instructions if k == "USER"]
-    assert users == ["1000:1000"]
+    assert len(users) == 1  # By default (no --build-arg IMAGE_USER) it resolves to 1000:1000.
+    assert image_check.stage_user(instructions) == _image.DEFAULT_USER == "1000:1000"
     assert "RUN" not in keywords[keywords.index("USER") :]  # Nothing installed as the user.
-    assert image_check.check_user(users[0], variant) == "1000:1000"
+    assert image_check.check_user(image_check.stage_user(instructions), variant) == "1000:1000"
     (create,) = [t for k, t in STAGES["runtime"]["instructions"] if k == "RUN"]
     assert "useradd --uid 1000 --gid 1000" in create and "groupadd --gid 1000 ncf" in create
     assert STAGES[variant]["parent"] == "runtime"
+
+
+@pytest.mark.parametrize("variant", ["cpu", "gpu", "dataflow", "tpu"])
+def test_the_root_variant_is_one_build_arg_and_its_own_tag(variant):
+    """The switch for a /gcs (or tuning metric folder) that refuses uid 1000 (first_run.py):
+    ``--build-arg IMAGE_USER=root`` makes the stage end as root, and only that; its tag is the
+    variant's with ``-root``, which ``compile --image-user root`` names and ``make push
+    IMAGE_USER=root`` builds with that build-arg."""
+    from pipelines import push_images
+
+    instructions = STAGES[variant]["instructions"]
+    assert ("ARG", "IMAGE_USER=1000:1000") in instructions
+    assert ("USER", "${IMAGE_USER}") in instructions
+    assert image_check.stage_user(instructions, {"IMAGE_USER": "root"}) == "root"
+    with pytest.raises(SystemExit):  # make image-check keeps checking the default as non-root.
+        image_check.check_user("root", variant)
+    tag = _image.image_for(variant, "R", "root")
+    assert tag == f"R:{_image.package_version()}-{variant}-root"
+    assert _image.image_for(variant, "R") == f"R:{_image.package_version()}-{variant}"
+    (build, _push) = push_images.commands([(variant, tag)], "0.1")
+    assert build[build.index("IMAGE_USER=root") - 1] == "--build-arg"
+    (build, _push) = push_images.commands([(variant, _image.image_for(variant, "R"))], "0.1")
+    assert not [a for a in build if a.startswith("IMAGE_USER")]
+    with pytest.raises(ValueError, match="unknown image user"):
+        _image.image_for(variant, "R", "0")
 
 
 @pytest.mark.parametrize("user", [None, "", "root", "0", "0:0", "root:root"])
@@ -338,11 +388,11 @@ def _uv() -> str:
 
 
 def test_the_install_accepts_exactly_the_packages_the_lock_leaves_out(tmp_path):
-    """pyproject's overrides keep keras and libtpu out of uv.lock although TensorFlow names
-    them; the images install the lock with --no-deps, so `uv pip check` of a finished image
-    reports them missing. The requirements step carries the left-out names to the install's
-    check, which accepts those and nothing else. Run here on this environment, which lacks
-    Keras for the same reason (CI's image-check once failed every stage on it)."""
+    """pyproject's overrides keep keras out of uv.lock although TensorFlow names it; the images
+    install the lock with --no-deps, so `uv pip check` of a finished image reports it missing.
+    The requirements step carries the left-out names to the install's check, which accepts those
+    and nothing else. Run here on this environment, which lacks Keras for the same reason (CI's
+    image-check once failed every stage on it)."""
     import tomllib
 
     script = str(REPO / "tools" / "install_locked.sh")
@@ -353,7 +403,7 @@ def test_the_install_accepts_exactly_the_packages_the_lock_leaves_out(tmp_path):
         "override-dependencies"
     ]
     never = [s.split(";")[0].strip() for s in overrides if "python_version < '3'" in s]
-    left_out = (req / "left-out.txt").read_text().split()
+    left_out = (req / "cpu.left-out.txt").read_text().split()
     assert left_out == never and "keras" in left_out
     pinned = {line.split("==")[0] for line in (req / "cpu.txt").read_text().splitlines()}
     assert not pinned & set(left_out)
@@ -370,10 +420,34 @@ def test_the_install_accepts_exactly_the_packages_the_lock_leaves_out(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "every requirement met" in done.stdout
     # Without the list, the same environment is refused, naming what is missing and who wants it.
-    (req / "left-out.txt").write_text("libtpu\n")
+    (req / "cpu.left-out.txt").write_text("libtpu\n")
     done = check(req)
     assert done.returncode == 1
     assert "The package `tensorflow` requires `keras" in done.stderr
+
+
+def test_the_tpu_set_is_exported_from_its_own_lock(tmp_path):
+    """`requirements tpu` exports images/tpu/uv.lock's default group (offline, --frozen): the TPU
+    build of TensorFlow with the libtpu it pins, KFP, and neither TensorFlow's standard build nor
+    the data-validation stack; its left-out list is that project's."""
+    script = str(REPO / "tools" / "install_locked.sh")
+    env = {**os.environ, "BUILD_PYTHON": sys.executable, "UV": _uv()}
+    req = tmp_path / "req"
+    subprocess.run([script, "requirements", "tpu", str(req)], cwd=REPO, env=env, check=True)
+    pins = {
+        line.split("==")[0]: line.split("==")[1].split(" ")[0]
+        for line in (req / "tpu.txt").read_text().splitlines()
+        if "==" in line
+    }
+    groups = _tpu_project()["dependency-groups"]
+    assert pins["tensorflow-tpu"] == _pins(groups["tpu"])["tensorflow-tpu"]
+    assert pins["libtpu"] == _pins(groups["tpu"])["libtpu"]
+    assert "kfp" in pins and "pyyaml" in pins
+    for absent in ("tensorflow", "tensorflow-cpu", "tensorflow-data-validation", "apache-beam",
+                   "pytest", "keras"):  # fmt: skip
+        assert absent not in pins, absent
+    assert (req / "tpu.left-out.txt").read_text().split() == ["keras"]
+    assert "--hash=sha256:" in (req / "tpu.hashes.txt").read_text()
 
 
 def test_make_pin_base_pins_each_base_image_by_digest():

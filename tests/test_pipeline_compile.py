@@ -56,7 +56,6 @@ TRAINING = {
     },
     # Chief pool and worker pool, one machine each.
     "gpu-a100-2workers": {"strategy": "multi_worker_mirrored", "pools": [A100_1, A100_1]},
-    "tpu-v3-8": {"strategy": "tpu", "pools": [(1, "cloud-tpu", "TPU_V3", 8, "", "tpu")]},
     "tpu-v5e-8": {
         "strategy": "tpu",
         "pools": [(1, "ct5lp-hightpu-8t", "TPU_V5_LITEPOD", 8, "2x4", "tpu")],
@@ -201,7 +200,6 @@ RESOLVED = {
     "gpu-h100x8": ("mirrored", 8),
     "gpu-a100x8-dataflow": ("mirrored", 8),
     "gpu-a100-2workers": ("multi_worker_mirrored", 1),
-    "tpu-v3-8": ("tpu", 0),
     "tpu-v5e-8": ("tpu", 0),
 }
 
@@ -532,7 +530,7 @@ def test_compile_command_preflights_before_writing(tmp_path, capsys):
         ]
     )
     assert code == 2 and "eval users per batch" in capsys.readouterr().err
-    assert cli.main(["compile", "--profile", "tpu-v3-8", "--output", str(out)]) == 0
+    assert cli.main(["compile", "--profile", "tpu-v5e-8", "--output", str(out)]) == 0
 
 
 def test_compiled_file_is_readable_like_any_new_file(tmp_path):
@@ -719,8 +717,8 @@ def test_profile_deploy_and_serve_are_checked(tmp_path):
     with pytest.raises(profiles.ProfileError, match="serve: the prebuilt TensorFlow serving"):
         profiles.preflight(profiles.get_profile("tpu", str(path)))
     path.write_text(
-        "tune-tpu:\n  train: {machine_type: cloud-tpu, accelerator_type: TPU_V3, "
-        "accelerator_count: 8}\n  strategy: tpu\n  tune: true\n"
+        "tune-tpu:\n  train: {machine_type: ct5lp-hightpu-8t, accelerator_type: TPU_V5_LITEPOD, "
+        "accelerator_count: 8, tpu_topology: 2x4}\n  strategy: tpu\n  tune: true\n"
     )
     with pytest.raises(profiles.ProfileError, match="tune: each tuning trial trains on one CPU"):
         profiles.preflight(profiles.get_profile("tune-tpu", str(path)))

@@ -255,21 +255,6 @@ def test_make_push_without_a_repository_says_what_to_pass():
     assert "make push PROFILE=... IMAGE_REPOSITORY=" in done.stderr
 
 
-@pytest.mark.slow
-def test_push_of_a_tpu_profile_stops_before_building_what_cannot_be_built(capsys):
-    from components._image import UNBUILDABLE
-
-    argv = ["--profile", "tpu-v3-8", "--repository", REPOSITORY, "--uv-version", "0.0.0"]
-    assert push_images.main([*argv, "--dry-run"]) == 0
-    out = capsys.readouterr().out
-    assert image_for("tpu", REPOSITORY) in out and f"note: {UNBUILDABLE['tpu']}" in out
-    with pytest.raises(SystemExit) as exc:
-        push_images.main(argv)  # No Docker needed to find out: nothing is built.
-    assert exc.value.code == 2
-    captured = capsys.readouterr()
-    assert UNBUILDABLE["tpu"] in captured.err and "+ docker" not in captured.out
-
-
 @pytest.mark.parametrize(
     "argv, word",
     [

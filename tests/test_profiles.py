@@ -14,7 +14,6 @@ REQUIRED = [
     "gpu-h100",
     "gpu-h100x8",
     "gpu-a100-2workers",
-    "tpu-v3-8",
     "tpu-v5e-8",
 ]
 
@@ -66,9 +65,17 @@ def test_catalogue_has_every_required_profile_and_each_passes_preflight():
             1026,
             1024,
         ),
-        (Machine("cloud-tpu", "TPU_V3", 8), "tpu", 8, 8, 1024, 1026),  # One replica per core.
+        # One replica per chip (one TensorCore each on v5e).
+        (
+            Machine("ct5lp-hightpu-8t", "TPU_V5_LITEPOD", 8, tpu_topology="2x4"),
+            "tpu",
+            8,
+            8,
+            1024,
+            1026,
+        ),  # fmt: skip
     ],
-    ids=["cpu-task", "1xT4", "8xA100", "3x2-L4", "4x4-A100", "3-cpu-workers", "tpu-v3-8"],
+    ids=["cpu-task", "1xT4", "8xA100", "3x2-L4", "4x4-A100", "3-cpu-workers", "tpu-v5e-8"],
 )
 def test_replicas_follow_the_training_machines(
     train, strategy, replicas, eval_multiple, batch_ok, batch_refused
@@ -105,10 +112,24 @@ def _with_train(name, **kw):
             _with_train("gpu-h100", machine_type="a2-highgpu-1g"),
             "a2-highgpu-1g comes with NVIDIA_TESLA_A100, not NVIDIA_H100_80GB",
         ),
-        (_with_train("tpu-v3-8", accelerator_count=4), "cloud-tpu has 8 TPU_V3 cores"),
-        (_with_train("tpu-v3-8", machine_type="n1-standard-8"), "TPU_V3 runs on cloud-tpu"),
         (
-            dataclasses.replace(profiles.BUILTIN["tpu-v3-8"], strategy="mirrored"),
+            _with_train("tpu-v5e-8", accelerator_count=4),
+            "ct5lp-hightpu-8t has 8 TPU_V5_LITEPOD cores",
+        ),
+        (
+            _with_train("tpu-v5e-8", machine_type="n1-standard-8"),
+            "TPU_V5_LITEPOD runs on ct5lp-hightpu-1t, ct5lp-hightpu-4t, ct5lp-hightpu-8t",
+        ),
+        (
+            _with_train("tpu-v5e-8", machine_type="ct5lp-hightpu-4t", accelerator_count=4),
+            "ct5lp-hightpu-4t has topology 2x2, not 2x4 (a slice over several TPU VMs",
+        ),
+        (
+            _with_train("tpu-v5e-8", machine_type="cloud-tpu", accelerator_type="TPU_V3"),
+            "cloud-tpu (TPU v2/v3) is refused: the tpu image runs TensorFlow 2.19",
+        ),
+        (
+            dataclasses.replace(profiles.BUILTIN["tpu-v5e-8"], strategy="mirrored"),
             "a TPU trains only with strategy 'tpu'",
         ),
         (
@@ -148,7 +169,7 @@ def test_preflight_checks_batches_against_replicas():
     with pytest.raises(
         ProfileError, match=r"100 eval users per batch \(eval_batch_size\) do not split over 8"
     ):
-        profiles.preflight(profiles.BUILTIN["tpu-v3-8"], eval_users_per_batch=100)
+        profiles.preflight(profiles.BUILTIN["tpu-v5e-8"], eval_users_per_batch=100)
     profiles.preflight(profiles.BUILTIN["cpu"], train_batch_size=1000, eval_users_per_batch=100)
 
 

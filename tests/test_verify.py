@@ -274,7 +274,7 @@ def sandbox(tmp_path):
     (gcs / "b").mkdir(parents=True)  # A bucket: its root exists, as on the /gcs/ mount.
     shim_dir = shim.write_shim(str(tmp_path / "shim"))
 
-    def env(write_log=None, **kw):
+    def env(write_log=None, image="", **kw):  # The stand-in's replica_env: every image here.
         return shim.process_env(dict(os.environ), shim_dir, str(gcs), write_log=write_log, **kw)
 
     return gcs, env

@@ -82,7 +82,7 @@ def _replica_env(tmp_path):
     (gcs / "b").mkdir(parents=True, exist_ok=True)
     shim_dir = shim.write_shim(str(tmp_path / "shim"))
     guard = offline.prepare(str(tmp_path / "shim"), str(tmp_path / "home"))
-    return lambda log: shim.process_env(
+    return lambda log, image="": shim.process_env(
         dict(os.environ), shim_dir, str(gcs), write_log=log, offline_guard=guard
     )
 

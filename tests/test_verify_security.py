@@ -97,7 +97,9 @@ except Exception as e:
 def test_another_user_cannot_have_the_job_service_run_a_command(tmp_path):
     marker = tmp_path / "ran"
     env = _env(tmp_path, None)
-    with job_service.JobServiceStandIn(str(tmp_path / "jobs"), lambda log: env, "1", "A") as s:
+    with job_service.JobServiceStandIn(
+        str(tmp_path / "jobs"), lambda log, image: env, "1", "A"
+    ) as s:
         done = subprocess.run(
             [sys.executable, "-c", OTHER_USER_CLIENT, s.address, str(marker), str(NOBODY)],
             cwd="/",
@@ -232,8 +234,12 @@ def test_a_replicas_tensorflow_server_listens_on_loopback_only(tmp_path):
     """TensorFlow's C++ gRPC server asks for 0.0.0.0 (a dual-stack ::) whatever CLUSTER_SPEC
     says; under the guard the kernel lists it on loopback only (the control: everywhere)."""
     guard = _guard(tmp_path)
-    control = _tf_listeners(tmp_path / "control", lambda log: _env(tmp_path / "control", None))
-    guarded = _tf_listeners(tmp_path / "guarded", lambda log: _env(tmp_path / "guarded", guard))
+    control = _tf_listeners(
+        tmp_path / "control", lambda log, image: _env(tmp_path / "control", None)
+    )
+    guarded = _tf_listeners(
+        tmp_path / "guarded", lambda log, image: _env(tmp_path / "guarded", guard)
+    )
     assert control and set(control) <= {ANY_V4, ANY_V6}
     assert guarded and set(guarded) <= {LOOPBACK_V4, LOOPBACK_V4_MAPPED, LOOPBACK_V6}
 

@@ -1,7 +1,8 @@
 """``make audit``: pip-audit over every set uv.lock installs, against the accepted findings.
 
 1. ``uv export --frozen`` of each locked set: the base set with the dev group (``.venv``), and
-   with each image extra (``gpu``, ``tpu``; they conflict, so each is its own export). The cpu
+   with each image extra (``gpu``, ``serve``; each its own export), and the tpu image's own
+   lock (``images/tpu``: the image's set, and the TensorFlow CPU build its tests use). The cpu
    and dataflow images install the base set without dev tools, so they are covered too.
 2. Each pinned version is looked up in a vulnerability database:
    - ``snapshot`` (the default, what CI runs): ``tools/advisories.json``, the PyPA Advisory
@@ -42,8 +43,23 @@ REPO = Path(__file__).resolve().parent.parent
 ACCEPTED = REPO / "tools" / "audit_accepted.toml"
 SNAPSHOT = REPO / "tools" / "advisories.json"
 SNAPSHOT_SOURCE = "https://github.com/pypa/advisory-database"
-# The locked sets, as uv export arguments: the dev environment and each image extra.
-SETS = {"base": [], "gpu": ["--extra", "gpu"], "tpu": ["--extra", "tpu"]}
+# The locked sets, as uv export arguments: the dev environment and each image extra, and the
+# tpu image's own lock (images/tpu: the image's set, and its tests' TensorFlow CPU build).
+SETS = {
+    "base": [],
+    "gpu": ["--extra", "gpu"],
+    "serve": ["--extra", "serve"],
+    "tpu": ["--project", "images/tpu"],
+    "tpu-xla": [
+        "--project",
+        "images/tpu",
+        "--no-default-groups",
+        "--group",
+        "xla",
+        "--group",
+        "test",
+    ],
+}
 
 
 def load_accepted(path: Path) -> list[dict]:
@@ -114,16 +130,20 @@ def export(work: Path, uv: str) -> list[Path]:
     return files
 
 
-def pins(files: list[Path]) -> dict[str, str]:
-    """The ``name==version`` lines of uv's exports, every marker included (an image's set too)."""
-    found = {}
+def pins(files: list[Path]) -> list[tuple[str, str]]:
+    """The ``name==version`` lines of uv's exports, every marker included (an image's set too).
+
+    Each distinct (name, version) once: a package two locks pin at different versions (numpy in
+    uv.lock and in the tpu image's) is audited at both.
+    """
+    found = set()
     for path in files:
         for line in path.read_text().splitlines():
             requirement = line.split(";")[0].strip()
             if "==" in requirement and not requirement.startswith(("#", "-")):
                 name, version = requirement.split("==", 1)
-                found[_norm(name.split("[")[0])] = version.strip()
-    return found
+                found.add((_norm(name.split("[")[0]), version.strip()))
+    return sorted(found)
 
 
 def _affects(affected: dict, version) -> bool:
@@ -162,8 +182,11 @@ def _affects(affected: dict, version) -> bool:
     return False
 
 
-def snapshot_report(locked: dict[str, str], snapshot: dict) -> dict:
-    """A pip-audit-shaped JSON report of ``locked`` against the committed advisory snapshot."""
+def snapshot_report(locked, snapshot: dict) -> dict:
+    """A pip-audit-shaped JSON report of ``locked`` against the committed advisory snapshot.
+
+    ``locked``: ``{name: version}`` or (name, version) pairs (``pins``).
+    """
     from packaging.version import Version
 
     by_package: dict[str, list[dict]] = {}
@@ -171,7 +194,7 @@ def snapshot_report(locked: dict[str, str], snapshot: dict) -> dict:
         for affected in advisory["affected"]:
             by_package.setdefault(_norm(affected["package"]), []).append((advisory, affected))
     dependencies = []
-    for name, text in sorted(locked.items()):
+    for name, text in sorted(locked.items() if isinstance(locked, dict) else locked):
         version = Version(text)
         vulns = [
             {
@@ -243,9 +266,12 @@ def refresh_snapshot(checkout: Path, locked_names: set[str], out: Path) -> int:
     return 0
 
 
+LOCKS = (REPO / "uv.lock", REPO / "images" / "tpu" / "uv.lock")
+
+
 def locked_names() -> set[str]:
-    """Every package uv.lock names, whatever set installs it."""
-    return {_norm(p["name"]) for p in tomllib.loads((REPO / "uv.lock").read_text())["package"]}
+    """Every package the locks name (uv.lock and the tpu image's), whatever set installs it."""
+    return {_norm(p["name"]) for lock in LOCKS for p in tomllib.loads(lock.read_text())["package"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -287,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.vulnerability_service == "snapshot":
             snapshot = json.loads(args.snapshot.read_text())
             locked = pins(exports)
-            unknown = sorted(set(locked) - set(snapshot["packages"]))
+            unknown = sorted({name for name, _ in locked} - set(snapshot["packages"]))
             if unknown:
                 print(
                     f"audit: error: {args.snapshot} was made before uv.lock named "
@@ -298,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             report_path.write_text(json.dumps(snapshot_report(locked, snapshot), indent=1))
             print(
-                f"audit: {len(locked)} locked packages against the PyPA Advisory Database as of "
+                f"audit: {len(locked)} locked versions against the PyPA Advisory Database as of "
                 f"{snapshot['date'][:10]} (commit {snapshot['commit'][:12]})"
             )
         else:

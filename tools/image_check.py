@@ -34,9 +34,11 @@
    No registry is reachable, so the Beam SDK image the Dockerfile copies boot from is a stand-in
    (``beam_sdk_standin``: a script doing what Beam's boot does last, nothing of its provisioning).
 
+   The tpu image, on this host without a TPU, must import TensorFlow (its TPU build) at once
+   and refuse a v5e-8 training step in one line naming the missing device, as its user
+   (``tpu_probe``; tools/verify_image.py checks libtpu and the PJRT variables during the build).
+
 ``--engines chroot`` runs 1-3 and 5 only (fast; caches kept), ``--engines buildah`` 2, 4 and 5.
-The tpu stage is expected to stop with the "no libtpu" reason (exit 3; docs/images.md, "TPU"):
-that is reported as a known blocker, not a failure, and any other tpu problem fails the check.
 
 Downloads are kept between runs (the wheelhouse under ``out/image-check/stage/wheels`` and pip's
 wheel cache under ``out/image-check/pip-cache``), so a second run downloads nothing.
@@ -54,10 +56,14 @@ import os
 import re
 import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
 import tomllib
+import urllib.error
+import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -66,7 +72,6 @@ INSTALL = REPO / "tools" / "install_locked.sh"
 SUITE = "bookworm"  # Debian 12, whose python3 is 3.11 like python:3.11-slim's.
 ROOT_PACKAGES = ("python3", "python3-venv")
 COMPILERS = ("cc", "gcc", "g++", "c++", "clang", "clang++")
-NO_LIBTPU = 3  # tools/verify_image.py's exit status for "tpu environment without libtpu".
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Where Vertex AI's GPU nodes mount the host's NVIDIA driver into a container.
 DRIVER_MOUNT = "/usr/local/nvidia"
@@ -74,6 +79,10 @@ DRIVER_MOUNT = "/usr/local/nvidia"
 STUB_DRIVER_VERSION = 12030
 # The port Beam's boot gives the worker pool (sdks/python/container/boot.go: --service_port).
 WORKER_POOL_PORT = 50000
+# The serve image's probe: where the image's own CLI writes a tiny trained export for its server
+# (AIP_STORAGE_URI), and how long the server may take to load it and answer its health route.
+SERVE_MODEL = "/tmp/serve-model"
+SERVE_STARTUP_S = 180
 
 
 def log(message: str) -> None:
@@ -161,6 +170,30 @@ def apply_env(env: dict[str, str], text: str) -> None:
             raise SystemExit(f"Dockerfile: unsupported ENV form {text!r} (use K=V)")
         value = re.sub(r"\$\{?(\w+)\}?", lambda m: env.get(m.group(1), ""), value)
         env[key] = value
+
+
+def define_arg(args: dict[str, str], text: str, build_args: dict[str, str] | None = None) -> None:
+    """Applies one stage's ``ARG NAME[=DEFAULT]`` to ``args`` (a ``--build-arg`` wins)."""
+    name, sep, default = text.strip().partition("=")
+    given = (build_args or {}).get(name)
+    args[name] = given if given is not None else (default if sep else args.get(name, ""))
+
+
+def expand_args(text: str, args: dict[str, str]) -> str:
+    """``$NAME`` and ``${NAME}`` in a ``USER`` as Docker and buildah expand them (ARGs in scope)."""
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), ""), text.strip())
+
+
+def stage_user(instructions: list, build_args: dict[str, str] | None = None) -> str | None:
+    """A stage's final ``USER``, its ARGs expanded (the root variant: ``IMAGE_USER=root``)."""
+    args: dict[str, str] = {}
+    user = None
+    for keyword, text in instructions:
+        if keyword == "ARG":
+            define_arg(args, text, build_args)
+        elif keyword == "USER":
+            user = expand_args(text, args)
+    return user
 
 
 MOUNT = re.compile(r"^--mount=(\S+)\s+")
@@ -320,12 +353,129 @@ def worker_pool_probe(entrypoint: list[str]) -> str:
 
 
 def check_entrypoint(entrypoint: list[str] | None, variant: str) -> None:
-    """The dataflow image's entrypoint must be Beam's boot (components/_image.py's BEAM_BOOT)."""
+    """An entrypoint the image's service runs: dataflow's Beam's boot, serve's CPR's server.
+
+    components/_image.py's ``BEAM_BOOT`` and ``SERVE_ENTRYPOINT``.
+    """
+    if variant == "serve":
+        want = image_constant("SERVE_ENTRYPOINT")
+        if entrypoint != want:
+            raise SystemExit(f"stage serve: ENTRYPOINT is {entrypoint}, Vertex AI runs {want}")
     if variant != "dataflow":
         return
     boot = image_constant("BEAM_BOOT")
     if entrypoint != [boot]:
         raise SystemExit(f"stage dataflow: ENTRYPOINT is {entrypoint}, Dataflow runs {[boot]}")
+
+
+def serve_export_script(folder: str) -> str:
+    """Shell for the serve image's user: a tiny model trained and exported to FOLDER/export.
+
+    With the image's own CLI, so the SavedModel is the one the pipeline's export step writes.
+    """
+    q = shlex.quote(folder)
+    return (
+        f"set -e; rm -rf {q}; mkdir -p {q}; cd {q}; "
+        "ncf-pipelines synth --shape tiny --output raw >log 2>&1; "
+        "ncf-pipelines prepare-data --input raw --output data --train-epochs 1 "
+        "--eval-negatives 50 >>log 2>&1; "
+        "ncf-pipelines train --data data --model-dir model --preset tiny --epochs 1 >>log 2>&1; "
+        "ncf-pipelines export --model-dir model --data data --output export >>log 2>&1; "
+        "echo exported"
+    )
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, on 127.0.0.1 (the probe's server takes it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve_env(port: int) -> dict[str, str]:
+    """What the probe gives the serve image beyond its own ENV.
+
+    The model and the port, as Vertex AI sets them (AIP_STORAGE_URI, AIP_HTTP_PORT), and one
+    server process (not one per core).
+    """
+    return {
+        "AIP_STORAGE_URI": f"{SERVE_MODEL}/export",
+        "AIP_HTTP_PORT": str(port),
+        "VERTEX_CPR_WEB_CONCURRENCY": "1",
+    }
+
+
+def _http(url: str, body: dict | None = None) -> tuple[int, object]:
+    """``(status, JSON answer)`` of a GET, or of a JSON POST of ``body``."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(errors="replace")
+
+
+def probe_serve(
+    command: list[str], port: int, examples: dict, predict_route: str, health_route: str
+) -> str:
+    """Starts the serve image's server, asks it over 127.0.0.1, then stops it.
+
+    ``command`` is its entrypoint, run as the image's user. From this host: a health check, one
+    ``recommend`` and one ``score`` request (the export's own ``example_requests``, TF Serving's
+    row format with ``signature_name``). Raises SystemExit with the server's log on any failure.
+    """
+    base = f"http://127.0.0.1:{port}"
+    log_path = Path(f"/tmp/image-check-serve-{port}.log")
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen(
+            command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def fail(why: str) -> SystemExit:
+        return SystemExit(f"serve image: {why}\n{log_path.read_text()[-3000:]}")
+
+    try:
+        deadline = time.monotonic() + SERVE_STARTUP_S
+        while True:
+            try:
+                if _http(base + health_route)[0] == 200:
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise fail(f"the server did not answer GET {health_route} on port {port}")
+            time.sleep(0.5)
+        shapes = {"recommend": {"item_ids", "scores"}, "score": {"known", "score"}}
+        answers = {}
+        for name, keys in shapes.items():
+            status, body = _http(base + predict_route, examples[name])
+            predictions = body.get("predictions") if isinstance(body, dict) else None
+            if (
+                status != 200
+                or not isinstance(predictions, list)
+                or len(predictions) != len(examples[name]["instances"])
+                or any(not isinstance(p, dict) or set(p) != keys for p in predictions)
+            ):
+                raise fail(f"{name}: HTTP {status}, {str(body)[:1000]}")
+            answers[name] = predictions
+        known = [p["known"] for p in answers["score"]]
+        if known[-1] is not False or not all(known[:-1]):  # The last example: an unknown user.
+            raise fail(f"score: known is {known}, the examples' last user is unknown")
+        if _http(base + health_route) != (200, {}):
+            raise fail(f"GET {health_route} after the requests did not answer 200 {{}}")
+        top = len(answers["recommend"][0]["item_ids"])
+        return (
+            f"the entrypoint served GET {health_route}, recommend (top {top}) and score on "
+            f"POST {predict_route}, 127.0.0.1:{port}"
+        )
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        log_path.unlink(missing_ok=True)
 
 
 def check_user(user: str | None, variant: str) -> str:
@@ -520,6 +670,9 @@ def check_variant(
     with ExitStack() as stack:
         root = variant_root(stack, work, variant)
         mount(stack, ["-t", "proc", "proc"], root / "proc")
+        # Read-only, as Docker mounts it into a container: TensorFlow's TPU build counts the CPUs
+        # there (tcmalloc's NumCPUs) and aborts without it.
+        mount(stack, ["-t", "sysfs", "-o", "ro", "sysfs"], root / "sys")
         mount(stack, ["-t", "tmpfs", "tmpfs"], root / "dev" / "shm")
         found = chroot(
             root,
@@ -533,8 +686,11 @@ def check_variant(
             raise SystemExit(f"the clean root has a compiler: {found}")
         status = 0
         for stage in stage_chain(stages, variant):
+            args: dict[str, str] = {}  # A stage's ARGs (Docker: in scope until its end).
             for keyword, text in stage["instructions"]:
-                if keyword == "ENV":
+                if keyword == "ARG":
+                    define_arg(args, text)
+                elif keyword == "ENV":
                     apply_env(env, text)
                 elif keyword == "RUN":
                     mounts, command = split_run(text)
@@ -552,15 +708,13 @@ def check_variant(
                 elif keyword == "ENTRYPOINT":
                     entrypoint = json.loads(text)
                 elif keyword == "USER":
-                    user = text.strip()
-                elif keyword not in ("ARG", "LABEL", "WORKDIR", "CMD"):
+                    user = expand_args(text, args)
+                elif keyword not in ("LABEL", "WORKDIR", "CMD"):
                     raise SystemExit(f"image_check.py does not reproduce {keyword} ({variant})")
             if status:
                 break
         if env.get("NCF_PIPELINES_IMAGE_VARIANT") != variant:
             raise SystemExit(f"stage {variant} does not set NCF_PIPELINES_IMAGE_VARIANT={variant}")
-        if variant == "tpu" and status == NO_LIBTPU:
-            return "KNOWN BLOCKER: no libtpu for tensorflow-tpu 2.16 on PyPI (stage stops loudly)"
         if status:
             raise SystemExit(f"stage {variant}: RUN failed with exit status {status}")
         check_user(user, variant)
@@ -584,7 +738,65 @@ def check_variant(
             probe = worker_pool_probe(entrypoint)
             out = chroot(root, env, probe, user, capture_output=True, text=True)
             node = "; " + check_worker_pool(out.stdout)
+        elif variant == "serve":
+            node = "; " + serve_in_root(root, env, user, entrypoint)
+        elif variant == "tpu":
+            out = chroot(root, env, tpu_probe(), user, capture_output=True, text=True)
+            node = "; " + check_tpu_probe(out.stdout + out.stderr)
         return f"ok, {tag}, user {user}, venv {size}{node}"
+
+
+def tpu_probe() -> str:
+    """Shell run in the finished tpu image: verify_image's no-TPU probe, as the image's user."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from verify_image import NO_TPU_PROBE
+
+    return f"TF_CPP_MIN_LOG_LEVEL=2 timeout 300 python3 -c {shlex.quote(NO_TPU_PROBE)}"
+
+
+def check_tpu_probe(output: str) -> str:
+    """Checks tpu_probe's output; returns what it proved."""
+    lines = [line for line in output.splitlines() if line.startswith(("tensorflow ", "refused "))]
+    if len(lines) != 2 or not lines[0].endswith("libtpu-off 1") or "no TPU device" not in lines[1]:
+        raise SystemExit(f"tpu image without a TPU: no one-line refusal: {output[-2000:]}")
+    return f"{lines[0].split(' libtpu')[0]} imports, libtpu kept off, a v5e-8 step refuses"
+
+
+def serve_in_root(root: Path, env: dict[str, str], user: str | None, entrypoint: list[str]) -> str:
+    """The serve stage's probe in the chroot engine (``probe_serve``).
+
+    An export made by the image's CLI, then its entrypoint started as the image's user with the
+    image's environment and ``serve_env``.
+    """
+    chroot(root, env, serve_export_script(SERVE_MODEL), user, capture_output=True, text=True)
+    export = root / SERVE_MODEL.lstrip("/") / "export"
+    examples = json.loads((export / "serving_metadata.json").read_text())["example_requests"]
+    port = free_port()
+    server_env = {**env, **serve_env(port)}
+    options = []
+    if user:
+        options = [f"--userspec={user_spec(root, user)}"]
+        server_env["HOME"] = user_home(root, user)
+    pairs = [f"{k}={v}" for k, v in server_env.items()]
+    command = ["chroot", *options, str(root), "/usr/bin/env", "-i", *pairs, *entrypoint]
+    log("$ " + shlex.join(command))
+    return probe_serve(command, port, examples, env["AIP_PREDICT_ROUTE"], env["AIP_HEALTH_ROUTE"])
+
+
+def serve_in_buildah(ctr: str, entrypoint: list[str]) -> str:
+    """The serve image's probe in the buildah engine, as ``serve_in_root``.
+
+    In the built image's working container; ``buildah run`` shares this host's network under
+    chroot isolation.
+    """
+    buildah_run(ctr, serve_export_script(SERVE_MODEL))
+    metadata = buildah_run(ctr, f"cat {SERVE_MODEL}/export/serving_metadata.json").stdout
+    routes = buildah_run(ctr, "echo $AIP_PREDICT_ROUTE $AIP_HEALTH_ROUTE").stdout.split()
+    port = free_port()
+    env = [a for k, v in serve_env(port).items() for a in ("--env", f"{k}={v}")]
+    command = ["buildah", "run", "--isolation", "chroot", *env, ctr, "--", *entrypoint]
+    log("$ " + shlex.join(command))
+    return probe_serve(command, port, json.loads(metadata)["example_requests"], *routes)
 
 
 def probe_script(variant: str) -> str:
@@ -750,21 +962,13 @@ def buildah_variant(variant: str, uv_version: str | None, version: str, work: Pa
     if uv_version:
         cmd += ["--build-arg", f"UV_VERSION={uv_version}"]
     log("$ " + shlex.join([*cmd, str(REPO)]))
-    tail: list[str] = []
     with subprocess.Popen(
         [*cmd, str(REPO)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     ) as proc:
         for line in proc.stdout:
             if "is ignored: it is neither a file nor a directory" not in line:
                 print(line, end="", flush=True)
-            tail = (tail + [line])[-50:]
     try:
-        if (
-            variant == "tpu"
-            and proc.returncode == NO_LIBTPU
-            and any("no libtpu" in line for line in tail)
-        ):
-            return "KNOWN BLOCKER: the tpu stage stops with the no-libtpu reason, as designed"
         if proc.returncode:
             raise SystemExit(f"buildah bud --target {variant} failed ({proc.returncode})")
         ctr = subprocess.run(
@@ -796,6 +1000,11 @@ def buildah_variant(variant: str, uv_version: str | None, version: str, work: Pa
             elif variant == "dataflow":
                 out = buildah_run(ctr, worker_pool_probe(entrypoint)).stdout
                 node = "; " + check_worker_pool(out)
+            elif variant == "serve":
+                node = "; " + serve_in_buildah(ctr, entrypoint)
+            elif variant == "tpu":
+                out = buildah_run(ctr, tpu_probe())
+                node = "; " + check_tpu_probe(out.stdout + out.stderr)
         finally:
             subprocess.run(["buildah", "rm", ctr], check=False, capture_output=True)
         if env[1:] != [variant]:

@@ -4,11 +4,12 @@
 # ones without Docker, so the two cannot drift. docs/images.md explains the design.
 #
 #   install_locked.sh requirements VARIANT OUT
-#       uv.lock -> OUT/VARIANT.hashes.txt (every locked distribution of the variant, hash-pinned)
-#       and OUT/VARIANT.txt (the same pins without hashes), and OUT/left-out.txt: the packages
-#       pyproject.toml's [tool.uv] override-dependencies keep out of every set (libtpu, keras),
-#       whose absence the install step accepts. Needs uv, pyproject.toml and uv.lock in the
-#       working directory; offline (--frozen).
+#       The set's lock -> OUT/SET.hashes.txt (every locked distribution of the set, hash-pinned)
+#       and OUT/SET.txt (the same pins without hashes), and OUT/SET.left-out.txt: the packages
+#       the set's pyproject.toml keeps out with [tool.uv] override-dependencies (keras), whose
+#       absence the install step accepts. The cpu and gpu sets are uv.lock's (pyproject.toml in
+#       the working directory); the tpu set is images/tpu/uv.lock's, a project of its own
+#       (TensorFlow's TPU build is newer than the TensorFlow TFDV pins). Offline (--frozen).
 #   install_locked.sh project OUT
 #       The project's own wheel (training_core, components, pipelines) -> OUT.
 #   install_locked.sh wheels VARIANT REQ OUT
@@ -23,13 +24,15 @@
 #       project wheel from DIST, then `check` and `verify`. Needs uv (UV=... or on PATH).
 #   install_locked.sh check VARIANT REQ PYTHON
 #       `uv pip check` of PYTHON's environment: every installed distribution's requirements are
-#       met, but for the packages REQ/left-out.txt names (and, in the tpu set, `tensorflow`).
+#       met, but for the packages REQ/SET.left-out.txt names (and, in the tpu set, the project's
+#       own: that set holds only what the training step imports, which verify proves).
 #   install_locked.sh verify VARIANT [PYTHON]
 #       The checks a finished environment must pass (tools/verify_image.py).
 #
 # Variants are components/_image.py's VARIANTS; what each adds to the base set is export_args.
 # The dataflow variant (Dataflow's worker image) installs the cpu set: lock_set names the set a
-# variant installs, so REQ holds one file per set (cpu.txt serves cpu and dataflow).
+# variant installs, so REQ holds one file per set (cpu.txt serves cpu and dataflow). The serve
+# variant (our model server) installs the cpu set with the serve extra, its own set (serve.txt).
 set -euo pipefail
 
 die() { echo "install_locked.sh: $*" >&2; exit 1; }
@@ -46,25 +49,33 @@ if [ -z "${UV:-}" ]; then
     || die "uv not found (set UV=/path/to/uv)"
 fi
 
-# What each image variant installs on top of the base dependencies (pyproject's extras).
-#   tpu: tensorflow-tpu is TensorFlow's TPU build and ships the same `tensorflow/` package as the
-#   `tensorflow` distribution; both in one environment would overwrite each other's files, so the
-#   tpu set is the locked set with `tensorflow` left out and `tensorflow-tpu` in its place.
+# What `uv export` exports for each set: uv.lock's base dependencies (cpu), with the gpu extra
+# (gpu), or images/tpu's own lock (tpu: tensorflow-tpu and libtpu, KFP, YAML; no TFDV).
+TPU_PROJECT=images/tpu
 export_args() {
   local lockset
   lockset=$(lock_set "$1") || exit 1
   case "$lockset" in
     cpu) ;;
     gpu) echo "--extra gpu" ;;
-    tpu) echo "--extra tpu --no-emit-package tensorflow" ;;
+    serve) echo "--extra serve" ;;
+    tpu) echo "--project $TPU_PROJECT" ;;
+  esac
+}
+
+# The pyproject.toml that holds a set's override-dependencies.
+set_pyproject() {
+  case "$1" in
+    tpu) echo "$TPU_PROJECT/pyproject.toml" ;;
+    *) echo pyproject.toml ;;
   esac
 }
 
 lock_set() {
   case "$1" in
     cpu | dataflow) echo cpu ;;
-    gpu | tpu) echo "$1" ;;
-    *) die "unknown variant '$1' (cpu, gpu, tpu or dataflow)" ;;
+    gpu | tpu | serve) echo "$1" ;;
+    *) die "unknown variant '$1' (cpu, gpu, tpu, dataflow or serve)" ;;
   esac
 }
 
@@ -80,9 +91,9 @@ cmd_requirements() {
   "$UV" export --frozen --no-dev --no-emit-project --format requirements-txt --no-header \
     --no-hashes --no-annotate $args --output-file "$out/$variant.txt" >/dev/null
   # The packages the lock leaves out on purpose: each override pinned to a marker no Python meets
-  # (`name; python_version < '3'`). Their one home is pyproject.toml; this file carries the names
-  # to the install step, which has no pyproject.
-  "$BUILD_PYTHON" - pyproject.toml > "$out/left-out.txt" <<'PY'
+  # (`name; python_version < '3'`). Their one home is the set's pyproject.toml; this file carries
+  # the names to the install step, which has no pyproject.
+  "$BUILD_PYTHON" - "$(set_pyproject "$variant")" > "$out/$variant.left-out.txt" <<'PY'
 import re, sys, tomllib
 with open(sys.argv[1], "rb") as f:
     overrides = tomllib.load(f).get("tool", {}).get("uv", {}).get("override-dependencies", [])
@@ -92,7 +103,7 @@ for spec in overrides:
         print(name.strip())
 PY
   echo "$variant: $(grep -c '==' "$out/$variant.txt") locked distributions -> $out/$variant.txt" \
-    "(left out on purpose: $(paste -sd ' ' "$out/left-out.txt"))"
+    "(left out on purpose: $(paste -sd ' ' "$out/$variant.left-out.txt"))"
 }
 
 cmd_project() {
@@ -133,7 +144,7 @@ cmd_install() {
   python3 -m venv --without-pip "$venv"
   # --no-index: only the wheelhouse; --no-build: a missing wheel is an error, never a build;
   # --no-deps: the pins are the complete resolved set (the export did the resolving), which is
-  # also what lets the tpu set leave `tensorflow` out although TFDV names it.
+  # also what lets the tpu set go without the project's data-validation stack.
   # --compile-bytecode: every container start would otherwise recompile TensorFlow & co.
   "$UV" pip install --python "$venv/bin/python" --no-index --no-build --no-deps \
     --find-links "$wheels" --requirement "$req/$lockset.txt" --no-cache --quiet \
@@ -145,24 +156,25 @@ cmd_install() {
 }
 
 cmd_check() {
-  local variant=$1 req=$2 python=$3
-  lock_set "$variant" >/dev/null
+  local variant=$1 req=$2 python=$3 lockset
+  lockset=$(lock_set "$variant")
   # Every installed distribution's requirements are met, except a requirement on a package the
-  # lock leaves out on purpose (REQ/left-out.txt: keras, which TensorFlow names and nothing here
-  # uses; libtpu, which verify reports in its own words) and the tpu set's `tensorflow`
-  # (tensorflow-tpu provides it).
-  [ -f "$req/left-out.txt" ] || die "no $req/left-out.txt (run 'requirements' first)"
-  local report problems name accepted
+  # set leaves out on purpose (REQ/SET.left-out.txt: keras, which TensorFlow names and nothing
+  # here uses) and, in the tpu set, the project's own requirements: that set holds what the
+  # training step imports and not the data-validation stack (verify imports the step).
+  [ -f "$req/$lockset.left-out.txt" ] || die "no $req/$lockset.left-out.txt (run 'requirements' first)"
+  local report problems name
   report=$("$UV" pip check --python "$python" 2>&1) \
     || grep -q '^The package' <<<"$report" || die "$variant: uv pip check failed:"$'\n'"$report"
-  accepted=$(cat "$req/left-out.txt")
-  [ "$variant" != tpu ] || accepted+=$'\n'tensorflow
   problems=$(grep '^The package' <<<"$report" || true)
-  for name in $accepted; do
+  if [ "$lockset" = tpu ]; then
+    problems=$(grep -v '^The package `ncf-pipelines` requires' <<<"$problems" || true)
+  fi
+  for name in $(cat "$req/$lockset.left-out.txt"); do
     problems=$(grep -v -E "requires \`${name//./\\.}[=<>!~ \`]" <<<"$problems" || true)
   done
   [ -z "$problems" ] || die "$variant: inconsistent environment:"$'\n'"$problems"
-  echo "$variant: every requirement met (left out on purpose: $(paste -sd ' ' "$req/left-out.txt"))"
+  echo "$variant: every requirement met (left out on purpose: $(paste -sd ' ' "$req/$lockset.left-out.txt"))"
 }
 
 cmd_verify() {

@@ -301,16 +301,21 @@ def best_trial_folder(
     return best
 
 
-def trial_reporter(metric: str) -> Callable[[Any], bool]:
+def trial_reporter(metric: str, metric_file: str | None = None) -> Callable[[Any], bool]:
     """An ``on_epoch`` for ``train`` that reports the epoch's ``metric`` to Vertex AI.
 
-    It writes with ``cloudml-hypertune`` (its file, ``CLOUD_ML_HP_METRIC_FILE``), which the
-    tuning service reads; it never stops training.
+    It writes with ``cloudml-hypertune`` (its file, ``CLOUD_ML_HP_METRIC_FILE``, given as
+    ``metric_file``: None for its default), which the tuning service reads; it never stops
+    training. Made at the trial's start: the file's folder is checked then
+    (``first_run.check_metric_file``), not at the first report after an epoch.
     """
     import hypertune
 
+    from training_core.common import first_run
+
     if metric not in METRICS:
         raise ValueError(f"--hypertune-metric {metric!r} is not one of {', '.join(METRICS)}")
+    first_run.check_metric_file(metric_file)
     reporter = hypertune.HyperTune()
 
     def report(epoch) -> bool:

@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         epilog=example_epilog(
             "ncf-pipelines compile --profile gpu-a100 --output pipeline.yaml",
-            "ncf-pipelines compile --profile tpu-v3-8 --image us-docker.pkg.dev/P/repo/ncf:1 "
+            "ncf-pipelines compile --profile tpu-v5e-8 --image us-docker.pkg.dev/P/repo/ncf:1 "
             "--output tpu.yaml",
             "ncf-pipelines compile --profile cpu --output cpu.yaml "
             "--publish https://us-central1-kfp.pkg.dev/my-project/ncf",
@@ -44,6 +44,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--image",
         help="one container image for every step (default: NCF_PIPELINES_IMAGE, else the "
         "repository's tags per accelerator family); NAME@sha256:DIGEST pins it by content",
+    )
+    p.add_argument(
+        "--image-user",
+        choices=("1000:1000", "root"),
+        default="1000:1000",
+        help="who the steps run as: the images' unprivileged user (default), or root: the root "
+        "variant's tags, ...-VARIANT-root, which make push IMAGE_USER=root builds, for a Vertex "
+        "AI whose /gcs or tuning metric folder refuses uid 1000 (docs/images.md, 'The root "
+        "variant')",
     )
     p.add_argument(
         "--image-digest",
@@ -121,10 +130,12 @@ def run(args: argparse.Namespace) -> int:
         defaults["train_batch_size"] = args.train_batch_size
     submit.check_parameter_values(defaults)  # Before compiling: preset names, value ranges.
     # Checked before compiling, so that a refused pin leaves no unpinned template behind.
-    named = dataclasses.astuple(pipeline.Images.for_profile(profile, repository, image))
+    named = dataclasses.astuple(
+        pipeline.Images.for_profile(profile, repository, image, args.image_user)
+    )
     pins = {}
     for variant, digest in digests.items():
-        tag = image_for(variant, repository or IMAGE_REPOSITORY)
+        tag = image_for(variant, repository or IMAGE_REPOSITORY, args.image_user)
         if tag not in named:
             raise UserError(
                 f"--image-digest {variant}=...: profile {profile.name} runs no {variant} image "
@@ -135,7 +146,12 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UserError(f"--image-digest {variant}={digest}: {e}") from None
     path = pipeline.compile_pipeline(
-        profile, args.output, image=image, image_repository=repository, defaults=defaults
+        profile,
+        args.output,
+        image=image,
+        image_repository=repository,
+        defaults=defaults,
+        image_user=args.image_user,
     )
     if pins:
         with open(path) as f:
@@ -143,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         text = compiled.pin_images(text, pins)
         with open(path, "w") as f:
             f.write(text)
-    images = pipeline.Images.for_profile(profile, repository, image)
+    images = pipeline.Images.for_profile(profile, repository, image, args.image_user)
     t = profile.train
     acc = f", {t.accelerator_count} x {t.accelerator_type}" if t.accelerator_type else ""
     steps, train = (pins.get(i, i) for i in (images.cpu, images.train))

@@ -157,6 +157,7 @@ def _whole_number(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Checks the options and the data, builds the strategy, trains and writes the metrics."""
+    from training_core.common import first_run
     from training_core.training import curve_page
     from training_core.training.loop import train
     from training_core.tune import trial_reporter
@@ -171,8 +172,14 @@ def run(args: argparse.Namespace) -> int:
 
     model_dir = mounted_path(model_dir) if not args.model_dir else model_dir
     config = config_for(args.data, model_dir, **options(args, OPTIONS))
+    # What only a real run tells (docs/submit.md, "First-run checklist"), before hours of work:
+    # the outputs on Cloud Storage FUSE, and a trial's metric file (checked as it is made).
+    first_run.check_outputs([model_dir, args.metrics_out or "", args.plots_out or ""])
+    on_epoch = None
+    if args.hypertune_metric:
+        metric_file = os.environ.get(first_run.METRIC_FILE_ENV)
+        on_epoch = trial_reporter(args.hypertune_metric, metric_file)
     strategy = strategy_from_args(args)  # Before any TensorFlow op.
-    on_epoch = trial_reporter(args.hypertune_metric) if args.hypertune_metric else None
     result = train(config, strategy, on_epoch=on_epoch)
     payload = result.to_dict()
     if args.metrics_out:

@@ -99,6 +99,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(default: such jobs fail; see docs/verify.md)",
     )
     p.add_argument(
+        "--image-python",
+        action="append",
+        default=[],
+        metavar="VARIANT=PYTHON",
+        help="run the steps of one image variant (a custom job's replicas) with another Python "
+        "environment, e.g. tpu=.venv-tpu/bin/python (make test-tpu-env builds it from the tpu "
+        "image's lock); repeatable (default: every step runs in this environment)",
+    )
+    p.add_argument(
         "--task-timeout",
         type=float,
         default=1800.0,
@@ -178,6 +187,7 @@ def _verify(args: argparse.Namespace, template: str) -> int:
             retries=args.retries,
             gcsfuse=args.gcsfuse,
             allow_unguarded_replicas=args.allow_unguarded_replicas,
+            image_pythons=dict(_assignment(a) for a in args.image_python),
             task_timeout_s=args.task_timeout,
             echo=lambda line: print(f"  {line}", file=sys.stderr, flush=True),
         )
@@ -185,3 +195,13 @@ def _verify(args: argparse.Namespace, template: str) -> int:
         raise UserError(str(e)) from e
     print(verify.format_report(report))
     return 0 if report.ok else 1
+
+
+def _assignment(text: str) -> tuple[str, str]:
+    """``VARIANT=PYTHON`` of ``--image-python``."""
+    variant, sep, python = text.partition("=")
+    if not sep or not variant or not python:
+        raise UserError(
+            f"--image-python {text!r}: write VARIANT=PYTHON, e.g. tpu=.venv-tpu/bin/python"
+        )
+    return variant, python

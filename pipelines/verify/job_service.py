@@ -56,7 +56,7 @@ _GRACE_SECONDS = 10.0
 ADDRESS_IN_USE = "Address already in use"
 _PORT_ATTEMPTS = 3
 
-ReplicaEnv = Callable[[str], dict[str, str]]
+ReplicaEnv = Callable[[str, str], dict[str, str]]  # (write log, the container's image) -> env
 
 
 def tuning_problems(job) -> list[str]:
@@ -587,7 +587,7 @@ class JobServiceStandIn:
                     vertex_env[self.allow_env] = "1"
                 scratch = os.path.join(job_dir, name)
                 os.makedirs(scratch, exist_ok=True)
-                env = self.replica_env(os.path.join(scratch, "gcs-writes.txt"))
+                env = self.replica_env(os.path.join(scratch, "gcs-writes.txt"), container.image_uri)
                 for var in container.env:
                     vertex_env[var.name] = expand_env(var.value, {**env, **vertex_env})
                 env.update(vertex_env)

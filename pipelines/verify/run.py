@@ -62,6 +62,9 @@ class Verification(RunPlan):
         allow_unguarded_replicas: run custom jobs of several replicas even where nothing keeps
             other users of this machine off their TensorFlow servers (no network namespace, no
             C compiler; ``pipelines/verify/replica_network.py``); ``False``: such jobs fail.
+        image_pythons: the Python environment that stands in for an image variant's, by variant
+            (``{"tpu": ".venv-tpu/bin/python"}``: a custom job's replicas in the tpu image run
+            there); every other image is this environment.
         echo: called with a line as each task starts and ends.
 
     Raises:
@@ -87,6 +90,7 @@ class Verification(RunPlan):
         retries: bool = False,
         gcsfuse: bool = True,
         allow_unguarded_replicas: bool = False,
+        image_pythons: Mapping[str, str] | None = None,
         echo: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(
@@ -113,6 +117,7 @@ class Verification(RunPlan):
         self.retries = retries
         self.gcsfuse = gcsfuse
         self.allow_unguarded_replicas = allow_unguarded_replicas
+        self.image_pythons = check_image_pythons(image_pythons or {})
         self._gcsfuse: tuple[str, str | None] | None = None
         self._offline: offline.Guard | None = None
         self.data_fingerprint = ""
@@ -157,7 +162,7 @@ class Verification(RunPlan):
             self.notes.append(f"data: {self.data_path} staged as {uri}")
         self.job_service = JobServiceStandIn(
             os.path.join(self.work_dir, "custom-jobs"),
-            replica_env=lambda write_log: self._env(write_log),
+            replica_env=lambda write_log, image: self._env(write_log, image=image),
             project_number=self.ctx.project_number,
             allow_missing_accelerator_env=ALLOW_MISSING_ACCELERATOR_ENV,
             timeout_s=self.task_timeout_s,
@@ -175,7 +180,7 @@ class Verification(RunPlan):
             "open)",
             offline.describe(self._offline),
             replica_network.describe(replica_guard),
-            f"container images: every step ran in this Python environment ({sys.executable})",
+            images_note(self.image_pythons),
         ]
 
     def local_path(self, uri_or_path: str) -> str:
@@ -187,11 +192,16 @@ class Verification(RunPlan):
         relative = placeholders.mount_relative(uri_or_path)
         return uri_or_path if relative is None else os.path.join(self.gcs_dir, relative)
 
-    def _env(self, write_log: str | None, job_service: bool = False) -> dict[str, str]:
+    def _env(
+        self, write_log: str | None, job_service: bool = False, image: str = ""
+    ) -> dict[str, str]:
+        from components._image import variant_of
+
         return shim.process_env(
             dict(os.environ),
             self.shim_dir,
             self.gcs_dir,
+            python=self.image_pythons.get(variant_of(image) or "", sys.executable),
             write_log=write_log,
             job_service=self.job_service.address if job_service else None,
             poll_seconds=self.poll_seconds,
@@ -369,3 +379,36 @@ class Verification(RunPlan):
 
 def _caches(task: template.Task) -> bool:
     return bool((task.spec.get("cachingOptions") or {}).get("enableCache"))
+
+
+def check_image_pythons(image_pythons: Mapping[str, str]) -> dict[str, str]:
+    """``image_pythons`` with absolute paths, each an image variant and a Python that runs.
+
+    Raises:
+        VerifyError: an unknown variant, or a path that is not an executable file.
+    """
+    from components._image import VARIANTS
+
+    checked = {}
+    for variant, python in image_pythons.items():
+        if variant not in VARIANTS:
+            raise VerifyError(
+                f"--image-python {variant}=...: no image variant {variant!r} "
+                f"({', '.join(VARIANTS)})"
+            )
+        if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+            raise VerifyError(
+                f"--image-python {variant}={python}: not an executable file (for the tpu image's "
+                "set: make test-tpu-env builds .venv-tpu; docs/verify.md)"
+            )
+        checked[variant] = os.path.abspath(python)
+    return checked
+
+
+def images_note(image_pythons: Mapping[str, str]) -> str:
+    """The report's line on which Python environment stood in for which image."""
+    others = f"this Python environment ({sys.executable})"
+    if not image_pythons:
+        return f"container images: every step ran in {others}"
+    named = "; ".join(f"the {v} image's steps in {p}" for v, p in sorted(image_pythons.items()))
+    return f"container images: {named}; every other step in {others}"

@@ -317,10 +317,12 @@ def process_env(
     gcsfuse: tuple[str, str | None] | None = None,
     offline_guard: offline.Guard | None = None,
     extra: dict[str, str] | None = None,
+    python: str = sys.executable,
 ) -> dict[str, str]:
     """The environment of one process verify starts.
 
-    ``python3`` resolves to this interpreter (its folder first on ``PATH``); the shim and the
+    ``python3`` resolves to ``python`` (its folder first on ``PATH``: this interpreter, or the
+    environment standing in for the task's image, ``--image-python``); the shim and the
     folder this package was imported from come first on ``PYTHONPATH``. ``gcsfuse`` is what
     ``pipelines.verify.gcsfuse.prepare`` chose (None: the stand-in is a plain folder);
     ``offline_guard`` what ``pipelines.verify.offline.prepare`` set up (None: Python's check
@@ -329,7 +331,7 @@ def process_env(
     env = {k: v for k, v in base.items() if k not in _SCRUB}
     offline.scrub_credentials(env)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    env["PATH"] = os.pathsep.join([os.path.dirname(python), env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (shim_dir, root, env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     env[GCS_DIR_ENV] = gcs_dir

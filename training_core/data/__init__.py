@@ -11,4 +11,9 @@ and folder layout (``dataset_folder``), the preparation engines (``prepare`` on 
 # CVE-2023-47248: the locked pyarrow (10, pinned by TFDV's tfx-bsl) unpickles a Parquet or
 # Arrow IPC file's "arrow.py_extension_type" column, so a crafted ratings file runs code as it
 # is read. The hotfix refuses that type; every reader here imports this package first.
-import pyarrow_hotfix  # noqa: E402, F401
+# The tpu image (images/tpu: training only) has no pyarrow, so nothing there can read such a
+# file; wherever pyarrow is installed the hotfix is required.
+import importlib.util
+
+if importlib.util.find_spec("pyarrow") is not None:
+    import pyarrow_hotfix  # noqa: F401

@@ -111,6 +111,14 @@ def make_eval_fn(
     per batch, each user's once per user) rather than pair by pair: the same scores up to float
     rounding, at about half the arithmetic of NeuMF's MLP.
     """
+    return metrics.summing_loop(strategy, eval_step_fn(model, items_per_user, dtype))
+
+
+def eval_step_fn(model: NeuMF, items_per_user: int, dtype: tf.DType):
+    """One replica's eval step ``step_fn(features) -> (hits, ndcg, users)`` over whole users.
+
+    Under ``TPUStrategy`` XLA compiles it (tests/xla_step.py compiles it the same way on the CPU).
+    """
 
     def step_fn(features):
         users = tf.reshape(features["user_id"], [-1, items_per_user])[:, 0]
@@ -118,7 +126,7 @@ def make_eval_fn(
         scores = model.score_candidates(users, model.item_side(dtype), candidates, dtype)
         return metrics.ranking_sums(scores, features["duplicate_mask"], items_per_user)
 
-    return metrics.summing_loop(strategy, step_fn)
+    return step_fn
 
 
 def run_eval(

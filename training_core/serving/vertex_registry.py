@@ -1,9 +1,10 @@
-"""Registers an exported SavedModel in the Vertex AI Model Registry, with a TF Serving image.
+"""Registers an exported SavedModel in the Vertex AI Model Registry, with its serving image.
 
 No TensorFlow here: registering reads the TensorFlow version the export recorded in its
 ``serving_metadata.json`` (:data:`SERVING_METADATA_FILE`, written by
 ``training_core.serving.export``), picks the prebuilt serving image for it
-(:func:`serving_container_for`) and uploads (:func:`register`), labelling every version with
+(:func:`serving_container_for`), or names this project's own serve image with its routes
+(:data:`SERVING_OWN`), and uploads (:func:`register`), labelling every version with
 :data:`FAMILY_LABEL`; :func:`find_champion` finds this pipeline's model again by that label (or by
 resource name) and checks where its SavedModel lives before anyone loads it (docs/after-training.md,
 "What the gate and the deployment trust"). ``google.cloud.aiplatform`` is imported only inside the
@@ -41,6 +42,21 @@ SERVING_METADATA_FILE = "serving_metadata.json"
 # ends at 2.15 (checked against docs "Prebuilt containers for inference" and the SDK's
 # google/cloud/aiplatform/constants/prediction.py, aiplatform 1.165): there is no tf2-*.2-16.
 PREBUILT_TF_SERVING_VERSIONS: tuple[tuple[int, int], ...] = tuple((2, m) for m in range(15, 10, -1))
+
+# Which image serves a registered model (a hardware profile's ``serving_image``): Vertex AI's
+# prebuilt TF Serving image above (the default while 2.15 lasts: Google ends its availability on
+# 2027-01-14), or this project's own ``serve`` image (the Dockerfile's serve stage:
+# ``training_core.serving.prediction_server`` behind Vertex AI's Custom Prediction Routines server).
+SERVING_PREBUILT = "prebuilt"
+SERVING_OWN = "own"
+SERVING_IMAGES = (SERVING_PREBUILT, SERVING_OWN)
+# What the own image answers on, as Vertex AI's custom-container contract has the upload name them
+# (containerSpec.predictRoute, healthRoute, ports): Vertex AI passes them to the container as
+# AIP_PREDICT_ROUTE, AIP_HEALTH_ROUTE and AIP_HTTP_PORT, which the server reads. The Dockerfile's
+# serve stage sets the same values as its defaults (tests/test_prediction_server.py compares).
+OWN_PREDICT_ROUTE = "/predict"
+OWN_HEALTH_ROUTE = "/health"
+OWN_HTTP_PORT = 8080
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +115,7 @@ def upload_args(
     labels: dict | None = None,
     parent_model: str = "",
     is_default_version: bool = True,
+    own_serving_image: bool = False,
 ) -> dict:
     """Keyword arguments for ``google.cloud.aiplatform.Model.upload``.
 
@@ -114,13 +131,20 @@ def upload_args(
         parent_model: upload as a new version of this registry model (its resource name);
             empty: a new model.
         is_default_version: make the upload the model's default version.
+        own_serving_image: ``serving_image`` is this project's serve image (a custom container,
+            not TF Serving): the upload names its predict and health routes and its port.
+
+    Raises:
+        ValueError: a model outside Cloud Storage; ``own_serving_image`` without an image.
     """
     artifact_uri = gs_uri(artifact_uri)
     if not artifact_uri.startswith("gs://"):
         raise ValueError(
             f"Vertex AI needs the model in Cloud Storage (gs://...), got {artifact_uri}"
         )
-    return {
+    if own_serving_image and not serving_image:
+        raise ValueError("own_serving_image needs serving_image: the serve image's tag")
+    args = {
         "display_name": display_name,
         "artifact_uri": artifact_uri.rstrip("/"),
         "serving_container_image_uri": serving_image
@@ -130,6 +154,13 @@ def upload_args(
         "is_default_version": is_default_version,
         "sync": True,
     }
+    if own_serving_image:
+        args.update(
+            serving_container_predict_route=OWN_PREDICT_ROUTE,
+            serving_container_health_route=OWN_HEALTH_ROUTE,
+            serving_container_ports=[OWN_HTTP_PORT],
+        )
+    return args
 
 
 # The label every registry model and endpoint this pipeline makes carries: its value is the
@@ -343,6 +374,7 @@ def register(
     parent_model: str = "",
     labels: dict | None = None,
     is_default_version: bool = True,
+    own_serving_image: bool = False,
 ) -> RegisteredModel:
     """Uploads the SavedModel at ``artifact_uri`` (read here at ``export_dir``) to the registry.
 
@@ -358,6 +390,8 @@ def register(
         labels: the version's labels (``version_labels``); :func:`family_label` is added, so
             :func:`find_champion` finds the model.
         is_default_version: make it the model's default version (what serves by default).
+        own_serving_image: ``serving_image`` is this project's serve image: the upload names
+            its routes and port (:func:`upload_args`).
     """
     from google.cloud import aiplatform
 
@@ -373,6 +407,7 @@ def register(
         labels={**(labels or {}), **family_label(display_name)},
         parent_model=parent_model,
         is_default_version=is_default_version,
+        own_serving_image=own_serving_image,
     )
     aiplatform.init(project=project, location=location)
     uploaded = aiplatform.Model.upload(**args)

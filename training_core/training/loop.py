@@ -856,21 +856,24 @@ def train_step(
 
     ``train_model`` and ``refit_model`` (``refit_of`` set) both call it: the options through
     ``train_config.from_parameters``, the strategy from ``distribution_strategy``,
-    ``tpu_address`` and ``expect_accelerator``/``_count``; a full disk or too little memory
-    is reported in one paragraph.
+    ``tpu_address`` and ``expect_accelerator``/``_count``; a missing accelerator is reported in
+    one line, a full disk or too little memory in one paragraph.
     """
     from training_core.training import strategy as st
     from training_core.training.train_config import from_parameters
 
     config = from_parameters(data_dir, model_dir, parameters)
-    strategy = st.build_strategy(
-        st.strategy_config(
-            name=parameters["distribution_strategy"],
-            tpu_address=parameters["tpu_address"],
-            expect_accelerator=parameters["expect_accelerator"],
-            expect_accelerator_count=parameters["expect_accelerator_count"],
+    try:
+        strategy = st.build_strategy(
+            st.strategy_config(
+                name=parameters["distribution_strategy"],
+                tpu_address=parameters["tpu_address"],
+                expect_accelerator=parameters["expect_accelerator"],
+                expect_accelerator_count=parameters["expect_accelerator_count"],
+            )
         )
-    )
+    except st.MissingAccelerator as e:  # One line, no traceback: the machine is the problem.
+        raise SystemExit(f"error: {e}") from None
     with faults.reported():
         return config, train(config, strategy)
 
@@ -887,6 +890,7 @@ def step_outputs(
 
     facts = {
         "framework": "tensorflow",
+        "framework_version": tf.__version__,  # The image's (the tpu image's is newer).
         "preset": config.preset or "",
         "global_step": result.global_step,
         "refit": result.refit,

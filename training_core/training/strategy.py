@@ -33,8 +33,15 @@ _VERTEX_POOL_TO_TASK = {
     "workerpool2": "ps",
     "workerpool3": "evaluator",
 }
-# Set on Cloud TPU VMs (what a Vertex AI TPU worker runs on).
-_LOCAL_TPU_ENV = ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "TPU_WORKER_ID", "TPU_CONFIG")
+# Set on Cloud TPU VMs (what a Vertex AI TPU worker runs on): Vertex AI documents TPU_NODE_NAME and
+# TPU_CONFIG for its TPU VM workers; the rest are Cloud TPU VM and GKE names.
+_LOCAL_TPU_ENV = (
+    "TPU_NODE_NAME",
+    "TPU_CONFIG",
+    "TPU_ACCELERATOR_TYPE",
+    "TPU_WORKER_HOSTNAMES",
+    "TPU_WORKER_ID",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +102,10 @@ def strategy_config(**options: Any) -> StrategyConfig:
         "allow_missing_accelerator", os.environ.get(ALLOW_MISSING_ACCELERATOR_ENV) == "1"
     )
     return StrategyConfig(**given)
+
+
+class MissingAccelerator(ValueError):
+    """The step was compiled for an accelerator this machine does not have (one line)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +182,10 @@ def _missing_accelerator(
         remote = config.tpu_address not in (None, "", "local")
         if remote or local_tpu or any(k in env for k in _LOCAL_TPU_ENV):
             return None
-        found = "no TPU device (/dev/accel*, /dev/vfio) and no TPU VM variables"
+        found = (
+            "no TPU device (/dev/accel*, /dev/vfio/*, a Google TPU PCI device) and no TPU VM "
+            "variables"
+        )
         needed = "tpu"
     else:
         if visible_gpus >= count:
@@ -201,11 +215,12 @@ def resolve(
         local_tpu: whether a TPU device node is attached to this host.
 
     Raises:
+        MissingAccelerator: the expected accelerator is not here.
         ValueError: the request cannot be met here; the message says what to change.
     """
     missing = _missing_accelerator(config, env, visible_gpus, local_tpu)
     if missing and not config.allow_missing_accelerator:
-        raise ValueError(missing)
+        raise MissingAccelerator(missing)
     if missing:
         log.warning(
             "%s; %s=1, so training goes on on the CPU", missing, ALLOW_MISSING_ACCELERATOR_ENV
@@ -272,7 +287,9 @@ def resolve(
 
 
 def _has_local_tpu_device() -> bool:
-    return os.path.exists("/dev/accel0") or os.path.exists("/dev/vfio/0")
+    from training_core.common.tpu_runtime import tpu_devices
+
+    return bool(tpu_devices())
 
 
 def build_strategy(config: StrategyConfig, env: Mapping[str, str] | None = None):

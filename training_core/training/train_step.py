@@ -50,6 +50,48 @@ def make_train_loop(
             them as ``tf.IndexedSlices`` (touched rows only).
         jit: XLA-compile the forward and backward pass (dense gradients only).
     """
+    plain_step = make_replica_step(
+        strategy,
+        model,
+        variables,
+        optimizer,
+        loss_scale,
+        global_batch=global_batch,
+        dtype=dtype,
+        dense=dense,
+        jit=jit,
+    )
+
+    @tf.function(autograph=False)
+    def train_loop(iterator, n):
+        def body(total):
+            per_replica = strategy.run(plain_step, args=(next(iterator),))
+            total += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            step.assign_add(1)
+            return (total,)
+
+        return repeat(n, body, (tf.constant(0.0, tf.float32),))[0]
+
+    return train_loop
+
+
+def make_replica_step(
+    strategy: tf.distribute.Strategy,
+    model: NeuMF,
+    variables: list[tf.Variable],
+    optimizer: Adam,
+    loss_scale: DynamicLossScale | None,
+    *,
+    global_batch: int,
+    dtype: tf.DType,
+    dense: bool,
+    jit: bool,
+):
+    """One replica's step ``step_fn(features) -> loss``: what ``strategy.run`` runs per step.
+
+    Under ``TPUStrategy`` this whole function is compiled by XLA (tests/xla_step.py compiles it
+    the same way on the CPU). The arguments are ``make_train_loop``'s.
+    """
     loss_and_grads = _loss_and_grads_fn(
         model, variables, loss_scale, float(global_batch), dtype, dense
     )
@@ -73,19 +115,7 @@ def make_train_loop(
 
     # Plain graph code (no tensor-dependent Python control flow): AutoGraph's conversion of the
     # model's and optimizer's code took seconds per trace.
-    plain_step = tf.autograph.experimental.do_not_convert(step_fn)
-
-    @tf.function(autograph=False)
-    def train_loop(iterator, n):
-        def body(total):
-            per_replica = strategy.run(plain_step, args=(next(iterator),))
-            total += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-            step.assign_add(1)
-            return (total,)
-
-        return repeat(n, body, (tf.constant(0.0, tf.float32),))[0]
-
-    return train_loop
+    return tf.autograph.experimental.do_not_convert(step_fn)
 
 
 def repeat(n, body, state: tuple) -> tuple:

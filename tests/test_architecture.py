@@ -20,6 +20,9 @@ PACKAGES = ("training_core", "components", "pipelines")
 # CLI command that runs it.
 VERIFY = "pipelines.verify"
 VERIFY_COMMAND = "pipelines.commands.verify"
+# The CLI and its subcommands: the CLI loads them (importlib), so none imports it back.
+CLI = "pipelines.cli"
+COMMANDS = "pipelines.commands"
 
 # The core's stages (training_core/<stage>/), and the stages each may import besides itself. Data
 # prep knows nothing of what trains on it; evaluation never needs the export; ``common`` is what
@@ -89,7 +92,22 @@ def _graph() -> dict[str, dict[str, set[str]]]:
                 if all(f"{base}.{a.name}" in modules for a in node.names):
                     internal.discard(base)
         graph[name] = {"internal": internal, "external": external}
+    # The CLI loads its subcommands by name (importlib), an arrow no import statement shows.
+    for command in _cli_command_modules():
+        graph[CLI]["internal"].add(command)
+        graph[CLI]["external"].add(command)
     return graph
+
+
+def _cli_command_modules() -> list[str]:
+    """The modules ``pipelines.cli`` loads with importlib: ``COMMAND_MODULES``, read with ast."""
+    tree = ast.parse((ROOT / "pipelines" / "cli.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "COMMAND_MODULES" for t in node.targets
+        ):
+            return [f"{COMMANDS}.{name}" for name in ast.literal_eval(node.value)]
+    raise AssertionError("pipelines/cli.py has no COMMAND_MODULES")
 
 
 def _cycles(graph: dict[str, dict[str, set[str]]]) -> list[list[str]]:
@@ -188,6 +206,8 @@ def _forbidden(graph: dict[str, dict[str, set[str]]]) -> list[str]:
                         rule = f"the core imports no {outside}"
             elif _within(module, "pipelines.submit") and _within(target, VERIFY):
                 rule = "submit does not import the emulator that checks it"
+            elif _within(module, COMMANDS) and _within(target, CLI):
+                rule = f"{CLI} loads the commands; they import {COMMANDS}._shared, not it"
             if (
                 rule is None
                 and _within(target, VERIFY)
@@ -210,7 +230,10 @@ def test_the_graph_sees_every_package_and_function_level_imports(graph):
     # would pass for the wrong reason.
     assert {m.split(".")[0] for m in graph} == set(PACKAGES)
     assert "pipelines.pipeline" in graph["pipelines.local_run"]["internal"]  # Inside a function.
-    assert "pipelines.cli" in graph["pipelines.commands.verify"]["internal"]
+    assert "pipelines.commands._shared" in graph["pipelines.commands.verify"]["internal"]
+    # The CLI's dynamic loading is in the graph: a command importing the CLI would be a circle.
+    assert "pipelines.commands.verify" in graph[CLI]["internal"]
+    assert len(_cli_command_modules()) == 15
 
 
 def test_no_import_circle(graph):
@@ -248,9 +271,17 @@ def test_the_checks_catch_a_planted_circle_and_arrows():
         "training_core.data.x": {"internal": set(), "external": {"training_core.training.loop"}},
         "training_core.evaluation.x": {"internal": set(), "external": {"training_core.serving"}},
         "training_core.common.x": {"internal": set(), "external": {"training_core.tune"}},
+        # A command importing the CLI that loads it (the CLI's arrow as _graph adds it).
+        "pipelines.cli": {"internal": {"pipelines.commands.y"}, "external": set()},
+        "pipelines.commands.y": {"internal": {"pipelines.cli"}, "external": {"pipelines.cli"}},
     }
-    assert _cycles(planted) == [["pipelines.a", "pipelines.b", "pipelines.a"]]
+    assert _cycles(planted) == [
+        ["pipelines.a", "pipelines.b", "pipelines.a"],
+        ["pipelines.cli", "pipelines.commands.y", "pipelines.cli"],
+    ]
     assert _forbidden(planted) == [
+        "pipelines.commands.y -> pipelines.cli "
+        "(pipelines.cli loads the commands; they import pipelines.commands._shared, not it)",
         "pipelines.submit -> pipelines.verify.run "
         "(submit does not import the emulator that checks it)",
         "training_core.common.x -> training_core.tune (tuning sits on top of the stages)",

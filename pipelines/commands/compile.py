@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import os
 
-from pipelines.cli import UserError, add_param_option, example_epilog
+from pipelines.commands._shared import UserError, add_param_option, example_epilog
 
 
 def register(sub: argparse._SubParsersAction) -> None:

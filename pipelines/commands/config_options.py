@@ -19,7 +19,7 @@ here:
 
 Otherwise an ``int`` or ``float`` field parses as such and a ``bool`` one is a switch. Each option's
 dest is its field; not given, it is ``None`` (a switch: ``False``), which keeps the config's
-default (``pipelines.cli.options`` passes it on).
+default (``pipelines.commands._shared.options`` passes it on).
 """
 
 from __future__ import annotations

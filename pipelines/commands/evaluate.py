@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from pipelines.cli import example_epilog, options
+from pipelines.commands._shared import example_epilog, options
 from pipelines.commands.config_options import add_config_options
 from pipelines.commands.train import add_strategy_args, strategy_from_args, write_json
 from training_core.data.metadata import SPLIT_TEST, SPLIT_VALIDATION

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from pipelines.cli import example_epilog
+from pipelines.commands._shared import example_epilog
 from pipelines.commands.config_options import add_config_options, given_options
 from training_core.serving.export_config import ExportConfig
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pipelines.cli import (
+from pipelines.commands._shared import (
     add_beam_pipeline_args,
     add_input_arguments,
     beam_pipeline_args,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pipelines.cli import example_epilog
+from pipelines.commands._shared import example_epilog
 
 
 def register(sub: argparse._SubParsersAction) -> None:

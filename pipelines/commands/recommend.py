@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pipelines.cli import add_beam_pipeline_args, beam_pipeline_args, example_epilog
+from pipelines.commands._shared import add_beam_pipeline_args, beam_pipeline_args, example_epilog
 from pipelines.commands.config_options import add_config_options, given_options
 from training_core.serving.batch_recommend import RecommendConfig
 

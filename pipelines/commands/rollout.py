@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pipelines.cli import example_epilog, project_and_region
+from pipelines.commands._shared import example_epilog, project_and_region
 
 ACTIONS = ("status", "promote", "rollback")
 

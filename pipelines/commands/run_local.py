@@ -12,7 +12,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from pipelines.cli import add_param_option, example_epilog
+from pipelines.commands._shared import add_param_option, example_epilog
 
 if TYPE_CHECKING:
     from pipelines.compiled import Template
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from google.protobuf import json_format
 
     from pipelines import compiled, submit
-    from pipelines.cli import UserError
+    from pipelines.commands._shared import UserError
     from pipelines.local_run import LocalRunFailed, run_local, steps_of
     from pipelines.pipeline import LOCAL_PROFILE, build_pipeline, run_problems
     from pipelines.profiles import BUILTIN

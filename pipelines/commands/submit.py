@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import logging
 
-from pipelines.cli import UserError, add_param_option, example_epilog, project_and_region
+from pipelines.commands._shared import (
+    UserError,
+    add_param_option,
+    example_epilog,
+    project_and_region,
+)
 from pipelines.placeholder_values import default_service_account_warning, warn_about_images
 
 

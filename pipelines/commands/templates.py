@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pipelines.cli import UserError, example_epilog
+from pipelines.commands._shared import UserError, example_epilog
 
 REPO_EXAMPLE = "https://us-central1-kfp.pkg.dev/my-project/ncf"
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 
-from pipelines.cli import example_epilog, options
+from pipelines.commands._shared import example_epilog, options
 from pipelines.commands.config_options import add_config_options
 from training_core.data.metadata import SPLIT_TEST
 from training_core.training.strategy import ALL_REDUCE_ALGS, STRATEGIES

@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Iterator
 
 from pipelines import verify
-from pipelines.cli import UserError, add_param_option, example_epilog
+from pipelines.commands._shared import UserError, add_param_option, example_epilog
 
 
 def register(sub: argparse._SubParsersAction) -> None:

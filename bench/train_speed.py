@@ -42,7 +42,7 @@ def main() -> int:
 
     from training_core.data import prepare, synthetic
     from training_core.data.config import PrepareConfig
-    from training_core.training import train_config
+    from training_core.training import presets, train_config
 
     data = os.path.join(args.work, f"data-{args.shape}")
     if not os.path.exists(os.path.join(data, "metadata.json")):
@@ -61,7 +61,7 @@ def main() -> int:
 
     import tensorflow as tf
 
-    from training_core.training import loop, model
+    from training_core.training import loop
 
     rows = []
     for updates in args.embedding_updates:
@@ -73,7 +73,7 @@ def main() -> int:
                     data_dir=data,
                     model_dir=model_dir,
                     model=dataclasses.replace(
-                        model.get_preset(args.preset, epochs=1, batch_size=batch),
+                        presets.get_preset(args.preset, epochs=1, batch_size=batch),
                         hr_threshold=None,
                     ),
                     steps_per_loop=args.steps_per_loop,

@@ -56,7 +56,13 @@ def main() -> int:
 
     import tensorflow as tf
 
-    from training_core.training import input_pipeline, loop, model, train_config, train_step
+    from training_core.training import (
+        input_pipeline,
+        loop,
+        presets,
+        train_config,
+        train_step,
+    )
     from training_core.training.optim import Adam
 
     strategy = tf.distribute.get_strategy()
@@ -64,7 +70,7 @@ def main() -> int:
     def trainer(dense: bool) -> loop._Trainer:
         model_dir = os.path.join(args.work, f"profile-model-{int(dense)}")
         shutil.rmtree(model_dir, ignore_errors=True)
-        preset = model.get_preset("reference", epochs=1, batch_size=args.batch)
+        preset = presets.get_preset("reference", epochs=1, batch_size=args.batch)
         cfg = train_config.TrainConfig(
             data_dir=data,
             model_dir=model_dir,

@@ -32,14 +32,13 @@ from typing import Any
 
 from pipelines import placeholder_values
 from pipelines import vertex_names as names
-from pipelines.compiled import (  # noqa: F401 (submit.load_template and others, as before)
+from pipelines.compiled import (
     DATA_URI,
     Parameter,
     Template,
     coerce_parameters,
     coerce_value,
     load_template,
-    template_from_spec,
 )
 
 _LOG = logging.getLogger(__name__)

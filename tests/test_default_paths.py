@@ -29,7 +29,7 @@ from pipelines.verify.job_service import free_port as _free_port
 from training_core.data import prepare, synthetic
 from training_core.data.config import PrepareConfig
 from training_core.data.metadata import read_metadata
-from training_core.training import input_pipeline, loop, model, optim, train_config
+from training_core.training import input_pipeline, loop, optim, presets, train_config
 from training_core.training.model_dir import checkpoint_dir, config_path, history_path
 
 
@@ -62,7 +62,7 @@ def _assert_close(actual, expected, rtol, err_msg=""):
 
 
 def _config(data_dir, model_dir, epochs=1, **options):
-    preset = model.get_preset(
+    preset = presets.get_preset(
         "tiny", epochs=epochs, batch_size=read_metadata(data_dir).train_prebatch_size
     )
     return train_config.TrainConfig(
@@ -282,7 +282,7 @@ def test_sparse_and_dense_embedding_updates_differ_exactly_as_lazy_adam_does(
         close(name, others if name in user_table else slice(None))
 
     # Rows of step 1 only: dense decayed the moments and took one more step; lazy did not.
-    hp = model.get_preset("tiny")
+    hp = presets.get_preset("tiny")
     b1, b2 = hp.beta1, hp.beta2
     m_d, v_d = dense["optimizer/m/0"][first_only], dense["optimizer/v/0"][first_only]
     _assert_close(m_d, b1 * lazy["optimizer/m/0"][first_only], 5e-5)

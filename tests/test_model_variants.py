@@ -17,7 +17,7 @@ import tensorflow as tf
 from training_core.data.metadata import read_metadata, read_vocab
 from training_core.evaluation.evaluate import evaluate, load_model
 from training_core.serving import export
-from training_core.training import loop, model, train_config
+from training_core.training import loop, model, presets, train_config
 from training_core.training.model_dir import read_model_config
 
 ARCHITECTURES = ("neumf", "mf", "gmf", "mlp")
@@ -56,7 +56,7 @@ def _numpy_logits(net: model.NCFModel, users: np.ndarray, items: np.ndarray) -> 
 )
 def test_each_architecture_scores_by_its_formula(tiny_data, architecture, width, n_dense):
     meta = read_metadata(tiny_data)
-    config = model.get_preset("tiny", architecture=architecture)
+    config = presets.get_preset("tiny", architecture=architecture)
     net = loop.build_model(config, meta, seed=1)
     assert net.user_embedding.shape == (meta.num_users, width)
     assert net.item_embedding.shape == (meta.num_items, width)
@@ -76,10 +76,10 @@ def test_each_architecture_scores_by_its_formula(tiny_data, architecture, width,
 def test_mf_bias_columns_start_at_zero_and_the_neumf_weights_are_unchanged(tiny_data):
     """MF's bias column starts at 0; NeuMF's initial weights are what they were before --model."""
     meta = read_metadata(tiny_data)
-    mf = loop.build_model(model.get_preset("tiny", architecture="mf"), meta, seed=0)
+    mf = loop.build_model(presets.get_preset("tiny", architecture="mf"), meta, seed=0)
     assert not np.any(mf.user_embedding.numpy()[:, -1]) and not np.any(mf.item_embedding[:, -1])
     assert np.std(mf.user_embedding.numpy()[:, :-1]) > 0
-    neumf = loop.build_model(model.get_preset("tiny"), meta, seed=0)
+    neumf = loop.build_model(presets.get_preset("tiny"), meta, seed=0)
     # The NeuMF tables come from stateless draws with seeds (0, 0) and (0, 1): fixed forever,
     # so checkpoints and quality curves from before --model stay reproducible.
     dim = neumf.config.embedding_dim
@@ -209,7 +209,7 @@ def test_l2_adds_the_penalty_of_the_rows_each_example_uses(dense):
     }
 
     def run(penalty):
-        config = model.get_preset("tiny", architecture="mf", l2_regularization=penalty)
+        config = presets.get_preset("tiny", architecture="mf", l2_regularization=penalty)
         net = model.NCFModel(config, num_users=5, num_items=9, seed=4)
         variables = [net.user_embedding, net.item_embedding, *net.dense_variables()]
         fn = train_step._loss_and_grads_fn(net, variables, None, global_batch, tf.float32, dense)
@@ -266,7 +266,7 @@ def test_score_grid_is_score_over_every_pair(tiny_data, architecture, layers):
     from training_core.evaluation.baselines import popularity
 
     meta = read_metadata(tiny_data)
-    config = model.get_preset("tiny", architecture=architecture)
+    config = presets.get_preset("tiny", architecture=architecture)
     if layers:
         config = dataclasses.replace(config, layers=layers)
     net = loop.build_model(config, meta, seed=2)

@@ -212,9 +212,9 @@ class _Runs:
 
     def trainer(self, strategy, name: str, **options):
         """A trainer of the tiny preset (one epoch, no early stop) and its epoch-1 iterator."""
-        from training_core.training import input_pipeline, loop, model, train_config
+        from training_core.training import input_pipeline, loop, presets, train_config
 
-        preset = model.get_preset("tiny", epochs=1, batch_size=self.meta.train_prebatch_size)
+        preset = presets.get_preset("tiny", epochs=1, batch_size=self.meta.train_prebatch_size)
         preset = dataclasses.replace(preset, hr_threshold=None)
         model_dir = os.path.join(self.out_dir, name)
         t = loop._Trainer(

@@ -15,7 +15,7 @@ import pytest
 from pipelines import cli
 from pipelines import submit as vs
 from training_core.data.metadata import read_metadata
-from training_core.training import model, train_config
+from training_core.training import presets, train_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -78,7 +78,7 @@ def test_submit_dry_run_refuses_what_vertex_ai_would_refuse_later(tmp_path, caps
 
 def test_preset_names_for_submit_are_the_presets_and_need_no_tensorflow():
     # Every preset, and auto (the default: picked by the data's size).
-    assert vs.preset_names() == ("auto", *model.PRESETS)
+    assert vs.preset_names() == ("auto", *presets.PRESETS)
     code = (
         "import sys; from pipelines import submit; names = submit.preset_names(); "
         "assert 'tensorflow' not in sys.modules, 'TensorFlow was imported'; print(names)"

@@ -9,7 +9,7 @@ import tensorflow as tf
 from conftest import checkpoint_values
 
 from training_core.data.metadata import SPLIT_TEST, read_metadata
-from training_core.training import input_pipeline, loop, model, train_config
+from training_core.training import input_pipeline, loop, presets, train_config
 from training_core.training.model_dir import CHECKPOINT_SUBDIR, MODEL_CONFIG_FILE, checkpoint_dir
 from training_core.training.presets import resolve_preset
 
@@ -103,12 +103,12 @@ def test_damaged_file_is_caught(tiny_data, tmp_path):
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_data, tmp_path):
     model_dir = str(tmp_path / "m")
     good = train_config.TrainConfig(
-        tiny_data, model_dir, model.get_preset("tiny", epochs=1), steps_per_loop=40
+        tiny_data, model_dir, presets.get_preset("tiny", epochs=1), steps_per_loop=40
     )
     first = loop.train(good, tf.distribute.get_strategy())
     step = first.global_step
     # A learning rate far too large (still a valid option: > 0) blows the weights up.
-    bad = dataclasses.replace(good, model=model.get_preset("tiny", epochs=2, learning_rate=1e38))
+    bad = dataclasses.replace(good, model=presets.get_preset("tiny", epochs=2, learning_rate=1e38))
     with pytest.raises(loop.NonFiniteLossError, match="last good checkpoint"):
         loop.train(bad, tf.distribute.get_strategy())
     assert tf.train.latest_checkpoint(checkpoint_dir(model_dir)).endswith(f"ckpt-{step}")
@@ -133,7 +133,7 @@ def test_a_model_built_from_a_preset_has_the_preset_s_shapes(
 ):
     """Shapes read off the built model's variables, against numbers written out here."""
     meta = read_metadata(tiny_data)
-    net = loop.build_model(model.get_preset(preset), meta, seed=0)
+    net = loop.build_model(presets.get_preset(preset), meta, seed=0)
     assert net.user_embedding.shape == (meta.num_users, width)
     assert net.item_embedding.shape == (meta.num_items, width)
     assert [tuple(k.shape) for k in net.mlp_kernels] == mlp_kernels
@@ -156,11 +156,11 @@ def test_ml20m_trains_with_the_mlperf_adam_settings(tiny_data, tmp_path):
 
 
 def test_preset_overrides_and_unknown_names():
-    assert model.get_preset("tiny", epochs=7, batch_size=None).epochs == 7
-    tiny = model.get_preset("tiny")
-    assert model.get_preset("tiny", batch_size=None).batch_size == tiny.batch_size  # None: kept.
+    assert presets.get_preset("tiny", epochs=7, batch_size=None).epochs == 7
+    tiny = presets.get_preset("tiny")
+    assert presets.get_preset("tiny", batch_size=None).batch_size == tiny.batch_size  # None: kept.
     with pytest.raises(ValueError, match="unknown preset 'ml-2m'; choose one of"):
-        model.get_preset("ml-2m")
+        presets.get_preset("ml-2m")
 
 
 @pytest.mark.parametrize(
@@ -185,7 +185,7 @@ def test_the_default_preset_is_resolved_against_the_data(tiny_data):
     assert train_config.DEFAULTS["preset"] == "auto"
     got = train_config.config_for(tiny_data, "m").model
     prebatch = read_metadata(tiny_data).train_prebatch_size
-    assert got == model.get_preset("ml-100k", batch_size=prebatch)
+    assert got == presets.get_preset("ml-100k", batch_size=prebatch)
     assert train_config.config_for(tiny_data, "m", "auto", num_factors=5).model.num_factors == 5
 
 
@@ -426,13 +426,13 @@ def test_config_for_names_the_option_and_the_value(overrides, message):
 
 
 def test_train_config_names_each_field_it_refuses(tiny_data):
-    tiny = model.get_preset("tiny")
+    tiny = presets.get_preset("tiny")
     with pytest.raises(ValueError, match=r"--steps-per-loop must be >= 1, got 0"):
         train_config.TrainConfig(tiny_data, "m", tiny, steps_per_loop=0)
     with pytest.raises(ValueError, match=r"keep_checkpoints must be >= 1, got 0"):
         train_config.TrainConfig(tiny_data, "m", tiny, keep_checkpoints=0)
     with pytest.raises(ValueError, match=r"--learning-rate must be > 0, got -0.5"):
-        train_config.TrainConfig(tiny_data, "m", model.get_preset("tiny", learning_rate=-0.5))
+        train_config.TrainConfig(tiny_data, "m", presets.get_preset("tiny", learning_rate=-0.5))
     # Several at once are all named.
     with pytest.raises(ValueError) as exc:
         train_config.TrainConfig(tiny_data, "m", tiny, steps_per_loop=0, checkpoint_every_steps=-1)

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from conftest import EVENT_PARAMS, EVENTS, FULL_CHAIN, RETRIED, chain_options
 
-from pipelines import cli, pipeline, profiles, verify, yaml_io
+from pipelines import cli, compiled, pipeline, profiles, verify, yaml_io
 from pipelines.run_plan import placeholders, template
 from pipelines.verify import job_service, replica_network, shim
 from training_core.data import metadata
@@ -255,14 +255,14 @@ def test_executor_input_placeholders_resolve_as_vertex_writes_them():
 def test_conditions_evaluate_like_the_cel_vertex_runs(condition, values, expected):
     if expected is None:
         with pytest.raises(KeyError):
-            template.evaluate_condition(condition, values)
+            compiled.evaluate_condition(condition, values)
     else:
-        assert template.evaluate_condition(condition, values) is expected
+        assert compiled.evaluate_condition(condition, values) is expected
 
 
 def test_conditions_refuse_anything_but_comparisons():
     with pytest.raises(template.TemplateError):
-        template.evaluate_condition("__import__('os').system('true')", {})
+        compiled.evaluate_condition("__import__('os').system('true')", {})
 
 
 # --- the process shim and the JobService stand-in ------------------------------------------

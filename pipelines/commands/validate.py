@@ -120,6 +120,7 @@ def _add_positive_rule_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Runs the gate; returns 2 (with the anomalies on stderr) when it blocks."""
     from training_core.data import validate
+    from training_core.data.io import parse_time
 
     if args.baseline and (args.baseline_schema or args.baseline_stats):
         raise ValueError(
@@ -139,8 +140,8 @@ def run(args: argparse.Namespace) -> int:
         baseline_statistics=args.baseline or args.baseline_stats,
         drift=drift,
         domain_checks=not args.no_domain_checks,
-        min_timestamp=validate.parse_time(args.min_time),
-        max_timestamp=validate.parse_time(args.max_time) if args.max_time else None,
+        min_timestamp=parse_time(args.min_time),
+        max_timestamp=parse_time(args.max_time) if args.max_time else None,
         fail_on_anomalies=not args.warn_only,
         beam_pipeline_args=beam_pipeline_args(args),
         id_type=args.id_type,

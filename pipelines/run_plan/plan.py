@@ -130,7 +130,7 @@ class RunPlan:
         record = TaskRecord(task.name, task.display_name, task.kind)
         try:
             params, artifacts = task_inputs(task, scope)
-            unknown = template.condition_parameters(task.condition or "") - params.keys()
+            unknown = compiled.condition_parameters(task.condition or "") - params.keys()
             if unknown and not self.run_tasks:
                 # Reads an output of a task that was only planned: plan the branch too.
                 record.reason = (
@@ -141,7 +141,7 @@ class RunPlan:
             elif unknown:
                 record.status = FAILED
                 record.reason = f"condition {task.condition} reads {sorted(unknown)}: not set"
-            elif task.condition and not template.evaluate_condition(task.condition, params):
+            elif task.condition and not compiled.evaluate_condition(task.condition, params):
                 record.status = SKIPPED
                 record.reason = f"condition {task.condition} is false ({_shown(task, params)})"
             elif task.kind == "dag":

@@ -10,11 +10,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from pipelines.compiled import (  # noqa: F401 (read here by the emulator and its callers)
-    TemplateError,
-    condition_parameters,
-    evaluate_condition,
-)
+from pipelines.compiled import TemplateError
 
 CUSTOM_JOB_LAUNCHER = "google_cloud_pipeline_components.container.v1.custom_job.launcher"
 TUNING_JOB_LAUNCHER = (

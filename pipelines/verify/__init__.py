@@ -17,12 +17,8 @@ from typing import Any
 from pipelines.run_plan import custom_job_requests
 from pipelines.run_plan.custom_job import RequestError
 from pipelines.run_plan.parameters import FAST_PARAMETERS
+from pipelines.run_plan.records import BUILT, FAILED, PLANNED, SKIPPED, SUCCEEDED
 from pipelines.verify.report import (
-    BUILT,
-    FAILED,
-    PLANNED,
-    SKIPPED,
-    SUCCEEDED,
     JobRecord,
     ProcessRecord,
     TaskRecord,

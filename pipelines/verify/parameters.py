@@ -8,12 +8,6 @@ from __future__ import annotations
 import os
 import shutil
 
-from pipelines.run_plan.parameters import (  # noqa: F401 (verify's names, as before)
-    DATA_URI,
-    FAST_PARAMETERS,
-    plan_parameters,
-)
-
 
 def stage(source: str, uri: str, local_path: str) -> str:
     """Copies local data to the stand-in file(s) behind ``uri``; returns where it went.

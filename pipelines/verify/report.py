@@ -8,14 +8,7 @@ import os
 import shlex
 from typing import Any
 
-from pipelines.run_plan.records import (  # noqa: F401 (report.TaskRecord, report.FAILED, ...)
-    BUILT,
-    FAILED,
-    PLANNED,
-    SKIPPED,
-    SUCCEEDED,
-    TaskRecord,
-)
+from pipelines.run_plan.records import FAILED, TaskRecord
 
 
 @dataclasses.dataclass

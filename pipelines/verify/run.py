@@ -22,7 +22,8 @@ from typing import Any
 
 from pipelines.run_plan import custom_job, placeholders, template
 from pipelines.run_plan.executor_io import Scope, read_outputs
-from pipelines.run_plan.plan import (  # noqa: F401 (verify's names, as before)
+from pipelines.run_plan.parameters import DATA_URI
+from pipelines.run_plan.plan import (
     DEFAULT_PIPELINE_ROOT,
     DEFAULT_PROJECT,
     DEFAULT_REGION,
@@ -31,7 +32,7 @@ from pipelines.run_plan.plan import (  # noqa: F401 (verify's names, as before)
 from pipelines.run_plan.plan import PlanError as VerifyError
 from pipelines.verify import cache, offline, replica_network, report, shim
 from pipelines.verify import gcsfuse as gcsfuse_emulation
-from pipelines.verify.parameters import DATA_URI, stage
+from pipelines.verify.parameters import stage
 from pipelines.verify.report import FAILED, ProcessRecord, TaskRecord
 
 

@@ -112,7 +112,7 @@ def worker(args: argparse.Namespace) -> int:
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     import tensorflow as tf
 
-    from training_core.training import loop, model, train_config
+    from training_core.training import loop, presets, train_config
 
     # Our loop logs once per host call (every steps_per_loop steps); timestamp those records. The
     # rate runs from the end of the loop that passes --warmup steps (tracing included before it)
@@ -136,7 +136,7 @@ def worker(args: argparse.Namespace) -> int:
         data_dir=args.worker,
         model_dir=args.model_dir,
         model=dataclasses.replace(
-            model.get_preset(args.preset, epochs=1, batch_size=args.batch), hr_threshold=None
+            presets.get_preset(args.preset, epochs=1, batch_size=args.batch), hr_threshold=None
         ),
         steps_per_loop=steps_per_loop,
         dense_gradients=train_config.EMBEDDING_UPDATES[args.embedding_updates],

@@ -56,7 +56,6 @@ from training_core.data import beam_source
 from training_core.data import io as rio
 from training_core.data.beam_source import EVENT, IDS, ITEM, RATING, TIME, USER
 from training_core.data.ids import ID_AUTO, ID_INT64, ID_STRING, ID_TYPES
-from training_core.data.io import parse_time  # noqa: F401 (validate.parse_time: --min-time)
 
 log = logging.getLogger(__name__)
 

@@ -22,12 +22,7 @@ import math
 
 import tensorflow as tf
 
-from training_core.training.presets import (  # noqa: F401 (re-exported)
-    ARCHITECTURES,
-    PRESETS,
-    NeuMFConfig,
-    get_preset,
-)
+from training_core.training.presets import NeuMFConfig
 
 
 def _glorot(shape: tuple[int, int], seed: tf.Tensor | tuple[int, int]) -> tf.Tensor:

@@ -21,6 +21,7 @@ import pathlib
 import pickle
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -233,6 +234,31 @@ def procs():
     """Starts child processes that are killed at teardown, whether the test passed or not."""
     with ChildProcesses() as started:
         yield started
+
+
+def latest_checkpoint_step(model_dir: str) -> int:
+    """The step of ``model_dir``'s newest checkpoint, from its index file (0: none yet)."""
+    from training_core.training.model_dir import checkpoint_dir
+
+    index = os.path.join(checkpoint_dir(model_dir), "checkpoint")
+    if not os.path.exists(index):
+        return 0
+    with open(index) as f:
+        return int(f.readline().rsplit("-", 1)[1].strip().strip('"'))
+
+
+def take_the_next_free_port(monkeypatch) -> socket.socket:
+    """A listening socket on 127.0.0.1 whose port the JobService stand-in hands out next
+    (``job_service.free_port``), as if another process took it; close it when done."""
+    from pipelines.verify import job_service
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    chosen = iter([taken.getsockname()[1]])
+    real_free_port = job_service.free_port
+    monkeypatch.setattr(job_service, "free_port", lambda: next(chosen, None) or real_free_port())
+    return taken
 
 
 def communicate(proc: subprocess.Popen, timeout: float) -> str:

@@ -626,11 +626,11 @@ def test_the_offline_snapshot_matches_by_osv_rules():
     # old TensorFlow's many advisories (a control that the file is matched at all).
     snapshot = json.loads(audit.SNAPSHOT.read_text())
     report = audit.snapshot_report(
-        {"pyarrow": "10.0.1", "numpy": "1.26.4", "tensorflow": "2.6.0"}, snapshot
+        {"pyarrow": "10.0.1", "numpy": "1.26.4", "tensorflow": "2.6.0"}.items(), snapshot
     )
     found = {d["name"]: [v["id"] for v in d["vulns"]] for d in report["dependencies"]}
     assert "PYSEC-2023-238" in found["pyarrow"] and len(found["tensorflow"]) > 10
-    fixed = audit.snapshot_report({"pyarrow": "14.0.1"}, snapshot)["dependencies"][0]["vulns"]
+    fixed = audit.snapshot_report([("pyarrow", "14.0.1")], snapshot)["dependencies"][0]["vulns"]
     assert "PYSEC-2023-238" not in [v["id"] for v in fixed]
     # The snapshot covers every package uv.lock names (else the audit refuses: see main).
     assert audit.locked_names() <= set(snapshot["packages"])

@@ -22,7 +22,7 @@ import time
 import tomllib
 
 import pytest
-from conftest import ROOT, communicate
+from conftest import ROOT, communicate, latest_checkpoint_step
 
 pytestmark = [pytest.mark.tpu_env, pytest.mark.slow]
 
@@ -138,16 +138,6 @@ def test_the_tpu_step_refuses_in_one_line_on_a_host_without_a_tpu(tpu_python, ti
     assert "Traceback" not in out, out[-3000:]
 
 
-def _latest_step(model_dir: str) -> int:
-    from training_core.training.model_dir import checkpoint_dir
-
-    index = os.path.join(checkpoint_dir(model_dir), "checkpoint")
-    if not os.path.exists(index):
-        return 0
-    with open(index) as f:
-        return int(f.readline().rsplit("-", 1)[1].strip().strip('"'))
-
-
 def test_a_kill_mid_epoch_then_resume_in_tpu_tensorflow_matches_the_clean_run(
     tpu_python, tiny_data, tmp_path
 ):
@@ -164,13 +154,13 @@ def test_a_kill_mid_epoch_then_resume_in_tpu_tensorflow_matches_the_clean_run(
     victim = _start(tpu_python, "train", spec, tmp_path, "run")
     spe = read_metadata(tiny_data).train_steps_per_epoch
     deadline = time.time() + 300
-    while _latest_step(run_dir) <= spe + 10 and victim.poll() is None:
+    while latest_checkpoint_step(run_dir) <= spe + 10 and victim.poll() is None:
         assert time.time() < deadline
         time.sleep(0.005)
     os.killpg(victim.pid, signal.SIGKILL)
     communicate(victim, 60)
     assert victim.returncode == -signal.SIGKILL, "the run ended before it could be killed"
-    killed_at = _latest_step(run_dir)
+    killed_at = latest_checkpoint_step(run_dir)
     assert spe < killed_at < 2 * spe and killed_at % spe  # Mid-epoch.
     assert not (tmp_path / "run.out.json").exists()
 

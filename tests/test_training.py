@@ -14,7 +14,16 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ChildProcesses, checkpoint_values, communicate, kill_group, read_split
+from conftest import (
+    ChildProcesses,
+    checkpoint_values,
+    communicate,
+    kill_group,
+    read_split,
+)
+from conftest import (
+    latest_checkpoint_step as _latest_step,
+)
 from ncf_numpy import ranking_reference
 
 # A port found free may be taken before a worker binds it: the runs here retry on ADDRESS_IN_USE.
@@ -249,15 +258,6 @@ def test_multi_worker_with_patience_keeps_the_chief_s_best_epoch(tiny_data, tmp_
     assert _chosen(ev).hr_at_10 == pytest.approx(chief["epochs"][kept - 1]["hr_at_10"], abs=1e-9)
     assert _chosen(ev).hr_at_10 > chief["last"]["hr_at_10"]
     _same_test(ev, chief)
-
-
-def _latest_step(model_dir):
-    index = os.path.join(checkpoint_dir(model_dir), "checkpoint")
-    if not os.path.exists(index):
-        return 0
-    with open(index) as f:
-        first = f.readline()
-    return int(first.rsplit("-", 1)[1].strip().strip('"'))
 
 
 @pytest.mark.slow

@@ -15,14 +15,20 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import socket
 import subprocess
 import time
 
 import grpc
 import pytest
 import yaml
-from conftest import EVENT_PARAMS, EVENTS, FULL_CHAIN, RETRIED, chain_options
+from conftest import (
+    EVENT_PARAMS,
+    EVENTS,
+    FULL_CHAIN,
+    RETRIED,
+    chain_options,
+    take_the_next_free_port,
+)
 
 from pipelines import cli, compiled, pipeline, profiles, verify, yaml_io
 from pipelines.run_plan import placeholders, template
@@ -396,12 +402,7 @@ def test_a_port_taken_before_the_replica_binds_it_starts_the_job_again(
     this machine's loopback (no network namespace), one taken in between (here by a socket this
     test holds) fails the bind, and the job is run again on fresh ports."""
     _, env = sandbox
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    chosen = iter([taken.getsockname()[1]])
-    real_free_port = job_service.free_port
-    monkeypatch.setattr(job_service, "free_port", lambda: next(chosen, None) or real_free_port())
+    taken = take_the_next_free_port(monkeypatch)
     bind = (  # What a TF server does with its CLUSTER_SPEC address (its gRPC error on failure).
         "import json, os, socket, sys; s = json.loads(os.environ['CLUSTER_SPEC']);"
         "host, port = s['cluster']['workerpool0'][0].split(':'); b = socket.socket();\n"

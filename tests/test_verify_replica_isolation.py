@@ -15,13 +15,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
 
 import pytest
+from conftest import take_the_next_free_port
 
 from pipelines import pipeline, profiles, verify
 from pipelines.verify import job_service, offline, preload, replica_network, shim
@@ -207,12 +207,7 @@ def test_in_a_namespace_no_process_of_this_machine_can_take_a_replicas_port(tmp_
     guard = replica_network.choose(str(tmp_path / "lib"))
     if guard.kind != replica_network.NAMESPACE:
         pytest.skip(f"no network namespace on this machine: {guard.no_namespace}")
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    chosen = iter([taken.getsockname()[1]])
-    real_free_port = job_service.free_port
-    monkeypatch.setattr(job_service, "free_port", lambda: next(chosen, None) or real_free_port())
+    taken = take_the_next_free_port(monkeypatch)
     bind = (
         "import json, os, socket; s = json.loads(os.environ['CLUSTER_SPEC']);"
         "host, port = s['cluster']['workerpool0'][0].split(':');"

@@ -37,6 +37,7 @@ import shlex
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -182,11 +183,8 @@ def _affects(affected: dict, version) -> bool:
     return False
 
 
-def snapshot_report(locked, snapshot: dict) -> dict:
-    """A pip-audit-shaped JSON report of ``locked`` against the committed advisory snapshot.
-
-    ``locked``: ``{name: version}`` or (name, version) pairs (``pins``).
-    """
+def snapshot_report(locked: Iterable[tuple[str, str]], snapshot: dict) -> dict:
+    """A pip-audit-shaped JSON report of ``locked`` (``pins``' pairs) against the snapshot."""
     from packaging.version import Version
 
     by_package: dict[str, list[dict]] = {}
@@ -194,7 +192,7 @@ def snapshot_report(locked, snapshot: dict) -> dict:
         for affected in advisory["affected"]:
             by_package.setdefault(_norm(affected["package"]), []).append((advisory, affected))
     dependencies = []
-    for name, text in sorted(locked.items() if isinstance(locked, dict) else locked):
+    for name, text in sorted(locked):
         version = Version(text)
         vulns = [
             {

@@ -84,24 +84,9 @@ def check_common(variant: str) -> str:
     import tensorflow as tf
     import tensorflow_data_validation as tfdv
 
-    import components
-    import pipelines
-    import training_core
     from components import _image
 
-    for module in (training_core, components, pipelines):
-        if "site-packages" not in (module.__file__ or ""):
-            raise Unusable(f"{module.__name__} is {module.__file__}, not the installed wheel")
-    for name in ENTRY_MODULES:
-        try:
-            importlib.import_module(name)
-        except ImportError as error:
-            raise Unusable(f"{name} cannot be imported: {error}") from error
-    if variant not in _image.VARIANTS:
-        raise Unusable(f"unknown variant (components/_image.py knows {_image.VARIANTS})")
-    declared = os.environ.get(_image.VARIANT_ENV)
-    if declared is not None and declared != variant:
-        raise Unusable(f"{_image.VARIANT_ENV}={declared!r} in the {variant} environment")
+    check_installed(variant, ("training_core", "components", "pipelines"), ENTRY_MODULES)
     return (
         f"tensorflow {tf.__version__}, tfdv {tfdv.__version__}, kfp {kfp.__version__}, "
         f"gcpc {gcpc.__version__}, {_image.image_for(variant)}"
@@ -111,25 +96,40 @@ def check_common(variant: str) -> str:
 def check_common_tpu() -> str:
     """The tpu set's: the installed wheel, KFP's executor and the training step import."""
     # First: on a host without a TPU, training_core keeps libtpu from loading.
-    training_core = importlib.import_module("training_core")
+    importlib.import_module("training_core")
     import kfp
     import tensorflow as tf
 
-    import components
     from components import _image
 
-    for module in (training_core, components):
+    check_installed("tpu", ("training_core", "components"), TPU_ENTRY_MODULES)
+    return f"tensorflow {tf.__version__}, kfp {kfp.__version__}, {_image.image_for('tpu')}"
+
+
+def check_installed(
+    variant: str, packages: tuple[str, ...], entry_modules: tuple[str, ...]
+) -> None:
+    """What every environment must be: its own wheel, importable, and the variant it says.
+
+    ``packages`` come from the installed wheel, ``entry_modules`` import, and the image's
+    ``NCF_PIPELINES_IMAGE_VARIANT`` (if set) is ``variant``, one of components/_image.py's.
+    """
+    from components import _image
+
+    for name in packages:
+        module = importlib.import_module(name)
         if "site-packages" not in (module.__file__ or ""):
-            raise Unusable(f"{module.__name__} is {module.__file__}, not the installed wheel")
-    for name in TPU_ENTRY_MODULES:
+            raise Unusable(f"{name} is {module.__file__}, not the installed wheel")
+    for name in entry_modules:
         try:
             importlib.import_module(name)
         except ImportError as error:
             raise Unusable(f"{name} cannot be imported: {error}") from error
+    if variant not in _image.VARIANTS:
+        raise Unusable(f"unknown variant (components/_image.py knows {_image.VARIANTS})")
     declared = os.environ.get(_image.VARIANT_ENV)
-    if declared is not None and declared != "tpu":
-        raise Unusable(f"{_image.VARIANT_ENV}={declared!r} in the tpu environment")
-    return f"tensorflow {tf.__version__}, kfp {kfp.__version__}, {_image.image_for('tpu')}"
+    if declared is not None and declared != variant:
+        raise Unusable(f"{_image.VARIANT_ENV}={declared!r} in the {variant} environment")
 
 
 def installed() -> set[str]:

@@ -12,7 +12,8 @@
 #                wheelhouse: locked wheels downloaded, the sdist-only packages (crcmod,
 #                google-apitools, kfp, kfp-server-api, pyfarmhash, cloudml-hypertune) built from
 #                their locked sdists
-#   project      the project's own wheel (training_core, components, pipelines)
+#   project      the project's own wheel (training_core, components, pipelines,
+#                vertex_emulator)
 #   cpu|gpu|tpu  python:3.11-slim + a venv at /opt/venv holding exactly the wheelhouse's wheels,
 #                installed offline with --no-build; no compiler, no pip, no wheel files left behind;
 #                run as the unprivileged user ncf (uid 1000), who cannot change /opt/venv
@@ -90,6 +91,7 @@ FROM builder AS project
 COPY training_core ./training_core
 COPY components ./components
 COPY pipelines ./pipelines
+COPY vertex_emulator ./vertex_emulator
 RUN tools/install_locked.sh project /dist
 
 # What every final stage shares. python3 on PATH is the environment's (KFP lightweight

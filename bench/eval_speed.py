@@ -39,7 +39,7 @@ def main() -> int:
 
     from training_core.data.metadata import read_metadata
     from training_core.evaluation import evaluate, metrics
-    from training_core.training import loop, presets
+    from training_core.training import presets, trainer
     from training_core.training.input_pipeline import eval_items_per_user
 
     meta = read_metadata(args.data)
@@ -49,7 +49,7 @@ def main() -> int:
         net = evaluate.load_model(args.model_dir, strategy)[0]
     else:
         with strategy.scope():
-            net = loop.build_model(presets.get_preset(args.preset), meta, 0)
+            net = trainer.build_model(presets.get_preset(args.preset), meta, 0)
 
     def pairwise_step(features):
         scores = net.score(features["user_id"], features["item_id"], tf.float32)

@@ -4,18 +4,18 @@
     uv run python -m bench.gpu_train_speed --batch-sizes 65536 1048576 --precisions float32 float16
     uv run python -m bench.gpu_train_speed --jit-compile both    # without and with XLA
 
-The model is the ``ml-20m`` preset's NeuMF (64 factors, MLP 256-256-128-64; MLPerf v0.5's
-settings) at ml-20m's shape (138,493 users x 26,744 items); the step is this project's own
-(``training_core.training.train_step.make_train_loop``: the same loss, gradients, Adam and float16
-loss scaling as ``ncf-pipelines train``), under the strategy ``train`` would pick for the visible
-devices, with the embedding updates ``train`` picks there (dense on an accelerator). ``train``
-does not XLA-compile the step (``TrainConfig.jit_compile`` is off; only a Python caller turns
-it on), so neither does this by default; ``--jit-compile on`` (or ``both``: each configuration
-without, then with) measures the XLA-compiled forward and backward pass, to decide that default
-on a GPU. The data never touches a file: a pool of training batches (1 positive to 4 negatives,
-Zipf-like item popularity) is made once in host memory per replica and fed through
-``strategy.distribute_datasets_from_function``, which prefetches each batch onto its device
-while the previous step runs; the timed steps therefore measure the step, not the input pipeline.
+The model is the ``ml-20m`` preset's NeuMF (64 factors, MLP 256-256-128-64; MLPerf v0.5's settings)
+at ml-20m's shape (138,493 users x 26,744 items); the step is this project's own
+(``training_core.training.compiled_step.make_train_loop``: the same loss, gradients, Adam and
+float16 loss scaling as ``ncf-pipelines train``), under the strategy ``train`` would pick for the
+visible devices, with the embedding updates ``train`` picks there (dense on an accelerator).
+``train`` does not XLA-compile the step (``TrainConfig.jit_compile`` is off; only a Python caller
+turns it on), so neither does this by default; ``--jit-compile on`` (or ``both``: each configuration
+without, then with) measures the XLA-compiled forward and backward pass, to decide that default on a
+GPU. The data never touches a file: a pool of training batches (1 positive to 4 negatives, Zipf-like
+item popularity) is made once in host memory per replica and fed through
+``strategy.distribute_datasets_from_function``, which prefetches each batch onto its device while
+the previous step runs; the timed steps therefore measure the step, not the input pipeline.
 
 For each batch size and precision: a warm-up of ``--warmup`` steps (compiling), then
 ``--steps`` timed steps; examples/s = steps x batch / seconds. One JSON line per configuration
@@ -104,11 +104,11 @@ def measure(
 ) -> dict:
     import tensorflow as tf
 
-    from training_core.training.loop import compute_dtype
+    from training_core.training.compiled_step import make_train_loop
     from training_core.training.model import NCFModel
     from training_core.training.optim import Adam, DynamicLossScale
     from training_core.training.presets import get_preset
-    from training_core.training.train_step import make_train_loop
+    from training_core.training.trainer import compute_dtype
 
     config = get_preset("ml-20m", batch_size=batch)
     dtype = compute_dtype(precision, strategy)
@@ -122,8 +122,8 @@ def measure(
         loss_scale = DynamicLossScale() if dtype == tf.float16 else None
         step = tf.Variable(0, dtype=tf.int64, trainable=False,
                            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)  # fmt: skip
-    # loop._dense_gradients' rule at this table size: dense on an accelerator, else touched rows;
-    # train XLA-compiles only with dense gradients (loop._Trainer.jit).
+    # trainer._dense_gradients' rule at this table size: dense on an accelerator, else touched rows;
+    # train XLA-compiles only with dense gradients (trainer._Trainer.jit).
     dense = bool(tf.config.list_logical_devices("GPU"))
     train_loop = make_train_loop(
         strategy, model, variables, optimizer, loss_scale, step,

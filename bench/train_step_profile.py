@@ -57,17 +57,18 @@ def main() -> int:
     import tensorflow as tf
 
     from training_core.training import (
+        compiled_step,
         input_pipeline,
         loop,
         presets,
         train_config,
-        train_step,
     )
+    from training_core.training import trainer as trainer_lib
     from training_core.training.optim import Adam
 
     strategy = tf.distribute.get_strategy()
 
-    def trainer(dense: bool) -> loop._Trainer:
+    def trainer(dense: bool) -> trainer_lib._Trainer:
         model_dir = os.path.join(args.work, f"profile-model-{int(dense)}")
         shutil.rmtree(model_dir, ignore_errors=True)
         preset = presets.get_preset("reference", epochs=1, batch_size=args.batch)
@@ -79,14 +80,18 @@ def main() -> int:
             dense_gradients=dense,
             jit_compile=False,
         )
-        return loop._Trainer(cfg, strategy)
+        return trainer_lib._Trainer(cfg, strategy, loop.Evaluation)
 
     dense_t, sparse_t = trainer(True), trainer(False)
     t = dense_t
     variables = t.variables
     batch = float(t.layout.global_batch)
-    grads_dense = train_step._loss_and_grads_fn(t.model, variables, None, batch, tf.float32, True)
-    grads_sparse = train_step._loss_and_grads_fn(t.model, variables, None, batch, tf.float32, False)
+    grads_dense = compiled_step._loss_and_grads_fn(
+        t.model, variables, None, batch, tf.float32, True
+    )
+    grads_sparse = compiled_step._loss_and_grads_fn(
+        t.model, variables, None, batch, tf.float32, False
+    )
 
     def consume(grads):
         return tf.add_n(

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         handlers=[console.stderr_handler()],
     )
     from training_core.common import faults
-    from training_core.common.atomic_writes import FolderBusyError
+    from training_core.common.folder_lock import FolderBusyError
 
     try:
         return int(args.func(args) or 0)

@@ -54,7 +54,7 @@ def data_fingerprint(
 
 def local_digest(path: str) -> str:
     """sha256 over (relative name, size, content hash) of every file under ``path``, sorted."""
-    from training_core.data.io import file_sha256
+    from training_core.data.input_files import file_sha256
 
     if not os.path.exists(path):
         raise FileNotFoundError(f"data location {path!r} does not exist")

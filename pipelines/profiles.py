@@ -6,7 +6,9 @@ an accelerator always runs as a Vertex AI custom job (exact machine type, accele
 TPU topology); CPU steps use the task's resource setters. ``preflight`` rejects combinations that
 cannot run before anything is compiled or sent, and says what to choose instead.
 
-Custom profiles come from YAML (see ``docs/profiles.md``)::
+``Profile``, ``Machine`` and ``Rollout`` are pydantic dataclasses: their fields are the YAML keys,
+their types the checks, so a new key is one field (plus its use). Custom profiles come from YAML
+(see ``docs/profiles.md``)::
 
     my-profile:
       description: two L4 workers
@@ -17,31 +19,45 @@ Custom profiles come from YAML (see ``docs/profiles.md``)::
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import math
 import re
-from typing import Any
+from typing import Annotated, Any
+
+import pydantic
+from pydantic import BeforeValidator, StrictBool, StrictInt, StrictStr
 
 from training_core.data.config import RUNNER_BEAM, RUNNER_LOCAL
 from training_core.data.config import RUNNERS as DATA_RUNNERS
-from training_core.serving.deploy import Rollout
+from training_core.serving.deploy import (
+    DEFAULT_CANARY_PERCENT,
+    ROLLOUT_CANARY,
+    ROLLOUT_REPLACE,
+    ROLLOUTS,
+)
 from training_core.serving.vertex_registry import SERVING_IMAGES, SERVING_OWN, SERVING_PREBUILT
 from training_core.training.strategy import STRATEGIES
 
+# Pydantic dataclasses, not BaseModels: still built positionally (``Machine("n1-standard-8",
+# "NVIDIA_TESLA_T4", 1)``) and changed with ``dataclasses.replace``, which validates again. YAML
+# reads ``cpu_limit: 16`` or ``machine_type: 16`` as a number: a text field keeps its text.
+_config = pydantic.dataclasses.dataclass(
+    frozen=True, config=pydantic.ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+)
 
-@dataclasses.dataclass(frozen=True)
+
+@_config
 class Machine:
     """One step's machine."""
 
     machine_type: str
     accelerator_type: str = ""
-    accelerator_count: int = 0
-    replica_count: int = 1
+    accelerator_count: StrictInt = 0
+    replica_count: StrictInt = 1
     tpu_topology: str = ""
     cpu_limit: str = ""  # For steps placed through resource setters ("8" vCPUs).
     memory_limit: str = ""  # "30G".
-    boot_disk_size_gb: int = 100
+    boot_disk_size_gb: StrictInt = 100
 
     @property
     def is_tpu(self) -> bool:
@@ -69,7 +85,49 @@ class Machine:
 SERVE_MACHINE = Machine("n1-standard-4")
 
 
-@dataclasses.dataclass(frozen=True)
+@_config
+class Rollout:
+    """How a new version reaches the endpoint: a deploying profile's ``rollout`` (docs/rollouts.md).
+
+    ``canary_percent``: the canary's share of the traffic our versions have.
+    ``promote_after_minutes``: with a canary, a pipeline step that waits this long and then
+    promotes it if it still serves (``deploy.promote_after``); 0: promote or roll back by hand
+    (``ncf-pipelines rollout``).
+    """
+
+    strategy: StrictStr = ROLLOUT_REPLACE
+    canary_percent: StrictInt = DEFAULT_CANARY_PERCENT
+    promote_after_minutes: StrictInt = 0
+
+    def problems(self) -> list[str]:
+        """What is wrong with the choice, each with what to write instead."""
+        out = []
+        if self.strategy not in ROLLOUTS:
+            out.append(f"rollout: strategy {self.strategy!r} is not one of {', '.join(ROLLOUTS)}")
+        if not 1 <= self.canary_percent <= 99:
+            out.append(
+                f"rollout: canary_percent {self.canary_percent} must be 1 to 99 (the canary's "
+                "share of the traffic; 100 is rollout replace)"
+            )
+        if self.promote_after_minutes < 0:
+            out.append("rollout: promote_after_minutes must be >= 0 (0: promote by hand)")
+        if self.promote_after_minutes and self.strategy != ROLLOUT_CANARY:
+            out.append(
+                "rollout: promote_after_minutes promotes a canary; use strategy canary or remove it"
+            )
+        return out
+
+
+def _rollout_shorthand(value: Any) -> Any:
+    """``rollout: canary`` for ``rollout: {strategy: canary}``."""
+    if isinstance(value, str):
+        return {"strategy": value}
+    if not isinstance(value, dict | Rollout):
+        raise ValueError(f"expected replace, canary or a mapping, got {value!r}")
+    return value
+
+
+@_config
 class Profile:
     """A named hardware setup for a whole pipeline run."""
 
@@ -81,16 +139,16 @@ class Profile:
     strategy: str
     data_runner: str = RUNNER_LOCAL  # prepare_data on one machine, or Beam (Dataflow at scale).
     # Deploy a blessed, registered model to an endpoint (deploy_model); off by default.
-    deploy: bool = False
+    deploy: StrictBool = False
     serve: Machine = SERVE_MACHINE  # The endpoint's machines (replica_count: how many serve).
     # How a new version takes the endpoint's traffic: at once, or as a canary (docs/rollouts.md).
-    rollout: Rollout = Rollout()
+    rollout: Annotated[Rollout, BeforeValidator(_rollout_shorthand)] = Rollout()
     # Which image serves a registered model: Vertex AI's prebuilt TF Serving image (prebuilt, while
     # Google offers 2.15: until 2027-01-14) or our own CPU serve image (own); docs/serving.md.
     serving_image: str = SERVING_PREBUILT
     # Tune before the final training (a Vertex AI tuning job, each trial on one `train` machine);
     # search_space: a search-space file, "" for training_core/search_space.yaml.
-    tune: bool = False
+    tune: StrictBool = False
     search_space: str = ""
 
     def catalogue_row(self) -> str:
@@ -524,19 +582,14 @@ def eval_users_multiple(profile: Profile) -> int:
     return math.lcm(8, replicas_of(profile))
 
 
-def _machine_from(raw: dict[str, Any], where: str) -> Machine:
-    fields = {f.name for f in dataclasses.fields(Machine)}
-    unknown = set(raw) - fields
-    if unknown:
-        raise ProfileError(
-            f"{where}: unknown keys {', '.join(sorted(unknown))}; "
-            f"known: {', '.join(sorted(fields))}"
-        )
-    if "machine_type" not in raw:
-        raise ProfileError(f"{where}: machine_type is required")
-    text = ("machine_type", "cpu_limit", "memory_limit")  # YAML may read 16 or 30 as numbers.
-    raw = {k: (str(v) if k in text else v) for k, v in raw.items()}
-    return Machine(**raw)
+_PROFILE = pydantic.TypeAdapter(Profile)
+# Pydantic's type errors, in the words the YAML loader has always used.
+_EXPECTED = {
+    "bool_type": "true or false",
+    "int_type": "int",
+    "string_type": "str",
+    "dataclass_type": "a mapping",
+}
 
 
 def load_profiles(path: str) -> dict[str, Profile]:
@@ -551,76 +604,60 @@ def load_profiles(path: str) -> dict[str, Profile]:
     if not isinstance(raw, dict):
         raise ProfileError(f"{path}: expected a mapping of profile names to profiles")
     base = BUILTIN["cpu"]
+    left_out = {
+        "description": "custom profile",
+        "data": base.data,
+        "evaluate": base.evaluate,
+        "strategy": "auto",
+    }
     out = {}
     for name, spec in raw.items():
         where = f"{path}: profile {name!r}"
         if not isinstance(spec, dict) or "train" not in spec:
             raise ProfileError(f"{where}: needs at least a 'train' machine")
-        known = {
-            "description",
-            "data",
-            "train",
-            "evaluate",
-            "strategy",
-            "data_runner",
-            "deploy",
-            "serve",
-            "rollout",
-            "serving_image",
-            "tune",
-            "search_space",
-        }
-        unknown = set(spec) - known
-        if unknown:
-            raise ProfileError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
-        train = _machine_from(spec["train"], f"{where}.train")
-        out[name] = Profile(
-            name=str(name),
-            description=str(spec.get("description", "custom profile")),
-            data=_machine_from(spec["data"], f"{where}.data") if "data" in spec else base.data,
-            train=train,
-            evaluate=(
-                _machine_from(spec["evaluate"], f"{where}.evaluate")
-                if "evaluate" in spec
-                else base.evaluate
-            ),
-            strategy=str(spec.get("strategy", "auto")),
-            data_runner=str(spec.get("data_runner", RUNNER_LOCAL)),
-            deploy=_flag(spec.get("deploy", False), f"{where}.deploy"),
-            serve=(
-                _machine_from(spec["serve"], f"{where}.serve") if "serve" in spec else SERVE_MACHINE
-            ),
-            rollout=_rollout_from(spec.get("rollout", {}), f"{where}.rollout"),
-            serving_image=str(spec.get("serving_image", SERVING_PREBUILT)),
-            tune=_flag(spec.get("tune", False), f"{where}.tune"),
-            search_space=str(spec.get("search_space", "")),
-        )
+        if "name" in spec:  # The mapping's key names the profile.
+            raise ProfileError(_unknown_keys(where, ["name"], Profile))
+        try:
+            out[str(name)] = _PROFILE.validate_python({**left_out, **spec, "name": name})
+        except pydantic.ValidationError as e:
+            raise ProfileError(_first_problem(e, where)) from None
     return out
 
 
-def _rollout_from(raw: Any, where: str) -> Rollout:
-    """A profile's ``rollout``: ``replace``, ``canary``, or a mapping of ``Rollout``'s fields."""
-    if isinstance(raw, str):
-        raw = {"strategy": raw}
-    if not isinstance(raw, dict):
-        raise ProfileError(f"{where}: expected replace, canary or a mapping, got {raw!r}")
-    fields = {f.name: f.type for f in dataclasses.fields(Rollout)}
-    unknown = set(raw) - set(fields)
+def _first_problem(error: pydantic.ValidationError, where: str) -> str:
+    """A profile's first problem in ``error`` (unknown keys first), at its ``where.key.key``."""
+    problems = error.errors()
+    unknown = [p for p in problems if p["type"] == "unexpected_keyword_argument"]
     if unknown:
-        raise ProfileError(
-            f"{where}: unknown keys {', '.join(sorted(unknown))}; known: {', '.join(fields)}"
-        )
-    for key, value in raw.items():
-        want = str if key == "strategy" else int
-        if type(value) is not want:
-            raise ProfileError(f"{where}.{key}: expected {want.__name__}, got {value!r}")
-    return Rollout(**raw)
+        loc = min((p["loc"][:-1] for p in unknown), key=len)
+        model = Profile
+        for key in loc:
+            model = model.__pydantic_fields__[key].annotation
+        keys = sorted(str(p["loc"][-1]) for p in unknown if p["loc"][:-1] == loc)
+        return _unknown_keys(_at(where, loc), keys, model)
+    p = problems[0]
+    if p["type"] == "missing":
+        return f"{_at(where, p['loc'][:-1])}: {p['loc'][-1]} is required"
+    if p["type"] == "value_error":
+        return f"{_at(where, p['loc'])}: {p['ctx']['error']}"
+    if p["type"] in _EXPECTED:
+        return f"{_at(where, p['loc'])}: expected {_EXPECTED[p['type']]}, got {p['input']!r}"
+    return f"{_at(where, p['loc'])}: {p['msg']}"
 
 
-def _flag(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise ProfileError(f"{where}: expected true or false, got {value!r}")
-    return value
+def _at(where: str, loc: tuple) -> str:
+    return where + "".join(f".{key}" for key in loc)
+
+
+def _unknown_keys(where: str, keys: list[str], model: type) -> str:
+    """Unknown keys, the known ones (a profile's name is its mapping key), the nearest names."""
+    known = sorted(set(model.__pydantic_fields__) - {"name"})
+    text = f"{where}: unknown keys {', '.join(keys)}; known: {', '.join(known)}"
+    near = [(key, difflib.get_close_matches(key, known, n=1)) for key in keys]
+    hints = [
+        f"{close[0]!r}" + (f" for {key!r}" if len(keys) > 1 else "") for key, close in near if close
+    ]
+    return text + (f"; did you mean {', '.join(hints)}?" if hints else "")
 
 
 def get_profile(name: str, custom_file: str | None = None) -> Profile:

@@ -12,11 +12,12 @@ profile (``template_tags``).
 Every request is ``kfp.registry.RegistryClient``'s own. Against the real registry the client reads
 its Artifact Registry context (upload and download at the kfp.pkg.dev host, the rest at
 ``artifactregistry.googleapis.com/v1``); given an ``endpoint`` (a stand-in such as
-``pipelines/verify/registry_service.py``), the same context is handed to the client with both hosts
+``vertex_emulator/registry_service.py``), the same context is handed to the client with both hosts
 replaced: ``https://LOCATION-kfp.pkg.dev`` by ``ENDPOINT/LOCATION-kfp.pkg.dev`` and
 ``https://artifactregistry.googleapis.com`` by ``ENDPOINT``. Every request carries the caller's
-bearer token: callers check a plain-http endpoint first (``pipelines.submit.api_endpoint_problem``).
-Nothing here reads the environment; the CLI passes credentials and the endpoint.
+bearer token: callers check a plain-http endpoint first
+(``pipelines.submit.endpoints.api_endpoint_problem``). Nothing here reads the environment; the CLI
+passes credentials and the endpoint.
 """
 
 from __future__ import annotations

@@ -344,9 +344,9 @@ def tf_reference(path: str, overrides: dict | None = None) -> int:
     import tensorflow as tf
 
     from training_core.evaluation import metrics
+    from training_core.training.compiled_step import make_train_loop
     from training_core.training.model import NCFModel
     from training_core.training.optim import Adam
-    from training_core.training.train_step import make_train_loop
 
     overrides = overrides or {}
     config = get_preset(PRESET, **{**overrides, "batch_size": CHECK_SHAPE["batch"]})

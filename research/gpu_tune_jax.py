@@ -39,8 +39,8 @@ import time
 import numpy as np
 
 from bench.gpu_train_speed import emit
+from training_core.data import indexing, sampling, synthetic
 from training_core.data import io as rio
-from training_core.data import prepare, sampling, synthetic
 from training_core.data.config import PrepareConfig
 from training_core.data.metadata import SPLIT_TEST, SPLIT_VALIDATION
 from training_core.data.plan import auto_num_shards
@@ -96,7 +96,7 @@ _DATA: dict = {}
 
 def _eval_shard(shard_index: int):
     d = _DATA
-    shard = prepare.make_shard(d["data"], shard_index, d["num_shards"])
+    shard = indexing.make_shard(d["data"], shard_index, d["num_shards"])
     # The split prepare-data's defaults choose on: validation (the tune chooses, so never test).
     draw = sampling.validation_rows if PREP.validation else sampling.eval_rows
     split = SPLIT_VALIDATION if PREP.validation else SPLIT_TEST
@@ -109,7 +109,7 @@ def _train_shard(task: tuple[int, int]):
     """One epoch of one shard as ``[records, prebatch]`` arrays, padding masked."""
     shard_index, epoch = task
     d = _DATA
-    shard = prepare.make_shard(d["data"], shard_index, d["num_shards"])
+    shard = indexing.make_shard(d["data"], shard_index, d["num_shards"])
     comp = sampling.train_complement(shard, PREP.validation)  # Held-out items drawable.
     rows = sampling.train_rows(
         shard, comp, PREP.num_neg, PREP.seed, epoch, PREP.validation, False,
@@ -140,7 +140,7 @@ def round_robin(parts: list[tuple]) -> tuple:
 
 def prepare_all(path: str, epochs: int, prebatch: int, workers: int) -> dict:
     t0 = time.perf_counter()
-    data = prepare.index_interactions(load_interactions(path), PREP.min_ratings)
+    data = indexing.index_interactions(load_interactions(path), PREP.min_ratings)
     num_shards = auto_num_shards(data.stats["rows_kept"])
     _DATA.update(data=data, num_shards=num_shards, prebatch=prebatch)
     with multiprocessing.get_context("fork").Pool(workers) as pool:

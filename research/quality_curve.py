@@ -453,7 +453,7 @@ while the reference's default metric ranks repeats too (its `--ml_perf` masks th
 {verdict} The two training data sets of ours are byte-identical (`same_training_data`:
 {res["same_training_data"]}), so the two "ours" columns differ by eval candidates and run-to-run
 noise only. Ours ran with the CLI defaults: `--embedding-updates auto`, which at this table
-size (under `loop.DENSE_TABLE_LIMIT` elements) is dense Adam over whole tables on a CPU too, as
+size (under `trainer.DENSE_TABLE_LIMIT` elements) is dense Adam over whole tables on a CPU too, as
 the reference's `sparse_to_dense_grads`. Distinct negatives give a different
 absolute HR@10 because every one of the 999 candidates is a real, unseen competitor: the
 reference protocol has fewer distinct competitors after masking (higher HR) but loses a rank

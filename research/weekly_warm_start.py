@@ -14,7 +14,7 @@ ml-100k preset's 20 epochs of negatives). Per seed:
 Each epoch of cold and warm records the validation HR@10 the run measures and the test split's
 sampled HR@10 of the epoch's checkpoint (scored here, outside the run's wall time). The summary
 gives each run's best validation HR@10, the first warm epoch that reaches the cold run's best,
-and the epoch and test HR@10 the preset's patience would have kept (``loop.stop_reason``
+and the epoch and test HR@10 the preset's patience would have kept (``results.stop_reason``
 replayed on the curve). Everything goes under ``--work`` (default
 ``out/weekly-warm-start``, kept out of git); ``--docs`` prints the Markdown tables.
 
@@ -113,7 +113,14 @@ def weekly_run(
 
     from training_core.data.metadata import SPLIT_VALIDATION, read_metadata
     from training_core.evaluation.evaluate import make_eval_fn, run_eval
-    from training_core.training import input_pipeline, loop, train_config, warm_start
+    from training_core.training import (
+        input_pipeline,
+        loop,
+        results,
+        train_config,
+        trainer,
+        warm_start,
+    )
     from training_core.training.model_dir import latest_checkpoint
 
     data = os.path.join(work, "data", "week-n1")
@@ -138,7 +145,7 @@ def weekly_run(
     )
     meta, strategy = read_metadata(data), tf.distribute.get_strategy()
     # A copy of the model: built as the run builds its own, then scored at each checkpoint.
-    model = loop.build_model(config.model, meta, seed)
+    model = trainer.build_model(config.model, meta, seed)
     if warm_from:
         warm_start.apply(warm_start.read_champion(warm_from), model, meta, data)
     score = make_eval_fn(model, strategy, input_pipeline.eval_items_per_user(meta), tf.float32)
@@ -176,7 +183,11 @@ def weekly_run(
     result = loop.train(config, strategy, on_epoch=on_epoch)
     history = result.epochs
     stop = next(
-        (i for i in range(1, len(history) + 1) if loop.stop_reason(_patient(config), history[:i])),
+        (
+            i
+            for i in range(1, len(history) + 1)
+            if results.stop_reason(_patient(config), history[:i])
+        ),
         len(history),
     )
     run = {
@@ -186,7 +197,7 @@ def weekly_run(
         "epochs": rows,
         "wall_seconds": sum(r["seconds"] for r in rows),  # Without the scoring here.
         "pipeline_stop_epoch": stop,
-        "pipeline_kept_epoch": loop.best_epoch(history[:stop]).epoch,
+        "pipeline_kept_epoch": results.best_epoch(history[:stop]).epoch,
     }
     with open(saved, "w") as f:
         json.dump(run, f, indent=2)

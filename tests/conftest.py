@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pytest
 
-from training_core.common.atomic_writes import LOCK_FILE
+from training_core.common.folder_lock import LOCK_FILE
 from training_core.data import prepare, records, synthetic
 from training_core.data.config import PrepareConfig
 from training_core.data.metadata import DatasetMetadata
@@ -249,15 +249,15 @@ def latest_checkpoint_step(model_dir: str) -> int:
 
 def take_the_next_free_port(monkeypatch) -> socket.socket:
     """A listening socket on 127.0.0.1 whose port the JobService stand-in hands out next
-    (``job_service.free_port``), as if another process took it; close it when done."""
-    from pipelines.verify import job_service
+    (``replicas.free_port``), as if another process took it; close it when done."""
+    from vertex_emulator import replicas
 
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     chosen = iter([taken.getsockname()[1]])
-    real_free_port = job_service.free_port
-    monkeypatch.setattr(job_service, "free_port", lambda: next(chosen, None) or real_free_port())
+    real_free_port = replicas.free_port
+    monkeypatch.setattr(replicas, "free_port", lambda: next(chosen, None) or real_free_port())
     return taken
 
 
@@ -402,7 +402,7 @@ class TrainedModel(NamedTuple):
     """A model folder and the history ``loop.train`` returned for it."""
 
     model_dir: str
-    result: Any  # loop.TrainResult (TensorFlow is imported only by the fixtures that use it).
+    result: Any  # results.TrainResult (TensorFlow is imported only by the fixtures that use it).
 
 
 class ExportedModel(NamedTuple):
@@ -496,7 +496,7 @@ def once(tmp_path_factory, name: str, compute) -> Any:
 def verify_cache(tmp_path_factory) -> str:
     """One ``verify`` execution cache (``cache_dir``) for the whole run, every worker's.
 
-    The cache is safe for concurrent verifications (``pipelines/verify/cache.py``): an entry is
+    The cache is safe for concurrent verifications (``vertex_emulator/cache.py``): an entry is
     published by renaming a finished folder, the first writer wins, and a reader sees a key only
     once its ``outputs.json`` is in place; two runs that miss the same key both run the task.
     A test that asserts a task ran (not served from the cache) gets its run from ``verified``,
@@ -576,7 +576,8 @@ def verified(tmp_path_factory, verify_cache):
                     data_path=write_events_sample(str(folder / "events.csv")),
                     parameter_values=EVENT_PARAMS,
                 )
-            from pipelines import pipeline, profiles, verify
+            import vertex_emulator
+            from pipelines import pipeline, profiles
 
             with _COMPILING:
                 path = pipeline.compile_pipeline(
@@ -584,7 +585,7 @@ def verified(tmp_path_factory, verify_cache):
                     str(folder / f"{name}.yaml"),
                     image_repository=image_repository or None,
                 )
-            with verify.Verification(
+            with vertex_emulator.Verification(
                 path,
                 work_dir=str(folder / "work"),
                 cache_dir=verify_cache,
@@ -728,7 +729,7 @@ def standin(monkeypatch):
     from google.cloud import resourcemanager
     from google.cloud.aiplatform import initializer
 
-    from pipelines.verify.emulator import RestStandIn
+    from vertex_emulator.emulator import RestStandIn
 
     with RestStandIn(access_token=TOKEN) as s:
         s.add_bucket(BUCKET, PROJECT)
@@ -811,10 +812,10 @@ def vertex(standin, adc, tmp_path, monkeypatch):
 
 
 def submit_config(**changes):
-    """A ``submit.SubmitConfig`` that ``validate_config`` passes, with ``changes`` applied."""
-    from pipelines import submit
+    """A ``SubmitConfig`` that ``validate_config`` passes, with ``changes`` applied."""
+    from pipelines.submit.request import SubmitConfig
 
-    good = submit.SubmitConfig(
+    good = SubmitConfig(
         template_path="pipeline.yaml",  # Not read by validate_config.
         project=PROJECT,
         region=REGION,

@@ -20,7 +20,7 @@ import json
 import os
 import sys
 
-PROJECT_PACKAGES = ("training_core", "components", "pipelines")
+PROJECT_PACKAGES = ("training_core", "components", "pipelines", "vertex_emulator")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

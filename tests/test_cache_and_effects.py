@@ -1,7 +1,7 @@
 """Vertex AI's execution cache and the steps after training (issue 34, items 4 and 5).
 
 Vertex AI serves a task from its cache when an execution with the same component spec and
-inputs succeeded before, in any run, outputs and output URIs included (pipelines/verify/cache.py
+inputs succeeded before, in any run, outputs and output URIs included (vertex_emulator/cache.py
 says what the key holds). So: the tuning job's trial folder (``tuning_trial_spec``'s artifact)
 and the steps with outside effects or outside inputs (register, deploy, compare) are compiled
 with caching off, and a second tuning job over one cache starts in a clean folder. ``deploy:
@@ -21,11 +21,12 @@ import pytest
 from conftest import BUCKET, PROJECT, REGION
 from kfp import dsl
 
-from pipelines import pipeline, profiles, verify, yaml_io
-from pipelines.verify import cache
+import vertex_emulator
+from pipelines import pipeline, profiles, yaml_io
 from training_core import tune
 from training_core.serving import model_line
 from training_core.serving.vertex_registry import SERVING_METADATA_FILE
+from vertex_emulator import cache
 
 NEVER_CACHED = ("tuning-trial-spec", "compare-models", "register-model", "deploy-model")
 CACHED = (
@@ -274,7 +275,7 @@ def test_a_trial_that_fails_is_infeasible_and_a_job_whose_trials_all_fail_fails(
         JobServiceGrpcTransport,
     )
 
-    from pipelines.verify import job_service, shim
+    from vertex_emulator import job_service, shim
 
     (tmp_path / "gcs").mkdir()
     shim_dir = shim.write_shim(str(tmp_path / "shim"))
@@ -341,7 +342,7 @@ def tuning_runs(tmp_path_factory, verify_cache):
     cache_dir = verify_cache
     reports = []
     for run, trials in (("run-1", 2), ("run-2", 1)):
-        with verify.Verification(
+        with vertex_emulator.Verification(
             template,
             work_dir=str(tmp_path / run),
             cache_dir=cache_dir,
@@ -362,7 +363,7 @@ def test_a_tuning_profile_runs_its_trials_and_trains_with_the_best(tuning_runs):
     it now reads the first verification of ``tuning_runs`` instead of running one more.)
     """
     _, report, _ = tuning_runs
-    assert report.ok, verify.format_report(report)
+    assert report.ok, vertex_emulator.format_report(report)
     tuning = report.task("hyperparameter-tuning-job")
     assert tuning.kind == "tuning_job"
     (job,) = tuning.jobs
@@ -396,8 +397,8 @@ def test_a_second_tuning_job_over_one_cache_starts_clean_trials(tuning_runs):
     cache, the trial folder does not, so the second job's trials start in an empty folder and
     its best trial is its own. The register branch (off by default) is not served either."""
     spec, first, second = tuning_runs
-    assert first.ok, verify.format_report(first)
-    assert second.ok, verify.format_report(second)
+    assert first.ok, vertex_emulator.format_report(first)
+    assert second.ok, vertex_emulator.format_report(second)
     for name in ("validate-data", "prepare-data"):
         assert second.task(name).reason.startswith("cached:"), second.task(name).reason
     for name in ("tuning-trial-spec", "compare-models"):  # Caching off: they ran again.
@@ -422,4 +423,4 @@ def test_a_second_tuning_job_over_one_cache_starts_clean_trials(tuning_runs):
     tasks = _tasks(spec)
     assert not _caches(tasks["register-model"]) and not _caches(tasks["deploy-model"])
     (branch,) = [t for t in second.tasks if t.display_name == "register-requested"]
-    assert branch.kind == "dag" and branch.status == verify.SKIPPED
+    assert branch.kind == "dag" and branch.status == vertex_emulator.SKIPPED

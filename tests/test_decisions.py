@@ -22,7 +22,7 @@ from training_core.data import plan, prepare
 from training_core.data.config import PrepareConfig
 from training_core.data.metadata import SPLIT_TEST, SPLIT_VALIDATION, read_metadata
 from training_core.evaluation import gate
-from training_core.training import loop, presets, train_config
+from training_core.training import loop, presets, results, train_config, trainer
 from training_core.training.model_dir import best_dir, checkpoint_dir, history_path
 
 # --- patience: the best epoch's weights, and which epoch is the best ----------------------------
@@ -44,22 +44,22 @@ def test_a_kill_right_after_an_epoch_s_checkpoint_finds_its_best_weights_saved(
         tiny_data, model_dir, "tiny", epochs=2, target_hr=0.0, steps_per_loop=50
     )
     config = dataclasses.replace(config, model=dataclasses.replace(config.model, patience=1))
-    real_save = loop._Trainer._save
+    real_save = trainer._Trainer._save
 
     def save_then_die(self, *args):
         real_save(self, *args)
         if self.history:  # An epoch's checkpoint (not a mid-epoch one): die right after it.
             raise _Crash
 
-    monkeypatch.setattr(loop._Trainer, "_save", save_then_die)
+    monkeypatch.setattr(trainer._Trainer, "_save", save_then_die)
     with pytest.raises(_Crash):
         loop.train(config, tf.distribute.get_strategy())
 
     latest = tf.train.latest_checkpoint(checkpoint_dir(model_dir))
     step = int(latest.rsplit("-", 1)[1])
     with open(history_path(model_dir, step)) as f:
-        claimed = [loop.EpochResult(**e) for e in json.load(f)["epochs"]]
-    best = loop.best_epoch(claimed)
+        claimed = [results.EpochResult(**e) for e in json.load(f)["epochs"]]
+    best = results.best_epoch(claimed)
     assert [e.epoch for e in claimed] == [1] and best.epoch == 1
     saved = tf.train.latest_checkpoint(best_dir(model_dir))
     assert saved is not None and saved.endswith(f"-{best.epoch}"), (
@@ -74,8 +74,8 @@ def test_a_kill_right_after_an_epoch_s_checkpoint_finds_its_best_weights_saved(
         np.testing.assert_array_equal(ours[name], kept[name], err_msg=name)
 
 
-def _epoch(epoch: int, hr: float) -> loop.EpochResult:
-    return loop.EpochResult(
+def _epoch(epoch: int, hr: float) -> results.EpochResult:
+    return results.EpochResult(
         epoch=epoch, step=10 * epoch, loss=0.5, hr_at_10=hr, ndcg_at_10=hr / 2,
         examples_per_sec=1.0, eval_users=100,
     )  # fmt: skip
@@ -83,16 +83,16 @@ def _epoch(epoch: int, hr: float) -> loop.EpochResult:
 
 def test_of_equal_hr_at_10_the_first_epoch_is_the_best_and_a_later_tie_counts_as_no_better():
     history = [_epoch(1, 0.25), _epoch(2, 0.5), _epoch(3, 0.5), _epoch(4, 0.5)]
-    assert loop.best_epoch(history) is history[1]
-    assert loop.best_epoch(history[:3]) is history[1]
-    assert loop.epochs_without_better(history) == 2
+    assert results.best_epoch(history) is history[1]
+    assert results.best_epoch(history[:3]) is history[1]
+    assert results.epochs_without_better(history) == 2
     # Patience 2: two tying epochs after the best are two epochs without a better HR@10.
     model = presets.get_preset("tiny", patience=2)
-    assert loop.stop_reason(model, history[:3]) is None
-    reason = loop.stop_reason(model, history)
+    assert results.stop_reason(model, history[:3]) is None
+    reason = results.stop_reason(model, history)
     assert reason is not None and "no better HR@10 than epoch 2's 0.5000 for 2 epochs" in reason
     # What a run reports as best (and keeps, with patience) is that first epoch.
-    result = loop.TrainResult(
+    result = results.TrainResult(
         epochs=history, global_step=40, steps_per_epoch=10, stopped_early=True, num_replicas=1,
         strategy="_DefaultDistributionStrategy", kept_epoch=2,
     )  # fmt: skip

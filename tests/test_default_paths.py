@@ -23,14 +23,16 @@ import pytest
 import tensorflow as tf
 from conftest import ROOT, WORKER, checkpoint_values
 
-# A port found free may be taken before a worker binds it: the runs here retry on ADDRESS_IN_USE.
-from pipelines.verify.job_service import ADDRESS_IN_USE
-from pipelines.verify.job_service import free_port as _free_port
 from training_core.data import prepare, synthetic
 from training_core.data.config import PrepareConfig
 from training_core.data.metadata import read_metadata
 from training_core.training import input_pipeline, loop, optim, presets, train_config
+from training_core.training import trainer as trainer_lib
 from training_core.training.model_dir import checkpoint_dir, config_path, history_path
+
+# A port found free may be taken before a worker binds it: the runs here retry on ADDRESS_IN_USE.
+from vertex_emulator.replicas import ADDRESS_IN_USE
+from vertex_emulator.replicas import free_port as _free_port
 
 
 def _prepare(tmp_path_factory, name, shape, **options):
@@ -91,7 +93,8 @@ def test_dynamic_loss_scale_halves_on_overflow_grows_after_the_interval_and_stop
 
 
 def _trainer_and_iterator(data_dir, model_dir, **options):
-    trainer = loop._Trainer(_config(data_dir, model_dir, **options), tf.distribute.get_strategy())
+    config = _config(data_dir, model_dir, **options)
+    trainer = trainer_lib._Trainer(config, tf.distribute.get_strategy(), loop.Evaluation)
     dataset_fn = input_pipeline.train_dataset_fn(trainer.meta, data_dir, trainer.layout, 0, 0)
     return trainer, iter(input_pipeline.distribute(trainer.strategy, dataset_fn))
 
@@ -106,7 +109,7 @@ def _float32_gradients(trainer, data_dir, step):
     meta, layout = trainer.meta, trainer.layout
     dataset = input_pipeline.train_dataset_fn(meta, data_dir, layout, 0, step)
     batch = next(iter(dataset(tf.distribute.InputContext(1, 0, 1))))
-    fresh = loop.build_model(trainer.config.model, meta, trainer.config.seed)
+    fresh = trainer_lib.build_model(trainer.config.model, meta, trainer.config.seed)
     variables = [fresh.user_embedding, fresh.item_embedding, *fresh.dense_variables()]
     with tf.GradientTape() as tape:
         logits = fresh.score(batch["user_id"], batch["item_id"], tf.float32)
@@ -120,7 +123,7 @@ def _float32_gradients(trainer, data_dir, step):
 def test_float16_overflow_step_is_skipped_the_scale_halves_and_training_goes_on(
     tiny_data, tmp_path
 ):
-    """The real train step (loop._Trainer's loop) in float16 on the CPU, one step at a time."""
+    """The real train step (trainer._Trainer's loop) in float16 on the CPU, one step at a time."""
     trainer, it = _trainer_and_iterator(tiny_data, str(tmp_path / "m"), precision="float16")
     assert trainer.dtype == tf.float16 and trainer.loss_scale is not None
     loss_scale, opt = trainer.loss_scale, trainer.optimizer
@@ -172,7 +175,7 @@ def test_float16_training_from_an_overflowing_scale_skips_exactly_the_halving_st
     """A whole ``train()`` run in float16: skipped steps == halvings, and it still learns."""
     initial = 2.0**40
     monkeypatch.setattr(
-        loop, "DynamicLossScale", functools.partial(optim.DynamicLossScale, initial)
+        trainer_lib, "DynamicLossScale", functools.partial(optim.DynamicLossScale, initial)
     )
     model_dir = str(tmp_path / "m")
     result = loop.train(
@@ -297,10 +300,18 @@ def test_sparse_and_dense_embedding_updates_differ_exactly_as_lazy_adam_does(
 
 def test_auto_picks_sparse_rows_on_cpu_for_large_tables(tiny_data, tmp_path, monkeypatch):
     strategy = tf.distribute.get_strategy()
-    assert loop._Trainer(_config(tiny_data, str(tmp_path / "a")), strategy).dense  # Tiny: dense.
-    monkeypatch.setattr(loop, "DENSE_TABLE_LIMIT", 300 * 16)  # Now (200 + 300) * 16 is large.
-    assert not loop._Trainer(_config(tiny_data, str(tmp_path / "b")), strategy).dense
-    forced = loop._Trainer(_config(tiny_data, str(tmp_path / "c"), dense_gradients=True), strategy)
+    assert trainer_lib._Trainer(
+        _config(tiny_data, str(tmp_path / "a")), strategy, loop.Evaluation
+    ).dense  # Tiny: dense.
+    monkeypatch.setattr(
+        trainer_lib, "DENSE_TABLE_LIMIT", 300 * 16
+    )  # Now (200 + 300) * 16 is large.
+    assert not trainer_lib._Trainer(
+        _config(tiny_data, str(tmp_path / "b")), strategy, loop.Evaluation
+    ).dense
+    forced = trainer_lib._Trainer(
+        _config(tiny_data, str(tmp_path / "c"), dense_gradients=True), strategy, loop.Evaluation
+    )
     assert forced.dense
 
 
@@ -395,7 +406,7 @@ def test_jit_compile_trains_to_the_same_model_as_without(tiny_data, tmp_path):
     for jit in (True, False):
         model_dir = str(tmp_path / f"jit_{jit}")
         config = _config(tiny_data, model_dir, steps_per_loop=50, jit_compile=jit)
-        trainer = loop._Trainer(config, strategy)
+        trainer = trainer_lib._Trainer(config, strategy, loop.Evaluation)
         assert trainer.jit is jit
         result = trainer.run()
         runs[jit] = (result, checkpoint_values(checkpoint_dir(model_dir)), _xla_functions(trainer))

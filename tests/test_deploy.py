@@ -6,7 +6,7 @@ never a stranger's model or endpoint of the same display name; the filters the r
 are asserted as the stand-in received them.
 
 The component's own function runs with the real ``google-cloud-aiplatform`` client over REST to
-``pipelines/verify/rest_service.py`` on 127.0.0.1, which parses every request as the service's
+``vertex_emulator/rest_service.py`` on 127.0.0.1, which parses every request as the service's
 message types and applies the v1 reference's traffic rules (a split adds up to 100; a deployed model
 that still receives traffic is not undeployed). The endpoint's ``:predict`` and ``:rawPredict`` are
 answered by a real exported SavedModel run the way the prebuilt TensorFlow serving container runs

@@ -19,9 +19,9 @@ command, all listed in ``substitute``:
 - every ``verify`` gets ``--cache-dir`` with the one execution cache of this ``pytest`` run
   (conftest's ``verify_cache``, shared with tests/test_verify.py, test_verify_gcsfuse.py and
   test_cache_and_effects.py), as a user who verifies several templates of one pipeline would
-  pass it, and docs/verify.md's ``verify.verify(...)`` call gets ``cache_dir=`` that folder: a
-  task is served from it only where an earlier verification ran the same spec on the same
-  inputs and the same data (``pipelines/verify/cache.py``). So the README's ``verify`` of
+  pass it, and docs/verify.md's ``vertex_emulator.verify(...)`` call gets ``cache_dir=`` that
+  folder: a task is served from it only where an earlier verification ran the same spec on the
+  same inputs and the same data (``vertex_emulator/cache.py``). So the README's ``verify`` of
   ``gpu-a100`` and docs/verify.md's two verifications of ``gpu-a100-2workers`` on the embedded
   sample with verify's defaults are served every cached task by tests/test_verify.py's
   verifications of the same templates with the same parameters (conftest's ``verified``, asked
@@ -103,7 +103,7 @@ NOT_RUN = {
 }
 # Python blocks that cannot run here, by a line they hold, and why.
 NOT_RUN_PYTHON = {
-    "result = vs.submit(": "creates a run on Vertex AI",
+    "result = vertex.submit(": "creates a run on Vertex AI",
 }
 
 # What a doc takes as already there: its relative path -> the README tour's file it is.
@@ -169,8 +169,8 @@ def substitute(command: str, tmp: pathlib.Path, cache_dir: str) -> str:
 
 
 def substitute_python(block: str, cache_dir: str) -> str:
-    """A Python block as this test runs it: ``verify.verify(...)`` calls get ``cache_dir``."""
-    return re.sub(r"(\bverify\.verify\([^()]*)\)", rf"\1, cache_dir={cache_dir!r})", block)
+    """A Python block as this test runs it: ``vertex_emulator.verify(...)`` gets ``cache_dir``."""
+    return re.sub(r"(\bvertex_emulator\.verify\([^()]*)\)", rf"\1, cache_dir={cache_dir!r})", block)
 
 
 def environment(tmp: pathlib.Path, activated: bool) -> dict[str, str]:

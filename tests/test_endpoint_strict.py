@@ -7,6 +7,7 @@ a backslash where ``urllib.parse`` does not, so the check accepts only
 ``http://HOST[:PORT][/PATH]`` and cross-checks the host with urllib3.
 """
 
+import dataclasses
 import urllib.parse
 
 import pytest
@@ -14,8 +15,10 @@ import requests
 from conftest import BUCKET, PROJECT, TOKEN
 from urllib3.util import parse_url
 
-from pipelines import cli, submit
-from pipelines.verify.registry_service import RegistryStandIn
+from pipelines import cli
+from pipelines.submit.endpoints import API_ENDPOINT, REGISTRY_ENDPOINT, api_endpoint_problem
+from pipelines.submit.request import SubmitConfig, validate_config
+from vertex_emulator.registry_service import RegistryStandIn
 
 LOCATION = "us-central1"
 REPO = f"https://{LOCATION}-kfp.pkg.dev/{PROJECT}/ncf"
@@ -83,7 +86,7 @@ def test_a_backslash_sends_the_request_to_another_host_than_urllib_parse_reads()
     assert (parse_url(BACKSLASH_AT).host, parse_url(BACKSLASH_AT).port) == ("192.0.2.2", 18080)
     prepared = requests.Request("GET", BACKSLASH_AT + "/v1/projects").prepare()
     assert parse_url(prepared.url).host == "192.0.2.2"
-    message = submit.api_endpoint_problem(BACKSLASH_AT)
+    message = api_endpoint_problem(BACKSLASH_AT)
     assert message.startswith(
         f"api endpoint (--api-endpoint) {BACKSLASH_AT!r} is plain http but not in the form "
         "http://HOST[:PORT][/PATH] (it has user info '@' and a backslash; requests would send "
@@ -94,15 +97,15 @@ def test_a_backslash_sends_the_request_to_another_host_than_urllib_parse_reads()
 
 @pytest.mark.parametrize("endpoint", HOSTILE)
 def test_hostile_plain_http_endpoints_are_refused(endpoint):
-    for what in (submit.API_ENDPOINT, submit.REGISTRY_ENDPOINT):
-        message = submit.api_endpoint_problem(endpoint, what)
+    for what in (API_ENDPOINT, REGISTRY_ENDPOINT):
+        message = api_endpoint_problem(endpoint, what)
         assert message and message.startswith(f"{what} {endpoint!r} is plain http ")
         assert "bearer token" in message and "(127.0.0.1, ::1 or localhost)" in message
 
 
 @pytest.mark.parametrize("endpoint", ALLOWED)
 def test_tls_bare_hosts_and_plain_loopback_are_allowed(endpoint):
-    assert submit.api_endpoint_problem(endpoint) is None
+    assert api_endpoint_problem(endpoint) is None
 
 
 @pytest.mark.parametrize(
@@ -119,7 +122,7 @@ def test_tls_bare_hosts_and_plain_loopback_are_allowed(endpoint):
     ],
 )
 def test_the_message_says_what_is_wrong(endpoint, says):
-    assert says in submit.api_endpoint_problem(endpoint)
+    assert says in api_endpoint_problem(endpoint)
 
 
 def test_a_host_urllib3_reads_differently_is_refused(monkeypatch):
@@ -127,21 +130,21 @@ def test_a_host_urllib3_reads_differently_is_refused(monkeypatch):
     import urllib3.util
 
     monkeypatch.setattr(urllib3.util, "parse_url", lambda url: parse_url("http://192.0.2.2:8080"))
-    message = submit.api_endpoint_problem("http://127.0.0.1:8080")
+    message = api_endpoint_problem("http://127.0.0.1:8080")
     assert "to 127.0.0.1 by one URL parser but not by another (requests would send it to " in (
         message
     )
 
 
 def test_submit_config_checks_both_endpoints():
-    config = submit.SubmitConfig(
+    config = SubmitConfig(
         template_path="t.yaml", project=PROJECT, region=LOCATION, pipeline_root=f"gs://{BUCKET}/r"
     )
-    submit.validate_config(config)
+    validate_config(config)
     for field, what in (("api_endpoint", "--api-endpoint"), ("registry_endpoint", "--registry")):
-        bad = submit.dataclasses.replace(config, **{field: BACKSLASH_AT})
+        bad = dataclasses.replace(config, **{field: BACKSLASH_AT})
         with pytest.raises(ValueError, match=f"{what}.*is plain http but not in the form"):
-            submit.validate_config(bad)
+            validate_config(bad)
 
 
 @pytest.fixture

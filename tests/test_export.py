@@ -423,7 +423,7 @@ import os
 import sys
 
 EXPORT_DIR, REQUESTS, OUT, REPO = sys.argv[1:5]
-PROJECT_PACKAGES = ("training_core", "components", "pipelines")
+PROJECT_PACKAGES = ("training_core", "components", "pipelines", "vertex_emulator")
 
 
 class _Refuse(importlib.abc.MetaPathFinder):

@@ -24,7 +24,7 @@ import time
 import pytest
 from conftest import ChildProcesses, kill_group, tree_bytes
 
-from training_core.common import atomic_writes
+from training_core.common import folder_lock
 from training_core.data import dataset_folder, synthetic
 from training_core.data.metadata import METADATA_FILE, read_metadata
 
@@ -72,7 +72,7 @@ def _start(procs: ChildProcesses, cmd: list[str], log_path) -> subprocess.Popen:
 
 def _wait_until_holding(proc: subprocess.Popen, out, deadline: float) -> None:
     """Returns once ``out``'s lock names ``proc``: it is then between its start and its publish."""
-    lock = os.path.join(out, atomic_writes.LOCK_FILE)
+    lock = os.path.join(out, folder_lock.LOCK_FILE)
     while True:
         try:
             with open(lock) as f:

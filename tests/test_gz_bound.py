@@ -1,4 +1,4 @@
-"""A .gz input may decompress to at most a share of the memory available (``io.gz_limit``).
+"""A .gz input may decompress to at most a share of the memory available (``input_files.gz_limit``).
 
 A few kB of gzip can expand to gigabytes (a decompression bomb); a .gz input is read whole into
 memory, so the reader stops once the decompressed bytes pass the limit, naming the file, the limit
@@ -14,6 +14,7 @@ import pytest
 
 from pipelines import cli
 from training_core.common import faults
+from training_core.data import input_files
 from training_core.data import io as rio
 
 MB = 10**6
@@ -24,7 +25,7 @@ BOMB_BYTES = 40 * MB  # Decompressed; the limit below is 1 MB.
 def small_memory(monkeypatch):
     """2 MB of memory available: a .gz input may decompress to 1 MB."""
     monkeypatch.setattr(faults, "available_memory", lambda: 2 * MB)
-    assert rio.gz_limit() == (MB, "50% of the 2.0 MB of memory available")
+    assert input_files.gz_limit() == (MB, "50% of the 2.0 MB of memory available")
 
 
 def _bomb(path, first: bytes, repeat: bytes) -> str:
@@ -96,8 +97,8 @@ def test_a_normal_gz_reads_as_the_plain_file_under_the_limit(tmp_path, small_mem
 
 def test_where_memory_cannot_be_read_a_fixed_limit_holds(tmp_path, monkeypatch):
     monkeypatch.setattr(faults, "available_memory", lambda: None)
-    assert rio.gz_limit()[0] == rio.GZ_LIMIT_UNKNOWN
-    monkeypatch.setattr(rio, "GZ_LIMIT_UNKNOWN", MB)
+    assert input_files.gz_limit()[0] == input_files.GZ_LIMIT_UNKNOWN
+    monkeypatch.setattr(input_files, "GZ_LIMIT_UNKNOWN", MB)
     path = _bomb(tmp_path / "events.csv.gz", *BOMBS["rows"])
     with pytest.raises(faults.MachineFault, match="the limit where the memory available cannot"):
         rio.read_interactions(path)

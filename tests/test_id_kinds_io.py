@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from training_core.common import hints
+from training_core.data import delimited, id_columns, positive_rules, read_errors
 from training_core.data import io as rio
 
 HEADER = "user_id,item_id,timestamp\n"
@@ -76,7 +77,7 @@ def test_ids_too_long_for_int64_are_text(tmp_path):
 
 def test_mixed_column_names_first_of_each_kind_and_the_option(tmp_path, cli_style):
     path = _csv(tmp_path, HEADER + "1,2,100\n2,3,101\n3,080652121X,102\n4,5,103\n")
-    with pytest.raises(rio.DataError) as e:
+    with pytest.raises(read_errors.DataError) as e:
         rio.read_interactions(path)
     message = str(e.value)
     assert message.startswith(f"{path}:4: item id '080652121X' in column 'item_id' is not an ")
@@ -111,7 +112,9 @@ def test_parquet_column_type_decides_and_id_type_string_gives_decimal_text(tmp_p
 
 def test_id_type_int64_refuses_text(tmp_path, cli_style):
     path = _csv(tmp_path, HEADER + "1,2,100\nu2,3,101\n")
-    with pytest.raises(rio.DataError, match=r"events\.csv:3: user id 'u2' .*--id-type string"):
+    with pytest.raises(
+        read_errors.DataError, match=r"events\.csv:3: user id 'u2' .*--id-type string"
+    ):
         rio.read_interactions(path, id_type="int64")
 
 
@@ -140,7 +143,7 @@ def test_gzip_text_reads_string_ids(tmp_path):
 )
 def test_refused_ids_name_file_line_column_and_value(tmp_path, id_type, row, problem):
     path = _csv(tmp_path, HEADER + "u1,x,100\n" + row + "\n")
-    with pytest.raises(rio.DataError, match=rf"events\.csv:3: .*item id.*{problem}") as e:
+    with pytest.raises(read_errors.DataError, match=rf"events\.csv:3: .*item id.*{problem}") as e:
         rio.read_interactions(path, id_type=id_type)
     assert "column 'item_id'" in str(e.value)
 
@@ -149,13 +152,14 @@ def test_refused_id_in_parquet_names_data_row(tmp_path):
     path = str(tmp_path / "t.parquet")
     pq.write_table(pa.table({"user_id": ["a", "b "], "item_id": [1, 2], "timestamp": [1, 2]}), path)
     with pytest.raises(
-        rio.DataError, match=r"t\.parquet: data row 2: user id 'b ' in column 'user_id' has spaces"
+        read_errors.DataError,
+        match=r"t\.parquet: data row 2: user id 'b ' in column 'user_id' has spaces",
     ):
         rio.read_interactions(path)
 
 
 def test_negative_integer_ids_keep_their_rule(tmp_path):
-    with pytest.raises(rio.DataError, match=r"events\.csv:3: user id -1 .* is negative"):
+    with pytest.raises(read_errors.DataError, match=r"events\.csv:3: user id -1 .* is negative"):
         rio.read_interactions(_csv(tmp_path, HEADER + "a,1,100\n-1,2,101\n"))
     # As its text, "-1" is an id like any other.
     got = rio.read_interactions(_csv(tmp_path, HEADER + "a,1,100\n-1,2,101\n"), id_type="string")
@@ -166,16 +170,16 @@ def test_negative_integer_ids_keep_their_rule(tmp_path):
 
 
 def test_positive_rule_from_options():
-    rule = rio.PositiveRule.from_options(None, " purchase, add_to_cart,, ")
+    rule = positive_rules.PositiveRule.from_options(None, " purchase, add_to_cart,, ")
     assert rule.positive_events == ("purchase", "add_to_cart") and rule.active
-    assert not rio.PositiveRule.from_options(None, "").active
-    assert rio.PositiveRule(min_rating=0.0).active
+    assert not positive_rules.PositiveRule.from_options(None, "").active
+    assert positive_rules.PositiveRule(min_rating=0.0).active
 
 
 def test_min_rating_on_movielens_u_data(tmp_path):
     path = tmp_path / "u.data"
     path.write_text("1\t10\t5\t100\n1\t11\t2\t101\n2\t10\t3\t102\n")
-    got = rio.read_interactions(str(path), rule=rio.PositiveRule(min_rating=3))
+    got = rio.read_interactions(str(path), rule=positive_rules.PositiveRule(min_rating=3))
     assert got.positive.tolist() == [True, False, True]
     assert got.rule_counts == {"below_min_rating": 1}
     assert got.users.tolist() == [1, 1, 2] and got.timestamps.tolist() == [100, 101, 102]
@@ -191,7 +195,7 @@ def test_rating_and_event_rules_on_a_csv_count_each_row_once(tmp_path):
         "b,z,103,3.5,add_to_cart\n"  # Positive.
         "c,y,104,2.5,purchase\n",  # Fails the rating rule.
     )
-    rule = rio.PositiveRule.from_options(3.5, "purchase,add_to_cart")
+    rule = positive_rules.PositiveRule.from_options(3.5, "purchase,add_to_cart")
     got = rio.read_interactions(path, rule=rule)
     assert got.positive.tolist() == [True, False, False, True, False]
     assert got.rule_counts == {"below_min_rating": 2, "not_positive_event": 1}
@@ -206,29 +210,33 @@ def test_rating_and_event_rules_on_a_csv_count_each_row_once(tmp_path):
 def test_missing_rating_column_names_file_columns_and_option(tmp_path, cli_style):
     path = _csv(tmp_path, HEADER + "a,x,100\n")
     with pytest.raises(
-        rio.DataError,
+        read_errors.DataError,
         match=r"events\.csv: no rating column .*user_id, item_id, timestamp.*--rating-col",
     ):
-        rio.read_interactions(path, rule=rio.PositiveRule(min_rating=4))
-    with pytest.raises(rio.DataError, match=r"no event column .*--event-col"):
-        rio.read_interactions(path, rule=rio.PositiveRule(positive_events=("buy",)))
-    with pytest.raises(rio.DataError, match=r"no column named 'stars' .*--rating-col"):
+        rio.read_interactions(path, rule=positive_rules.PositiveRule(min_rating=4))
+    with pytest.raises(read_errors.DataError, match=r"no event column .*--event-col"):
+        rio.read_interactions(path, rule=positive_rules.PositiveRule(positive_events=("buy",)))
+    with pytest.raises(read_errors.DataError, match=r"no column named 'stars' .*--rating-col"):
         rio.read_interactions(
-            path, columns=rio.Columns(rating="stars"), rule=rio.PositiveRule(min_rating=4)
+            path,
+            columns=rio.Columns(rating="stars"),
+            rule=positive_rules.PositiveRule(min_rating=4),
         )
 
 
 def test_rating_that_is_not_a_number_names_the_row(tmp_path):
     path = _csv(tmp_path, "user_id,item_id,timestamp,rating\na,x,100,4\nb,y,101,good\n")
-    with pytest.raises(rio.DataError, match=r"events\.csv:3: rating 'good' .* not a number"):
-        rio.read_interactions(path, rule=rio.PositiveRule(min_rating=3))
+    with pytest.raises(
+        read_errors.DataError, match=r"events\.csv:3: rating 'good' .* not a number"
+    ):
+        rio.read_interactions(path, rule=positive_rules.PositiveRule(min_rating=3))
     pq_path = str(tmp_path / "t.parquet")
     pq.write_table(
         pa.table({"user_id": [1, 2], "item_id": [1, 2], "timestamp": [1, 2], "rating": ["4", "?"]}),
         pq_path,
     )
-    with pytest.raises(rio.DataError, match=r"t\.parquet: data row 2: rating '\?'"):
-        rio.read_interactions(pq_path, rule=rio.PositiveRule(min_rating=3))
+    with pytest.raises(read_errors.DataError, match=r"t\.parquet: data row 2: rating '\?'"):
+        rio.read_interactions(pq_path, rule=positive_rules.PositiveRule(min_rating=3))
 
 
 # --- options named where the user is -------------------------------------------------------------
@@ -238,61 +246,63 @@ def test_messages_name_pipeline_parameters_in_a_pipeline_step(tmp_path, monkeypa
     monkeypatch.setenv(hints.STYLE_ENV, "")  # Recorded: in_pipeline's value is undone after.
     hints.in_pipeline()
     path = _csv(tmp_path, "person,item_id,timestamp\n1,x2,100\n1,3,101\n")
-    with pytest.raises(rio.DataError, match=r"Name it with --param user_col=COLUMN\."):
+    with pytest.raises(read_errors.DataError, match=r"Name it with --param user_col=COLUMN\."):
         rio.read_interactions(path)
-    with pytest.raises(rio.DataError, match=r"Pass --param id_type=string "):
+    with pytest.raises(read_errors.DataError, match=r"Pass --param id_type=string "):
         rio.read_interactions(path, columns=rio.Columns(user="person"))
 
 
 # --- the chunk API both engines use ---------------------------------------------------------------
 
 
-def _chunk(text: bytes, cols: rio.ReadColumns, id_type: str, first_row: int) -> rio.ChunkRows:
+def _chunk(text: bytes, cols: delimited.ReadColumns, id_type: str, first_row: int) -> rio.ChunkRows:
     names = ["user_id", "item_id", "timestamp"]
-    table = rio.parse_ids(
-        lambda types: rio.parse_delimited(text, ",", names, 0, cols.names, types), cols, id_type
+    table = delimited.parse_ids(
+        lambda types: delimited.parse_delimited(text, ",", names, 0, cols.names, types),
+        cols,
+        id_type,
     )
     return rio.table_columns(table, cols, "f.csv", id_type, first_row=first_row)
 
 
 def test_chunks_decide_kinds_together():
-    cols = rio.ReadColumns("user_id", "item_id", "timestamp")
+    cols = delimited.ReadColumns("user_id", "item_id", "timestamp")
     fast = _chunk(b"1,2,100\n3,4,101\n", cols, "auto", 1)
     as_text = _chunk(b"5,b,102\n", cols, "auto", 3)  # Users read as text: all integers.
     assert fast.users.values.dtype == np.int64 and as_text.users.values.dtype == object
     with pytest.raises(
-        rio.DataError,
+        read_errors.DataError,
         match=r"f\.csv: data row 3: item id 'b' .* f\.csv: data row 1 holds the integer '2'",
     ):
-        rio.resolve_kinds([fast.scans, as_text.scans], "auto")
+        id_columns.resolve_kinds([fast.scans, as_text.scans], "auto")
     only_users = [fast.scans[0], as_text.scans[0]]
-    users_kind, _ = rio.resolve_kinds([(u, u) for u in only_users], "auto")
+    users_kind, _ = id_columns.resolve_kinds([(u, u) for u in only_users], "auto")
     assert users_kind == "int64"
-    joined = np.concatenate([rio.convert(c.users, users_kind) for c in (fast, as_text)])
+    joined = np.concatenate([id_columns.convert(c.users, users_kind) for c in (fast, as_text)])
     assert joined.dtype == np.int64 and joined.tolist() == [1, 3, 5]
-    assert rio.resolve_kinds([fast.scans], "string") == ("string", "string")
-    assert rio.convert(fast.items, "string").tolist() == ["2", "4"]
+    assert id_columns.resolve_kinds([fast.scans], "string") == ("string", "string")
+    assert id_columns.convert(fast.items, "string").tolist() == ["2", "4"]
 
 
 def test_parse_ids_retries_as_text_only_for_values_that_do_not_convert():
-    cols = rio.ReadColumns("user_id", "item_id", "timestamp")
+    cols = delimited.ReadColumns("user_id", "item_id", "timestamp")
     names = ["user_id", "item_id", "timestamp"]
     tried = []
 
     def parse(text: bytes):
         def run(types):
             tried.append(types["user_id"])
-            return rio.parse_delimited(text, ",", names, 0, cols.names, types)
+            return delimited.parse_delimited(text, ",", names, 0, cols.names, types)
 
         return run
 
-    assert rio.parse_ids(parse(b"a,1,100\n"), cols, "auto").num_rows == 1
+    assert delimited.parse_ids(parse(b"a,1,100\n"), cols, "auto").num_rows == 1
     assert tried == [pa.int64(), pa.string()]
     tried.clear()
     with pytest.raises(pa.ArrowInvalid):  # A line of the wrong shape: one parse says so.
-        rio.parse_ids(parse(b"a,1,100\nb,2\n"), cols, "auto")
+        delimited.parse_ids(parse(b"a,1,100\nb,2\n"), cols, "auto")
     assert tried == [pa.int64()]
     tried.clear()
     with pytest.raises(pa.ArrowInvalid):
-        rio.parse_ids(parse(b"a,1,100\n"), cols, "int64")
+        delimited.parse_ids(parse(b"a,1,100\n"), cols, "int64")
     assert tried == [pa.int64()]

@@ -485,11 +485,11 @@ def test_an_image_digest_must_be_well_formed(image, ok):
 
 
 def _compile(tmp_path, name, *argv):
-    from pipelines import cli, compiled, submit
+    from pipelines import cli, compiled
 
     path = tmp_path / f"{name}.yaml"
     code = cli.main(["compile", "--output", str(path), *argv])
-    spec = submit.load_template(str(path)).spec if code == 0 else None
+    spec = compiled.load_template(str(path)).spec if code == 0 else None
     return code, (compiled.images_named(spec) if spec else None)
 
 

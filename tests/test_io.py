@@ -5,8 +5,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from training_core.data import delimited, formats, read_errors, synthetic
 from training_core.data import io as rio
-from training_core.data import synthetic
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +34,9 @@ def _same(a: rio.Interactions, b: rio.Interactions):
 @pytest.mark.parametrize(
     "layout,fmt,name",
     [
-        ("ml-100k", rio.MOVIELENS_100K, "u.data"),
-        ("ml-1m", rio.MOVIELENS_DAT, "ratings.dat"),
-        ("ml-20m", rio.MOVIELENS_CSV, "ratings.csv"),
+        ("ml-100k", formats.MOVIELENS_100K, "u.data"),
+        ("ml-1m", formats.MOVIELENS_DAT, "ratings.dat"),
+        ("ml-20m", formats.MOVIELENS_CSV, "ratings.csv"),
     ],
 )
 def test_every_movielens_layout_detected_from_folder_and_file(tmp_path, small, layout, fmt, name):
@@ -116,7 +116,9 @@ def test_parquet_timestamp_type_converted_to_seconds(tmp_path):
 def test_malformed_line_names_file_and_line(tmp_path):
     p = tmp_path / "ratings.dat"
     p.write_text("1::2::5::100\n1::3::4::101\n2::7::4\n")
-    with pytest.raises(rio.DataError, match=r"ratings\.dat:3: expected 4 fields separated by '::'"):
+    with pytest.raises(
+        read_errors.DataError, match=r"ratings\.dat:3: expected 4 fields separated by '::'"
+    ):
         rio.read_interactions(str(p))
 
 
@@ -124,7 +126,7 @@ def test_non_integer_id_names_line_and_column(tmp_path):
     p = tmp_path / "events.csv"
     p.write_text("user_id,item_id,timestamp\n1,2,100\n1,3,101\nalice,4,102\n")
     with pytest.raises(
-        rio.DataError,
+        read_errors.DataError,
         match=r"events\.csv:4: user id 'alice' in column 'user_id' is not an integer.*"
         r"--id-type string",
     ) as e:
@@ -136,7 +138,9 @@ def test_non_integer_id_column_in_parquet(tmp_path):
     pq.write_table(
         pa.table({"user_id": ["a"], "item_id": [1], "timestamp": [1]}), tmp_path / "x.parquet"
     )
-    with pytest.raises(rio.DataError, match="column 'user_id' .* not integer.*--id-type string"):
+    with pytest.raises(
+        read_errors.DataError, match="column 'user_id' .* not integer.*--id-type string"
+    ):
         rio.read_interactions(str(tmp_path / "x.parquet"), id_type="int64")
     got = rio.read_interactions(str(tmp_path / "x.parquet"))  # auto: the column's type decides.
     assert (got.user_id_type, got.item_id_type) == ("string", "int64")
@@ -146,10 +150,10 @@ def test_missing_column_lists_columns_and_flag(tmp_path):
     p = tmp_path / "events.csv"
     p.write_text("person,item_id,timestamp\n1,2,3\n")
     with pytest.raises(
-        rio.DataError, match=r"no user id column .*person, item_id, timestamp.*--user-col"
+        read_errors.DataError, match=r"no user id column .*person, item_id, timestamp.*--user-col"
     ):
         rio.read_interactions(str(p))
-    with pytest.raises(rio.DataError, match=r"no column named 'user' .*--user-col"):
+    with pytest.raises(read_errors.DataError, match=r"no column named 'user' .*--user-col"):
         rio.read_interactions(str(p), columns=rio.Columns(user="user"))
     # Naming it works.
     assert rio.read_interactions(str(p), columns=rio.Columns(user="person")).users.tolist() == [1]
@@ -158,35 +162,35 @@ def test_missing_column_lists_columns_and_flag(tmp_path):
 def test_empty_inputs(tmp_path):
     empty = tmp_path / "u.data"
     empty.write_text("")
-    with pytest.raises(rio.DataError, match="empty"):
+    with pytest.raises(read_errors.DataError, match="empty"):
         rio.read_interactions(str(empty))
     header_only = tmp_path / "ratings.csv"
     header_only.write_text("userId,movieId,rating,timestamp\n")
-    with pytest.raises(rio.DataError, match="no interactions"):
+    with pytest.raises(read_errors.DataError, match="no interactions"):
         rio.read_interactions(str(header_only))
     with gzip.open(tmp_path / "e.csv.gz", "wt") as f:
         f.write("user_id,item_id,timestamp\n")
-    with pytest.raises(rio.DataError, match="no interactions"):
+    with pytest.raises(read_errors.DataError, match="no interactions"):
         rio.read_interactions(str(tmp_path / "e.csv.gz"))
 
 
 def test_missing_path_unknown_format_and_unknown_folder(tmp_path):
-    with pytest.raises(rio.DataError, match="no such file"):
+    with pytest.raises(read_errors.DataError, match="no such file"):
         rio.read_interactions(str(tmp_path / "nope.csv"))
-    with pytest.raises(rio.DataError, match="unknown format"):
+    with pytest.raises(read_errors.DataError, match="unknown format"):
         rio.read_interactions(str(tmp_path), "ml-999")
     (tmp_path / "readme.txt").write_text("hello")
-    with pytest.raises(rio.DataError, match="found none of"):
+    with pytest.raises(read_errors.DataError, match="found none of"):
         rio.read_interactions(str(tmp_path))
 
 
 def test_sniffs_layout_of_unnamed_files(tmp_path):
     dat = tmp_path / "a.txt"
     dat.write_text("1::2::5::100\n2::2::5::100\n")
-    assert rio.read_interactions(str(dat)).format == rio.MOVIELENS_DAT
+    assert rio.read_interactions(str(dat)).format == formats.MOVIELENS_DAT
     tsv = tmp_path / "b.txt"
     tsv.write_text("1\t2\t5\t100\n")
-    assert rio.read_interactions(str(tsv)).format == rio.MOVIELENS_100K
+    assert rio.read_interactions(str(tsv)).format == formats.MOVIELENS_100K
 
 
 # Timestamps written as text: every ISO-8601 form Python reads, and bad values named by line.
@@ -202,7 +206,7 @@ def test_bad_iso_timestamp_names_line_value_and_what_to_do(tmp_path):
         "1,3,2020-13-45\n"
         "2,4,2020-01-02T10:00:00.5\n"
     )
-    with pytest.raises(rio.DataError) as exc:
+    with pytest.raises(read_errors.DataError) as exc:
         rio.read_interactions(str(p))
     message = str(exc.value)
     assert message.startswith(
@@ -222,7 +226,7 @@ def test_bad_timestamp_in_parquet_names_the_data_row(tmp_path):
     )
     pq.write_table(table, tmp_path / "t.parquet")
     with pytest.raises(
-        rio.DataError,
+        read_errors.DataError,
         match=r"t\.parquet: data row 3: timestamp '2020-13-45' in column 'timestamp' is not a "
         "valid time",
     ):
@@ -244,23 +248,23 @@ def test_iso_timestamps_with_fractions_and_zones_are_read_as_floored_seconds(tmp
 
 
 def test_bad_timestamp_after_the_first_block_names_its_line(tmp_path, monkeypatch):
-    monkeypatch.setattr(rio, "_BLOCK_BYTES", 64)  # Types come from the first (integer) block.
+    monkeypatch.setattr(delimited, "_BLOCK_BYTES", 64)  # Types come from the first (integer) block.
     p = tmp_path / "events.csv"
     rows = [f"{u},{u + 1},{1_000_000_000 + u}" for u in range(1, 20)]
     rows[15] = "16,17,2020-13-45"
     p.write_text("user_id,item_id,timestamp\n" + "\n".join(rows) + "\n")
-    with pytest.raises(rio.DataError, match=r"events\.csv:17: timestamp '2020-13-45'"):
+    with pytest.raises(read_errors.DataError, match=r"events\.csv:17: timestamp '2020-13-45'"):
         rio.read_interactions(str(p))
 
 
-# Negative ids: one rule (io.MIN_ID) for prepare-data and validate.
+# Negative ids: one rule (read_errors.MIN_ID) for prepare-data and validate.
 
 
 def test_negative_ids_are_rejected_with_file_line_column_and_value(tmp_path):
-    assert rio.MIN_ID == 0
+    assert read_errors.MIN_ID == 0
     csv_path = tmp_path / "events.csv"
     csv_path.write_text("user_id,item_id,timestamp\n1,2,100\n1,3,101\n-1,4,102\n")
-    with pytest.raises(rio.DataError) as exc:
+    with pytest.raises(read_errors.DataError) as exc:
         rio.read_interactions(str(csv_path))
     assert str(exc.value) == (
         f"{csv_path}:4: user id -1 in column 'user_id' is negative; ids must be integers >= 0 "
@@ -268,14 +272,17 @@ def test_negative_ids_are_rejected_with_file_line_column_and_value(tmp_path):
     )
     dat = tmp_path / "ratings.dat"
     dat.write_text("1::2::5::100\n2::-7::4::101\n")
-    with pytest.raises(rio.DataError, match=r"ratings\.dat:2: item id -7 in field 2 is negative"):
+    with pytest.raises(
+        read_errors.DataError, match=r"ratings\.dat:2: item id -7 in field 2 is negative"
+    ):
         rio.read_interactions(str(dat))
     pq.write_table(
         pa.table({"user_id": [1, 2, 3], "item_id": [4, -1, 6], "timestamp": [1, 2, 3]}),
         tmp_path / "x.parquet",
     )
     with pytest.raises(
-        rio.DataError, match=r"x\.parquet: data row 2: item id -1 in column 'item_id' is negative"
+        read_errors.DataError,
+        match=r"x\.parquet: data row 2: item id -1 in column 'item_id' is negative",
     ):
         rio.read_interactions(str(tmp_path / "x.parquet"))
 
@@ -283,7 +290,9 @@ def test_negative_ids_are_rejected_with_file_line_column_and_value(tmp_path):
 def test_quoted_commas_do_not_hide_the_bad_line(tmp_path):
     p = tmp_path / "events.csv"
     p.write_text('user_id,item_id,title,timestamp\n1,2,"Heat, 1995",100\n-3,4,"Up",101\n')
-    with pytest.raises(rio.DataError, match=r"events\.csv:3: user id -3 in column 'user_id'"):
+    with pytest.raises(
+        read_errors.DataError, match=r"events\.csv:3: user id -3 in column 'user_id'"
+    ):
         rio.read_interactions(str(p))
 
 
@@ -294,7 +303,7 @@ def test_header_with_spaces_after_the_commas_reads_as_the_beam_readers_read_it(t
     data = rio.read_interactions(str(path))
     assert data.users.tolist() == [1, 2] and data.items.tolist() == [10, 12]
     assert data.timestamps.tolist() == [100, 103]
-    layout = rio.describe_file(str(path), rio.CSV)
+    layout = formats.describe_file(str(path), formats.CSV)
     assert rio.interaction_columns(layout, rio.Columns()) == ("user_id", "item_id", "timestamp")
 
 
@@ -316,8 +325,8 @@ def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path, small, name
     _same(got, small)
     if layout == "csv":
         fmt = rio.read_interactions(str(marked)).format
-        names = rio.describe_file(str(marked), fmt).names
-        assert names[0] == rio.describe_file(plain, fmt).names[0] and "\ufeff" not in names[0]
+        names = formats.describe_file(str(marked), fmt).names
+        assert names[0] == formats.describe_file(plain, fmt).names[0] and "\ufeff" not in names[0]
 
 
 @pytest.mark.parametrize("delimiter", ["\t", ";", "|"])
@@ -331,13 +340,17 @@ def test_a_headed_table_separated_by_tabs_semicolons_or_pipes_reads_as_a_csv(
     other = tmp_path / "events.txt"
     other.write_text("\n".join(line.replace(",", delimiter) for line in lines) + "\n")
     got = rio.read_interactions(str(other))
-    assert got.format == rio.CSV
+    assert got.format == formats.CSV
     _same(got, small)
-    layout = rio.describe_file(str(other), rio.CSV)
-    assert layout.delimiter == delimiter and layout.names == rio.describe_file(plain, "csv").names
+    layout = formats.describe_file(str(other), formats.CSV)
+    assert (
+        layout.delimiter == delimiter and layout.names == formats.describe_file(plain, "csv").names
+    )
     lines[3] += delimiter + "extra"
     other.write_text("\n".join(line.replace(",", delimiter) for line in lines) + "\n")
-    with pytest.raises(rio.DataError, match=rf"events\.txt:4: expected {len(layout.names)} fields"):
+    with pytest.raises(
+        read_errors.DataError, match=rf"events\.txt:4: expected {len(layout.names)} fields"
+    ):
         rio.read_interactions(str(other))
 
 
@@ -369,10 +382,10 @@ def test_a_crafted_parquet_file_runs_no_code_when_read(tmp_path):
     subprocess.run([sys.executable, "-c", _CRAFTED_PARQUET, path, marker], check=True)
     read = (
         "import sys\n"
-        "from training_core.data import io\n"
+        "from training_core.data import io, read_errors\n"
         "try:\n"
         "    io.read_interactions(sys.argv[1])\n"
-        "except io.DataError as e:\n"
+        "except read_errors.DataError as e:\n"
         "    print(e)\n"
     )
     out = subprocess.run(
@@ -380,4 +393,4 @@ def test_a_crafted_parquet_file_runs_no_code_when_read(tmp_path):
     )
     assert not marker.exists(), "reading the file ran the code it carries"
     assert out.returncode == 0, out.stderr[-2000:]
-    assert f"{path}: refused" in out.stdout and rio.PICKLED_ARROW_TYPE in out.stdout
+    assert f"{path}: refused" in out.stdout and formats.PICKLED_ARROW_TYPE in out.stdout

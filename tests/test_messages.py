@@ -41,7 +41,7 @@ def _damaged_copy(prepared: str, tmp_path, pick) -> tuple[str, str]:
     return root, path
 
 
-# Negative ids (io.MIN_ID): prepare-data rejects them as validate does.
+# Negative ids (read_errors.MIN_ID): prepare-data rejects them as validate does.
 
 
 def test_prepare_data_rejects_a_negative_id_naming_line_and_column(tmp_path, capsys):

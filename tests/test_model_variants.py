@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -17,7 +19,7 @@ import tensorflow as tf
 from training_core.data.metadata import read_metadata, read_vocab
 from training_core.evaluation.evaluate import evaluate, load_model
 from training_core.serving import export
-from training_core.training import loop, model, presets, train_config
+from training_core.training import architectures, loop, model, presets, train_config, trainer
 from training_core.training.model_dir import read_model_config
 
 ARCHITECTURES = ("neumf", "mf", "gmf", "mlp")
@@ -44,6 +46,26 @@ def _numpy_logits(net: model.NCFModel, users: np.ndarray, items: np.ndarray) -> 
     return (x @ net.logit_kernel.numpy())[:, 0] + net.logit_bias.numpy()[0]
 
 
+def test_the_registry_names_every_architecture_in_order_without_tensorflow():
+    # --model's choices come from the registry (presets.ARCHITECTURES), read without TensorFlow.
+    code = (
+        "import sys; from training_core.training import presets; "
+        "assert 'tensorflow' not in sys.modules, 'TensorFlow was imported'; "
+        "print(list(presets.ARCHITECTURES))"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(list(ARCHITECTURES))
+    for name in ARCHITECTURES:
+        assert architectures.get(name).name == name
+    unknown = "unknown model 'nosuch'; choose one of neumf, mf, gmf, mlp"
+    with pytest.raises(ValueError, match=unknown):
+        presets.get_preset("tiny", architecture="nosuch")
+
+
 @pytest.mark.parametrize(
     "architecture, width, n_dense",
     [
@@ -57,7 +79,7 @@ def _numpy_logits(net: model.NCFModel, users: np.ndarray, items: np.ndarray) -> 
 def test_each_architecture_scores_by_its_formula(tiny_data, architecture, width, n_dense):
     meta = read_metadata(tiny_data)
     config = presets.get_preset("tiny", architecture=architecture)
-    net = loop.build_model(config, meta, seed=1)
+    net = trainer.build_model(config, meta, seed=1)
     assert net.user_embedding.shape == (meta.num_users, width)
     assert net.item_embedding.shape == (meta.num_items, width)
     assert len(net.dense_variables()) == n_dense
@@ -76,10 +98,10 @@ def test_each_architecture_scores_by_its_formula(tiny_data, architecture, width,
 def test_mf_bias_columns_start_at_zero_and_the_neumf_weights_are_unchanged(tiny_data):
     """MF's bias column starts at 0; NeuMF's initial weights are what they were before --model."""
     meta = read_metadata(tiny_data)
-    mf = loop.build_model(presets.get_preset("tiny", architecture="mf"), meta, seed=0)
+    mf = trainer.build_model(presets.get_preset("tiny", architecture="mf"), meta, seed=0)
     assert not np.any(mf.user_embedding.numpy()[:, -1]) and not np.any(mf.item_embedding[:, -1])
     assert np.std(mf.user_embedding.numpy()[:, :-1]) > 0
-    neumf = loop.build_model(presets.get_preset("tiny"), meta, seed=0)
+    neumf = trainer.build_model(presets.get_preset("tiny"), meta, seed=0)
     # The NeuMF tables come from stateless draws with seeds (0, 0) and (0, 1): fixed forever,
     # so checkpoints and quality curves from before --model stay reproducible.
     dim = neumf.config.embedding_dim
@@ -196,7 +218,7 @@ def test_l2_adds_the_penalty_of_the_rows_each_example_uses(dense):
     """Loss and embedding gradients with ``l2_regularization`` against NumPy: the cross entropy
     plus ``l2 * (|u|^2 + |v|^2)`` per valid example over the global batch; the gradient of a
     table row gains ``2 * l2 * row * (its valid uses) / global_batch``, also as touched rows."""
-    from training_core.training import train_step
+    from training_core.training import compiled_step
 
     l2, global_batch = 0.05, 8.0
     users = np.array([[0], [1], [1], [2], [3], [0]], np.int64)
@@ -212,7 +234,7 @@ def test_l2_adds_the_penalty_of_the_rows_each_example_uses(dense):
         config = presets.get_preset("tiny", architecture="mf", l2_regularization=penalty)
         net = model.NCFModel(config, num_users=5, num_items=9, seed=4)
         variables = [net.user_embedding, net.item_embedding, *net.dense_variables()]
-        fn = train_step._loss_and_grads_fn(net, variables, None, global_batch, tf.float32, dense)
+        fn = compiled_step._loss_and_grads_fn(net, variables, None, global_batch, tf.float32, dense)
         loss, grads = fn(features)
         return net, float(loss), [tf.convert_to_tensor(g).numpy() for g in grads[:2]]
 
@@ -269,7 +291,7 @@ def test_score_grid_is_score_over_every_pair(tiny_data, architecture, layers):
     config = presets.get_preset("tiny", architecture=architecture)
     if layers:
         config = dataclasses.replace(config, layers=layers)
-    net = loop.build_model(config, meta, seed=2)
+    net = trainer.build_model(config, meta, seed=2)
     users = tf.constant([0, 3, 7], tf.int64)
     n = net.num_items
     grid = net.score_grid(users, net.item_side()).numpy()

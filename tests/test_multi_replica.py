@@ -213,12 +213,15 @@ class _Runs:
     def trainer(self, strategy, name: str, **options):
         """A trainer of the tiny preset (one epoch, no early stop) and its epoch-1 iterator."""
         from training_core.training import input_pipeline, loop, presets, train_config
+        from training_core.training import trainer as trainer_lib
 
         preset = presets.get_preset("tiny", epochs=1, batch_size=self.meta.train_prebatch_size)
         preset = dataclasses.replace(preset, hr_threshold=None)
         model_dir = os.path.join(self.out_dir, name)
-        t = loop._Trainer(
-            train_config.TrainConfig(self.data_dir, model_dir, preset, **options), strategy
+        t = trainer_lib._Trainer(
+            train_config.TrainConfig(self.data_dir, model_dir, preset, **options),
+            strategy,
+            loop.Evaluation,
         )
         fn = input_pipeline.train_dataset_fn(self.meta, self.data_dir, t.layout, 0, 0)
         return t, iter(input_pipeline.distribute(strategy, fn))
@@ -277,6 +280,7 @@ def _train(runs: _Runs) -> None:
 
     from training_core.evaluation.evaluate import run_eval
     from training_core.training import loop, train_config
+    from training_core.training import trainer as trainer_lib
 
     config = train_config.config_for(
         runs.data_dir,
@@ -288,7 +292,7 @@ def _train(runs: _Runs) -> None:
         steps_per_loop=50,
         target_hr=-1,
     )
-    t = loop._Trainer(config, runs.mirrored)
+    t = trainer_lib._Trainer(config, runs.mirrored, loop.Evaluation)
     assert t.dtype == tf.float16 and not t.dense
     before = run_eval(t.model, runs.mirrored, runs.meta, runs.data_dir, t.dtype)
     result = t.run()

@@ -12,21 +12,22 @@ import numpy as np
 import pytest
 from conftest import random_shard, submit_config
 
-from pipelines import profiles, submit
+from pipelines import profiles
 from pipelines.profiles import ProfileError
+from pipelines.submit.request import validate_config
 from training_core.data import sampling
-from training_core.training import loop, presets
+from training_core.training import presets, results
 
 
 def test_reaching_the_target_hr_exactly_stops():
     model = presets.get_preset("tiny", hr_threshold=0.5)
     history = [
-        loop.EpochResult(
+        results.EpochResult(
             epoch=1, step=10, loss=0.5, hr_at_10=0.5, ndcg_at_10=0.25, examples_per_sec=1.0,
             eval_users=100,
         )
     ]  # fmt: skip
-    reason = loop.stop_reason(model, history)
+    reason = results.stop_reason(model, history)
     assert reason is not None and "HR@10 0.5000 reached the target 0.5000" in reason
 
 
@@ -67,4 +68,4 @@ def test_data_and_evaluate_refuse_replicas(step):
 
 
 def test_submit_takes_exactly_64_labels():
-    submit.validate_config(submit_config(labels={f"k{i}": "v" for i in range(64)}))
+    validate_config(submit_config(labels={f"k{i}": "v" for i in range(64)}))

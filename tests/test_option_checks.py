@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from pipelines import cli
-from pipelines import submit as vs
+from pipelines.submit import run_values
 from training_core.data.metadata import read_metadata
 from training_core.training import presets, train_config
 
@@ -78,9 +78,9 @@ def test_submit_dry_run_refuses_what_vertex_ai_would_refuse_later(tmp_path, caps
 
 def test_preset_names_for_submit_are_the_presets_and_need_no_tensorflow():
     # Every preset, and auto (the default: picked by the data's size).
-    assert vs.preset_names() == ("auto", *presets.PRESETS)
+    assert run_values.preset_names() == ("auto", *presets.PRESETS)
     code = (
-        "import sys; from pipelines import submit; names = submit.preset_names(); "
+        "import sys; from pipelines.submit import run_values; names = run_values.preset_names(); "
         "assert 'tensorflow' not in sys.modules, 'TensorFlow was imported'; print(names)"
     )
     done = subprocess.run(

@@ -2,11 +2,11 @@
 
 Whoever owns a folder above an output folder can rename the output folder away and put a link
 in its place, and every later write of the run lands where they chose: writing that folder is
-refused (``atomic_writes.check_output_folder``), whether or not others may write it, for a
+refused (``output_folders.check_output_folder``), whether or not others may write it, for a
 folder another user owns anywhere on the way, a link another user owns on the way, and the
 folders on the way to a link's target. A sticky folder owned by root (``/tmp``) is fine on the
 way, the folder under it must be ours. Missing folders are made one at a time and each is
-looked at as it is made (``atomic_writes.make_output_folder``); a file is published in the
+looked at as it is made (``output_folders.make_output_folder``); a file is published in the
 folder it was written in (through that folder's descriptor), and a folder is checked again
 before it is published (``atomic_writes.replace_folder``).
 """
@@ -18,11 +18,11 @@ import stat
 
 import pytest
 
-from training_core.common import atomic_writes
+from training_core.common import atomic_writes, folder_lock, output_folders
 
 NOBODY = 65534  # A uid that is not this process's (nobody, on most systems).
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another uid")
-Refused = atomic_writes.UnsafeOutputError
+Refused = output_folders.UnsafeOutputError
 
 
 def _theirs(folder, mode: int = 0o755):
@@ -42,14 +42,14 @@ def _sticky(folder):
 
 def _refused(path, match: str) -> str:
     with pytest.raises(Refused, match=match) as refused:
-        atomic_writes.check_output_folder(str(path), "train")
+        output_folders.check_output_folder(str(path), "train")
     message = str(refused.value)
     assert f"train: refusing to write in {path}" in message
     return message
 
 
 def _held(path) -> None:
-    with atomic_writes.hold(str(path), "train", wait=False):
+    with folder_lock.hold(str(path), "train", wait=False):
         pass
 
 
@@ -67,7 +67,7 @@ def test_a_folder_in_another_users_folder_is_refused_though_only_they_may_write_
     with pytest.raises(Refused):
         _held(out)
     assert os.path.exists(out) == made  # Not made when refused,
-    assert not os.path.lexists(out / atomic_writes.LOCK_FILE)  # nor anything written in it.
+    assert not os.path.lexists(out / folder_lock.LOCK_FILE)  # nor anything written in it.
 
 
 @needs_root
@@ -89,9 +89,9 @@ def test_a_folder_of_ours_under_a_sticky_folder_is_accepted(tmp_path):
     shared = _sticky(tmp_path / "tmp")
     mine = shared / "mine"
     mine.mkdir()
-    atomic_writes.check_output_folder(str(mine / "out"), "train")
+    output_folders.check_output_folder(str(mine / "out"), "train")
     _held(mine / "out")
-    assert (mine / "out" / atomic_writes.LOCK_FILE).is_file()
+    assert (mine / "out" / folder_lock.LOCK_FILE).is_file()
     _held(shared / "new" / "deeper")  # Made here under the sticky folder: ours.
     assert os.lstat(shared / "new").st_uid == os.geteuid()
 
@@ -175,7 +175,7 @@ def test_links_of_ours_to_folders_of_ours_are_followed(tmp_path):
     real.mkdir()
     os.symlink(real, tmp_path / "alias")
     _held(tmp_path / "alias" / "data")
-    assert (real / "data" / atomic_writes.LOCK_FILE).is_file()
+    assert (real / "data" / folder_lock.LOCK_FILE).is_file()
     os.symlink(real / "data", tmp_path / "data-link")  # The output folder itself a link of ours.
     _held(tmp_path / "data-link")
 
@@ -205,7 +205,7 @@ def test_a_file_is_published_in_the_folder_it_was_written_in(tmp_path):
 def test_a_folder_is_not_published_where_another_user_made_a_folder_on_the_way(tmp_path):
     shared = _sticky(tmp_path / "tmp")
     out = shared / "run" / "export"
-    atomic_writes.check_output_folder(str(out), "export")  # Missing: nothing to judge yet.
+    output_folders.check_output_folder(str(out), "export")  # Missing: nothing to judge yet.
     theirs = _theirs(shared / "run")  # Made first by them; the build goes on in it.
     new = theirs / "export.partial-1"
     new.mkdir()

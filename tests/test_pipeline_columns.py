@@ -18,8 +18,7 @@ from kfp.dsl import HTML, Artifact, Dataset
 from components.prepare_data import prepare_data
 from components.validate_data import validate_data
 from training_core.common import hints
-from training_core.data import io as rio
-from training_core.data import metadata
+from training_core.data import metadata, read_errors
 
 # The table's own names, and the parameters that name them to the steps.
 NAMED = {"user_col": "customer_id", "item_col": "product_id", "time_col": "event_time"}
@@ -60,7 +59,7 @@ def test_both_steps_read_the_columns_the_parameters_name(events_csv, tmp_path):
 
 @pytest.mark.parametrize("step", ["validate_data", "prepare_data"])
 def test_without_them_the_step_names_the_pipeline_parameter(events_csv, tmp_path, step):
-    with pytest.raises(rio.DataError) as raised:
+    with pytest.raises(read_errors.DataError) as raised:
         if step == "validate_data":
             _validate(events_csv, tmp_path)
         else:
@@ -75,7 +74,7 @@ def test_without_them_the_step_names_the_pipeline_parameter(events_csv, tmp_path
 
 
 def test_a_parameter_naming_a_missing_column_is_named_as_a_parameter(events_csv, tmp_path):
-    with pytest.raises(rio.DataError, match=r"'user_id'.*--param user_col=COLUMN"):
+    with pytest.raises(read_errors.DataError, match=r"'user_id'.*--param user_col=COLUMN"):
         prepare_data.python_func(
             raw_data=Dataset(uri=events_csv),
             examples=Dataset(uri=str(tmp_path / "e")),

@@ -3,8 +3,8 @@
 A symbolic (or hard) link planted at a folder's lock file, or at the name a file is built under
 before its rename, must not be written through: the victim it points at stays as it was. An
 output folder that another user owns, or that others may write in (not sticky), is refused with
-a message naming it, its owner and mode, and what to do (``atomic_writes.check_output_folder``,
-called by ``atomic_writes.hold`` and by ``export`` and ``recommend``). The run-local "Try it" line
+a message naming it, its owner and mode, and what to do (``output_folders.check_output_folder``,
+called by ``folder_lock.hold`` and by ``export`` and ``recommend``). The run-local "Try it" line
 quotes its path for the shell (issue 35, 8).
 """
 
@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from pipelines.commands import run_local
-from training_core.common import atomic_writes
+from training_core.common import atomic_writes, folder_lock, mount_kind, output_folders
 from training_core.data import dataset_folder
 
 VICTIM_TEXT = "the victim's own content\n"
@@ -42,29 +42,29 @@ def out(tmp_path):
 
 
 def test_link_planted_at_the_lock_is_not_followed(out, victim):
-    os.symlink(victim, out / atomic_writes.LOCK_FILE)
-    with pytest.raises(atomic_writes.UnsafeOutputError, match="symbolic link") as refused:
+    os.symlink(victim, out / folder_lock.LOCK_FILE)
+    with pytest.raises(output_folders.UnsafeOutputError, match="symbolic link") as refused:
         with dataset_folder.holding(str(out)):  # What prepare-data holds its --output with.
             pass
-    assert str(out / atomic_writes.LOCK_FILE) in str(refused.value)
+    assert str(out / folder_lock.LOCK_FILE) in str(refused.value)
     assert victim.read_text() == VICTIM_TEXT
-    assert os.path.islink(out / atomic_writes.LOCK_FILE)  # Left for the user to look at.
+    assert os.path.islink(out / folder_lock.LOCK_FILE)  # Left for the user to look at.
 
 
 def test_hard_link_planted_at_the_lock_is_not_written(out, victim):
-    os.link(victim, out / atomic_writes.LOCK_FILE)
-    with pytest.raises(atomic_writes.UnsafeOutputError, match="hard link"):
-        with atomic_writes.hold(str(out), "train", wait=False):
+    os.link(victim, out / folder_lock.LOCK_FILE)
+    with pytest.raises(output_folders.UnsafeOutputError, match="hard link"):
+        with folder_lock.hold(str(out), "train", wait=False):
             pass
     assert victim.read_text() == VICTIM_TEXT
 
 
 def test_a_lock_of_our_own_is_still_held_and_reused(out):
     for _ in range(2):
-        with atomic_writes.hold(str(out), "train", wait=False):
-            info = os.lstat(out / atomic_writes.LOCK_FILE)
+        with folder_lock.hold(str(out), "train", wait=False):
+            info = os.lstat(out / folder_lock.LOCK_FILE)
             assert stat.S_ISREG(info.st_mode)
-            assert b'"what": "train"' in (out / atomic_writes.LOCK_FILE).read_bytes()
+            assert b'"what": "train"' in (out / folder_lock.LOCK_FILE).read_bytes()
 
 
 @pytest.mark.parametrize("name", ["metadata.json", "_SUCCESS"])
@@ -107,9 +107,9 @@ def test_partials_are_private_names_and_killed_ones_are_cleaned(out):
     assert not atomic_writes.is_partial("ratings.partial-notes.csv")
 
 
-def _refused(folder, match: str) -> atomic_writes.UnsafeOutputError:
-    with pytest.raises(atomic_writes.UnsafeOutputError, match=match) as refused:
-        with atomic_writes.hold(str(folder), "prepare-data", wait=False):
+def _refused(folder, match: str) -> output_folders.UnsafeOutputError:
+    with pytest.raises(output_folders.UnsafeOutputError, match=match) as refused:
+        with folder_lock.hold(str(folder), "prepare-data", wait=False):
             pass
     assert str(folder) in str(refused.value)
     assert isinstance(refused.value, ValueError)  # The CLI prints it as a plain error.
@@ -120,9 +120,7 @@ def test_a_folder_others_may_write_is_refused(out):
     os.chmod(out, 0o777)
     message = str(_refused(out, "writable by every user"))
     assert "drwxrwxrwx" in message and "chmod go-w" in message
-    assert not os.path.lexists(
-        out / atomic_writes.LOCK_FILE
-    )  # Refused before anything was written.
+    assert not os.path.lexists(out / folder_lock.LOCK_FILE)  # Refused before anything was written.
 
 
 def test_a_new_folder_in_a_parent_others_may_write_is_refused(tmp_path):
@@ -135,10 +133,10 @@ def test_a_new_folder_in_a_parent_others_may_write_is_refused(tmp_path):
 
 def test_a_sticky_folder_and_a_private_one_are_accepted(out):
     os.chmod(out, 0o1777)  # As /tmp: others cannot remove or rename what is ours.
-    with atomic_writes.hold(str(out / "data"), "prepare-data", wait=False):
+    with folder_lock.hold(str(out / "data"), "prepare-data", wait=False):
         pass
     os.chmod(out, 0o755)
-    with atomic_writes.hold(str(out), "prepare-data", wait=False):
+    with folder_lock.hold(str(out), "prepare-data", wait=False):
         pass
 
 
@@ -166,14 +164,14 @@ def test_export_recommend_and_prepare_refuse_before_the_work(out):
 
     os.chmod(out, 0o777)
     missing = str(out.parent / "missing")
-    with pytest.raises(atomic_writes.UnsafeOutputError, match="export: refusing"):
+    with pytest.raises(output_folders.UnsafeOutputError, match="export: refusing"):
         export.export(export.ExportConfig(missing, missing, str(out / "export")))
-    with pytest.raises(atomic_writes.UnsafeOutputError, match="recommend: refusing"):
+    with pytest.raises(output_folders.UnsafeOutputError, match="recommend: refusing"):
         batch_recommend.recommend(batch_recommend.RecommendConfig(missing, missing, str(out)))
     # prepare-data too, before it reads its input (which does not exist either).
     from training_core.data import config, prepare
 
-    with pytest.raises(atomic_writes.UnsafeOutputError, match="prepare-data: refusing"):
+    with pytest.raises(output_folders.UnsafeOutputError, match="prepare-data: refusing"):
         prepare.prepare(config.prepare_config(missing, str(out)))
 
 
@@ -213,6 +211,6 @@ def test_the_cloud_storage_fuse_mount_is_not_judged_by_its_mode(tmp_path):
         f"/dev/sda1 / ext4 rw 0 0\nmy-bucket {tmp_path}/gcs fuse.gcsfuse rw 0 0\n"
         f"gcsfuse {tmp_path}/old\\040mount fuse rw 0 0\n"
     )
-    assert atomic_writes._on_gcsfuse(str(tmp_path / "gcs" / "bucket" / "model"), str(mounts))
-    assert atomic_writes._on_gcsfuse(str(tmp_path / "old mount" / "x"), str(mounts))
-    assert not atomic_writes._on_gcsfuse(str(tmp_path / "elsewhere"), str(mounts))
+    assert mount_kind.on_gcsfuse(str(tmp_path / "gcs" / "bucket" / "model"), str(mounts))
+    assert mount_kind.on_gcsfuse(str(tmp_path / "old mount" / "x"), str(mounts))
+    assert not mount_kind.on_gcsfuse(str(tmp_path / "elsewhere"), str(mounts))

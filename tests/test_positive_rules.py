@@ -13,8 +13,18 @@ import numpy as np
 import pytest
 from conftest import SMALL_PREPARE, read_records
 
+from training_core.data import (
+    indexing,
+    plan,
+    positive_rules,
+    positives,
+    prep_result,
+    prepare,
+    read_errors,
+    records,
+    sampling,
+)
 from training_core.data import io as rio
-from training_core.data import plan, positives, prep_result, prepare, records, sampling
 from training_core.data.config import PrepareConfig
 
 # A user of many items of their own, so that the users of a test do not have every item.
@@ -34,14 +44,14 @@ def _interactions(rows, positive=None, other=OTHER_USER, **kw):
     return rio.Interactions(users, items, ts, ("x.csv",), "csv", positive=mask, **kw)
 
 
-def _seen_only(data: prepare.IndexedData) -> set[tuple[int, int]]:
+def _seen_only(data: indexing.IndexedData) -> set[tuple[int, int]]:
     """The seen-only pairs of ``data``, as raw (user, item) ids."""
     counts = np.diff(data.seen_offsets)
     users = data.user_vocab[np.repeat(np.arange(data.num_users), counts)]
     return set(zip(users.tolist(), data.item_vocab[data.seen_items].tolist(), strict=True))
 
 
-def _positives(data: prepare.IndexedData) -> dict[int, list[int]]:
+def _positives(data: indexing.IndexedData) -> dict[int, list[int]]:
     """Each raw user's positive raw items, in time order."""
     return {
         int(data.user_vocab[u]): data.item_vocab[
@@ -58,7 +68,7 @@ def test_the_latest_row_of_a_pair_decides_whether_it_is_a_positive():
         (2, 10, 6),  # Item 10 is a positive of someone: in the vocabulary.
     ]  # fmt: skip
     positive = [True, True, True, False, False, True, True, True, True]
-    data = prepare.index_interactions(_interactions(rows, positive), min_ratings=0)
+    data = indexing.index_interactions(_interactions(rows, positive), min_ratings=0)
     assert _positives(data) == {1: [11, 12], 2: [11, 12, 13, 10], 9: list(range(20, 30))}
     assert _seen_only(data) == {(1, 10)}
     assert data.stats["duplicate_pairs_dropped"] == 2
@@ -73,7 +83,7 @@ def test_min_ratings_counts_positives_and_the_vocabularies_hold_positives_only()
         (4, 13, 1), (4, 14, 2),  # Item 13: a positive of user 4 only; item 14 seen only.
     ]  # fmt: skip
     positive = [True, True, False, True, False, False, False, True, True, True, False]
-    data = prepare.index_interactions(_interactions(rows, positive), min_ratings=2)
+    data = indexing.index_interactions(_interactions(rows, positive), min_ratings=2)
     assert data.user_vocab.tolist() == [1, 3, 9]
     assert data.item_vocab.tolist()[:3] == [10, 11, 12]  # 99 and 14 are nobody's positive.
     assert data.item_vocab.tolist()[3:] == list(range(20, 30))
@@ -89,19 +99,19 @@ def test_seen_only_items_count_in_the_every_item_check():
     positive += [False] * 10
     # Items 10..13 and 20..29. User 1: two positives and 11 items seen only, 13 of 14 items:
     # kept. With (1, 13) seen only too, user 1 has every item.
-    data = prepare.index_interactions(_interactions(rows, positive), min_ratings=0)
+    data = indexing.index_interactions(_interactions(rows, positive), min_ratings=0)
     assert data.user_vocab.tolist() == [1, 2, 3, 4, 9]
     assert "users_with_every_item" not in data.stats
     rows.append((1, 13, 4))
-    data = prepare.index_interactions(_interactions(rows, [*positive, False]), min_ratings=0)
+    data = indexing.index_interactions(_interactions(rows, [*positive, False]), min_ratings=0)
     assert data.user_vocab.tolist() == [2, 3, 4, 9]
     assert data.stats["users_with_every_item"] == 1
 
 
 def test_data_without_a_rule_indexes_as_before():
     rows = [(1, 10, 1), (1, 11, 2), (2, 10, 1), (2, 12, 2), (2, 11, 3)]
-    plain = prepare.index_interactions(_interactions(rows), min_ratings=0)
-    every = prepare.index_interactions(_interactions(rows, [True] * 5), min_ratings=0)
+    plain = indexing.index_interactions(_interactions(rows), min_ratings=0)
+    every = indexing.index_interactions(_interactions(rows, [True] * 5), min_ratings=0)
     assert plain.seen_items is None and "seen_only_pairs" not in plain.stats
     for field in ("user_vocab", "item_vocab", "offsets", "items"):
         np.testing.assert_array_equal(getattr(plain, field), getattr(every, field))
@@ -205,7 +215,7 @@ def _ratings(num_users=30, num_items=25, seed=3):
             rows.append((100 + u, 500 + int(i), 1000 * u + t))
             ratings.append(int(rng.integers(1, 6)))
     positive = np.asarray(ratings) >= 3
-    counts = {rio.BELOW_MIN_RATING: int((~positive).sum())}
+    counts = {positive_rules.BELOW_MIN_RATING: int((~positive).sum())}
     return _interactions(rows, positive, rule_counts=counts)
 
 
@@ -217,12 +227,15 @@ def test_a_prepared_dataset_keeps_seen_only_pairs_out_of_every_split(from_intera
     data = _ratings()
     result = from_interactions(data, "data", min_rating=3.0)
     m, root = result.metadata, result.output_dir
-    indexed = prepare.index_interactions(data, 0)
+    indexed = indexing.index_interactions(data, 0)
     n = m.num_items
     counts = np.diff(indexed.seen_offsets)
     seen_only = set((np.repeat(np.arange(m.num_users), counts) * n + indexed.seen_items).tolist())
     assert len(seen_only) == m.num_seen_only > 100
-    assert m.source[rio.BELOW_MIN_RATING] == data.rule_counts[rio.BELOW_MIN_RATING]
+    assert (
+        m.source[positive_rules.BELOW_MIN_RATING]
+        == data.rule_counts[positive_rules.BELOW_MIN_RATING]
+    )
     assert m.source["seen_only_pairs"] == m.num_seen_only
     assert m.options["min_rating"] == 3.0
     assert len(m.seen_only_files) == m.num_shards
@@ -290,7 +303,7 @@ def test_seen_only_options_are_recorded_only_when_set():
     assert options["columns"]["event"] == "action" and "rating" not in options["columns"]
     assert plan.read_options(events) == {
         "id_type": "string",
-        "rule": rio.PositiveRule(None, ("buy", "cart")),
+        "rule": positive_rules.PositiveRule(None, ("buy", "cart")),
     }
     fingerprints = {
         plan.make_plan(c, "csv", "sha", 100, 10, 20).fingerprint
@@ -308,7 +321,9 @@ def test_positive_events_that_name_no_event_are_refused():
 
 def test_data_left_empty_by_the_rules_says_which_rule_emptied_it():
     rows = [(1, 10, 1), (1, 11, 2), (1, 12, 3)]
-    counts = {rio.BELOW_MIN_RATING: 3}
+    counts = {positive_rules.BELOW_MIN_RATING: 3}
     data = _interactions(rows, [False] * 3, other=[], rule_counts=counts)
-    with pytest.raises(rio.DataError, match="3 rows below min rating are seen only; lower --min-r"):
-        prepare.index_interactions(data, min_ratings=0)
+    with pytest.raises(
+        read_errors.DataError, match="3 rows below min rating are seen only; lower --min-r"
+    ):
+        indexing.index_interactions(data, min_ratings=0)

@@ -16,8 +16,8 @@ import sys
 import pytest
 from conftest import ROOT
 
-from pipelines.verify import preload
 from training_core.common import atomic_writes
+from vertex_emulator import preload
 
 
 def _compiler(tmp_path, then: str = "") -> tuple[str, str]:
@@ -70,7 +70,7 @@ def test_a_killed_build_s_partial_is_removed_by_the_next_build(tmp_path):
     # killed mid-build leaves.
     cc, source = _compiler(tmp_path, then="os.kill(os.getppid(), signal.SIGKILL)")
     lib_dir = str(tmp_path / "lib")
-    code = "import sys; from pipelines.verify import preload; preload.build(*sys.argv[1:])"
+    code = "import sys; from vertex_emulator import preload; preload.build(*sys.argv[1:])"
     killed = subprocess.run(
         [sys.executable, "-c", code, source, "ncf-test", lib_dir, cc], cwd=ROOT, check=False
     )

@@ -11,8 +11,16 @@ import tensorflow as tf
 from conftest import read_split, training_rows, tree_bytes
 
 from training_core.common import atomic_writes
-from training_core.data import io as rio
-from training_core.data import metadata, prep_result, prepare, records, synthetic
+from training_core.data import (
+    indexing,
+    input_files,
+    metadata,
+    prep_result,
+    prepare,
+    read_errors,
+    records,
+    synthetic,
+)
 from training_core.data.config import PrepareConfig
 
 
@@ -52,7 +60,7 @@ def test_metadata_counts_are_exact(prepared, tiny_interactions):
         metadata.VALIDATION_DIR
     ] * m.num_shards
     assert set(m.train_files) == {"epoch_000", "epoch_001"}
-    assert m.source["sha256"] == rio.file_sha256([m.source["path"]])
+    assert m.source["sha256"] == input_files.file_sha256([m.source["path"]])
     on_disk = json.loads(open(os.path.join(prepared.output_dir, "metadata.json")).read())
     assert on_disk["format_version"] == metadata.FORMAT_VERSION
     assert metadata.read_metadata(prepared.output_dir) == m
@@ -227,7 +235,7 @@ def test_folder_with_another_dataset_is_refused_unless_overwrite(tmp_path, tiny_
     ],
 )
 def test_factorize_matches_numpy_unique(values):
-    vocab, codes = prepare._factorize(values)
+    vocab, codes = indexing._factorize(values)
     expected_vocab, expected_codes = np.unique(values, return_inverse=True)
     np.testing.assert_array_equal(vocab, expected_vocab)
     np.testing.assert_array_equal(codes, expected_codes)
@@ -250,7 +258,7 @@ def test_grouping_order_is_by_user_then_time_with_ties_in_file_order(num_users, 
         users.sort()
     ts = rng.integers(0, time_span, len(users))
     expected = np.lexsort((np.arange(len(users)), ts, users))
-    np.testing.assert_array_equal(prepare._stable_order(users, ts), expected)
+    np.testing.assert_array_equal(indexing._stable_order(users, ts), expected)
 
 
 def test_freed_memory_is_reused_within_prepare_and_glibc_defaults_come_back():
@@ -322,7 +330,9 @@ def test_data_where_every_user_has_every_item_says_so(tmp_path):
     rows = ["user_id,item_id,timestamp"] + [f"{u},{i},{i}" for u in (1, 2, 3) for i in (1, 2, 3)]
     src = tmp_path / "full.csv"
     src.write_text("\n".join(rows) + "\n")
-    with pytest.raises(rio.DataError, match="every user left interacted with every item") as e:
+    with pytest.raises(
+        read_errors.DataError, match="every user left interacted with every item"
+    ) as e:
         prepare.prepare(_config(str(src), tmp_path / "o", eval_negatives=1))
     assert "--min-ratings" not in str(e.value)
     assert not (tmp_path / "o").exists()
@@ -352,7 +362,7 @@ def test_bad_options_and_too_many_negatives(tmp_path, tiny_csv):
         prepare.prepare(_config(tiny_csv, tmp_path / "x", num_neg=-1))
     with pytest.raises(ValueError, match="--train-batch-size"):
         prepare.prepare(_config(tiny_csv, tmp_path / "x", train_batch_size=0))
-    with pytest.raises(rio.DataError, match="lower --min-ratings"):
+    with pytest.raises(read_errors.DataError, match="lower --min-ratings"):
         prepare.prepare(_config(tiny_csv, tmp_path / "x", min_ratings=100_000))
     assert not (tmp_path / "x").exists()  # Nothing half-written for rejected runs.
 

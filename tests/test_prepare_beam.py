@@ -10,7 +10,15 @@ from kfp.dsl import Dataset
 from components.prepare_data import prepare_data
 from pipelines import cli
 from training_core.common import atomic_writes
-from training_core.data import dataset_folder, metadata, prepare, prepare_beam, synthetic
+from training_core.data import (
+    dataset_folder,
+    formats,
+    metadata,
+    prepare,
+    prepare_beam,
+    prepare_beam_clean,
+    synthetic,
+)
 from training_core.data import io as rio
 from training_core.data.config import PrepareConfig
 
@@ -153,7 +161,7 @@ def test_parquet_folder_and_movielens_dat_match(tmp_path, tiny_interactions):
             tiny_interactions.items[part],
             tiny_interactions.timestamps[part],
             (),
-            rio.PARQUET,
+            formats.PARQUET,
         )
         path = synthetic.write(data, str(folder / f"part-{k}.parquet"), "parquet")
         assert os.path.exists(path)
@@ -234,7 +242,7 @@ def _spy_on_beam(monkeypatch) -> list:
 
 
 def test_a_semicolon_table_prepares_as_its_comma_csv_on_both_paths(tmp_path, tiny_csv):
-    """The header picks the separator (io.CSV_DELIMITERS) for the Beam readers too."""
+    """The header picks the separator (formats.CSV_DELIMITERS) for the Beam readers too."""
     semi = tmp_path / "events.csv"
     semi.write_text(open(tiny_csv).read().replace(",", ";"))
     local = prepare.prepare(_config(tiny_csv, tmp_path / "comma"))
@@ -422,10 +430,10 @@ PINNED_HASHES = [18107720543730588847, 6689755093696353227, 17743511936029191595
 def test_string_ids_are_bucketed_by_a_hash_of_their_bytes():
     """Never Python's ``hash`` (salted per process): every worker must agree on a user's bucket."""
     ids = np.asarray(["c-0001", "ü", "080652121X"], dtype=object)
-    assert prepare_beam._id_hash(ids).tolist() == [
-        prepare_beam._id_hash(np.asarray([s], dtype=object))[0] for s in ids
+    assert prepare_beam_clean._id_hash(ids).tolist() == [
+        prepare_beam_clean._id_hash(np.asarray([s], dtype=object))[0] for s in ids
     ]
-    assert prepare_beam._id_hash(ids).tolist() == PINNED_HASHES
+    assert prepare_beam_clean._id_hash(ids).tolist() == PINNED_HASHES
 
 
 @pytest.mark.slow

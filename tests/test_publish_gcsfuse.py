@@ -2,7 +2,7 @@
 
 On Vertex AI every artifact path is on a gcsfuse mount, where a directory rename fails with
 ENOSYS (EMFILE past ``--rename-dir-limit`` on newer releases) and a file rename works. Each
-publish here runs in a subprocess under verify's gcsfuse emulation (``pipelines/verify/
+publish here runs in a subprocess under verify's gcsfuse emulation (``vertex_emulator/
 gcsfuse.py``: the LD_PRELOAD library, and the Python-level fallback used where there is no C
 compiler), with the environment verify gives its task processes. ``atomic_writes.replace_folder``
 must publish there (a first time, over an earlier folder, and again after an attempt killed
@@ -19,8 +19,8 @@ import subprocess
 
 import pytest
 
-from pipelines.verify import gcsfuse, shim
 from training_core.common import atomic_writes
+from vertex_emulator import gcsfuse, shim
 
 MARKER = "manifest.json"
 OLD = {"a.txt": "old a", "only-old.txt": "gone after", "sub/deep/x.bin": "old x", MARKER: "old"}

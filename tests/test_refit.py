@@ -84,14 +84,14 @@ def test_a_refit_takes_the_evaluated_configuration_and_its_kept_epochs(tiny_mode
 
 
 def test_a_refit_measures_nothing_and_trains_exactly_its_epochs(refit_run):
-    from training_core.training import loop
+    from training_core.training import results
 
     config, result = refit_run
     assert result.refit and result.test is None and result.best is None
     assert [e.epoch for e in result.epochs] == list(range(1, config.model.epochs + 1))
     assert all(e.eval_users == 0 for e in result.epochs)
     assert result.global_step == config.model.epochs * result.steps_per_epoch
-    summary = loop.summary_metrics(result)
+    summary = results.summary_metrics(result)
     assert summary["refit"] == 1 and summary["epochs"] == config.model.epochs
     assert not [k for k in summary if "hr_at_10" in k or "ndcg" in k]
     assert result.to_dict()["refit"] is True
@@ -205,7 +205,7 @@ def test_a_test_refit_measures_no_epoch_and_scores_the_test_split_once(
     import tensorflow as tf
 
     from training_core.evaluation.evaluate import load_model, run_eval
-    from training_core.training import loop
+    from training_core.training import results
 
     config, result = test_refit_run
     evaluated, _, _ = read_model_config(tiny_model.model_dir)
@@ -222,7 +222,7 @@ def test_a_test_refit_measures_no_epoch_and_scores_the_test_split_once(
     assert result.test.eval_users == on_held_out_data.users > 0
     assert result.test.hr_at_10 == on_held_out_data.hr
     assert result.test.ndcg_at_10 == pytest.approx(on_held_out_data.ndcg, abs=1e-6)
-    summary = loop.summary_metrics(result)
+    summary = results.summary_metrics(result)
     assert summary["refit"] == 1 and summary["test_hr_at_10"] == result.test.hr_at_10
     assert not [k for k in summary if "hr_at_10" in k and not k.startswith("test_")]
     recorded = json.loads(open(config_path(config.model_dir)).read())

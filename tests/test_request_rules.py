@@ -4,10 +4,11 @@ its JobService stand-in share, and what the Vertex AI stand-in refuses as the se
 Each rule is broken alone, from a request that passes (the baselines), and the refusal must name
 the option or field: a rule removed from the product code fails its own case here.
 
-- ``pipelines.submit.validate_config``: every field a ``SubmitConfig`` can get wrong offline.
+- ``pipelines.submit.request.validate_config``: every field a ``SubmitConfig`` can get wrong
+  offline.
 - ``pipelines.run_plan.custom_job.service_problems``: what Vertex AI's CreateCustomJob refuses that
   the proto accepts (``verify``, ``submit``'s preflight and the JobService stand-in call it).
-- ``pipelines/verify/rest_service.py``: a request without ``Authorization: Bearer ...`` (or with
+- ``vertex_emulator/rest_service.py``: a request without ``Authorization: Bearer ...`` (or with
   a token the service never issued) is 401 UNAUTHENTICATED; pipeline parameters with unknown
   names, of the wrong type, or a required one missing, against the job's ``pipelineSpec``, are
   400 INVALID_ARGUMENT. So a client that dropped its credentials or sent a parameter the compiled
@@ -22,8 +23,8 @@ import pytest
 import requests
 from conftest import BUCKET, NETWORK, PROJECT, REGION, SA, TOKEN, submit_config
 
-from pipelines import submit
 from pipelines.run_plan import custom_job
+from pipelines.submit.request import validate_config
 
 _AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -32,10 +33,8 @@ _AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def test_a_config_with_every_field_well_formed_passes():
-    submit.validate_config(submit_config())  # The baseline each case below breaks once.
-    submit.validate_config(
-        submit_config(experiment=None, schedule_cron="TZ=Europe/Paris 0 3 * * *")
-    )
+    validate_config(submit_config())  # The baseline each case below breaks once.
+    validate_config(submit_config(experiment=None, schedule_cron="TZ=Europe/Paris 0 3 * * *"))
 
 
 @pytest.mark.parametrize(
@@ -89,7 +88,7 @@ def test_a_config_with_every_field_well_formed_passes():
 )
 def test_submit_refuses_each_bad_field_naming_it(changes, expected):
     with pytest.raises(ValueError) as e:
-        submit.validate_config(submit_config(**changes))
+        validate_config(submit_config(**changes))
     assert expected in str(e.value)
 
 

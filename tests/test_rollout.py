@@ -1,6 +1,6 @@
 """Canary rollouts against the Vertex AI stand-in: deploy beside, promote, roll back, interrupted.
 
-The real ``google-cloud-aiplatform`` client runs against ``pipelines/verify/rest_service.py``
+The real ``google-cloud-aiplatform`` client runs against ``vertex_emulator/rest_service.py``
 (tests/test_deploy.py says how); the rollout's state is read back from the stand-in's endpoint
 and registry only. An interruption is the stand-in failing one call before it changes anything
 (``fail_next``): the same as the process dying between the step before and that one. The

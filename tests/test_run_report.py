@@ -21,7 +21,7 @@ import subprocess
 import pytest
 
 from components.run_report import report_run
-from pipelines import run_report
+from pipelines import run_folder, run_readings, run_report
 from pipelines.local_run import LocalRunResult, StepClock
 from pipelines.run_report import NOT_IN_RUN, RunFacts, StepTime, UserSample
 
@@ -158,7 +158,7 @@ class _Page(html.parser.HTMLParser):
 
 
 def _page(run_dir: str, **changes) -> tuple[str, _Page]:
-    facts = run_report.facts_from_local_run(run_dir, steps=STEPS, samples=SAMPLES)
+    facts = run_folder.facts_from_local_run(run_dir, steps=STEPS, samples=SAMPLES)
     text = run_report.render(RunFacts(**{**vars(facts), **changes}))
     return text, _Page(text)
 
@@ -198,8 +198,8 @@ def test_page_marks_the_epoch_the_model_keeps_not_the_last(tmp_path):
     assert mark["x1"] == dots[1]["cx"] != dots[2]["cx"]  # At epoch 2's dot.
     # Without patience the model is the last epoch's: training's metrics are epoch 3's.
     last = {**TRAINING, "validation_hr_at_10": 0.45, "loss": 0.35}
-    assert run_report.chosen_epoch(HISTORY, last) == 3
-    assert run_report.chosen_epoch([], TRAINING) is None
+    assert run_readings.chosen_epoch(HISTORY, last) == 3
+    assert run_readings.chosen_epoch([], TRAINING) is None
 
 
 def test_page_is_one_file_that_needs_nothing_else(tmp_path):
@@ -263,14 +263,14 @@ def test_a_corrupt_history_file_leaves_the_curve_out(tmp_path):
     checkpoints = os.path.join(run_dir, "train-model", "model", "checkpoints")
     with open(os.path.join(checkpoints, "history-30.json"), "w") as f:
         f.write("{not json")
-    assert run_report.training_history(os.path.dirname(checkpoints)) == []
+    assert run_readings.training_history(os.path.dirname(checkpoints)) == []
 
 
 def test_users_that_cannot_be_sampled_leave_the_rest_of_the_page(tmp_path):
     samples, why = run_report.try_sample_users(str(tmp_path / "no-export"), str(tmp_path / "no"))
     assert samples == [] and why.startswith("could not be drawn (")
     text, _ = _page(record_run(tmp_path), samples=(), samples_note=why)
-    assert f"Sample recommendations: {why}" in text.replace("&#x27;", "'")
+    assert f"Sample recommendations: {why}" in html.unescape(text)  # Its quotes escaped.
     assert run_report.try_sample_users("x", "y", 0) == ([], "none asked for")
 
 
@@ -459,7 +459,7 @@ def _check_rendered(report: str, work, steps: int) -> None:
 
 def test_report_renders_in_headless_chromium(tmp_path):
     run_dir = record_run(tmp_path)
-    facts = run_report.facts_from_local_run(run_dir, steps=STEPS, samples=SAMPLES)
+    facts = run_folder.facts_from_local_run(run_dir, steps=STEPS, samples=SAMPLES)
     report = run_report.write(facts, str(tmp_path / "report.html"))
     _check_rendered(report, tmp_path, len(STEPS))
 

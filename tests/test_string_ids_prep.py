@@ -12,14 +12,13 @@ import numpy as np
 import pytest
 from conftest import SMALL_PREPARE, read_records
 
-from training_core.data import ids, metadata, prepare, records
-from training_core.data import io as rio
+from training_core.data import ids, indexing, metadata, positive_rules, prepare, records
 from training_core.data.config import PrepareConfig
 
 
 def test_string_ids_are_indexed_in_python_str_order():
     raw = ["b", "B", "a", "10", "9", "é", "z", "080652121X", "0806521210", "a", "€", "Z", "9"]
-    vocab, codes = prepare._factorize(np.asarray(raw, dtype=object))
+    vocab, codes = indexing._factorize(np.asarray(raw, dtype=object))
     assert vocab.dtype == object and vocab.tolist() == sorted(set(raw))
     assert vocab[codes].tolist() == raw
     assert codes.dtype == np.int64
@@ -112,8 +111,12 @@ def _latest(rows):
 @pytest.mark.parametrize(
     ("options", "rule", "is_positive"),
     [
-        ({"min_rating": 3.5}, rio.BELOW_MIN_RATING, lambda r, e: r >= 3.5),
-        ({"positive_events": "purchase, cart"}, rio.NOT_POSITIVE_EVENT, lambda r, e: e != "view"),
+        ({"min_rating": 3.5}, positive_rules.BELOW_MIN_RATING, lambda r, e: r >= 3.5),
+        (
+            {"positive_events": "purchase, cart"},
+            positive_rules.NOT_POSITIVE_EVENT,
+            lambda r, e: e != "view",
+        ),
     ],
 )
 def test_rows_that_are_no_positive_are_seen_only(tmp_path, options, rule, is_positive):

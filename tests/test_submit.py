@@ -1,7 +1,7 @@
 """``ncf-pipelines submit`` end to end: the real aiplatform and storage clients, local stand-in.
 
 Every submission here goes through ``google.cloud.aiplatform.PipelineJob`` with the REST transport
-to ``pipelines/verify/rest_service.py`` on 127.0.0.1; the assertions read what the stand-in
+to ``vertex_emulator/rest_service.py`` on 127.0.0.1; the assertions read what the stand-in
 received. The stand-in parses every Vertex AI request with the service's own message types and the
 documented field rules, and answers 400 INVALID_ARGUMENT to one that fails (the ``standin`` fixture
 then fails the test). The project's compiled pipeline is submitted, and ``register_model``'s own
@@ -21,7 +21,12 @@ from conftest import BUCKET, PROJECT, SA, TOKEN
 from kfp import compiler, dsl
 
 from pipelines import cli, fingerprint, yaml_io
-from pipelines import submit as vs
+from pipelines.submit.dry_run import describe
+from pipelines.submit.endpoints import api_endpoint_problem
+from pipelines.submit.request import VERTEX_AI_REGIONS, SubmitConfig, validate_config
+from pipelines.submit.run_values import with_data_fingerprint
+from pipelines.submit.service import SubmitError
+from pipelines.submit.vertex import submit
 
 REGION = "us-central1"
 ROOT = f"gs://{BUCKET}/pipeline-root"
@@ -54,7 +59,7 @@ def template(tmp_path_factory) -> str:
     return path
 
 
-def _config(template, standin, **kw) -> vs.SubmitConfig:
+def _config(template, standin, **kw) -> SubmitConfig:
     from google.oauth2.credentials import Credentials
 
     base = dict(
@@ -70,7 +75,7 @@ def _config(template, standin, **kw) -> vs.SubmitConfig:
         credentials=Credentials(token=TOKEN),
     )
     base.update(kw)
-    return vs.SubmitConfig(**base)
+    return SubmitConfig(**base)
 
 
 def _cli_args(template, standin, *extra: str, data: str = DATA) -> list[str]:
@@ -105,8 +110,8 @@ def _vertex_requests(standin):
 
 def test_submit_sends_spec_parameters_account_network_labels(template, standin, capsys, caplog):
     caplog.set_level(logging.DEBUG)
-    config = vs.with_data_fingerprint(_config(template, standin, enable_caching=False))
-    result = vs.submit(config)
+    config = with_data_fingerprint(_config(template, standin, enable_caching=False))
+    result = submit(config)
 
     job = _created_job(standin)
     spec = job["pipelineSpec"]
@@ -144,11 +149,11 @@ def test_submit_sends_spec_parameters_account_network_labels(template, standin, 
     vertex = _vertex_requests(standin)
     assert vertex and all(r.headers["authorization"] == f"Bearer {TOKEN}" for r in vertex)
     out, err = capsys.readouterr()
-    assert TOKEN not in out + err + caplog.text + repr(config) + json.dumps(vs.describe(config))
+    assert TOKEN not in out + err + caplog.text + repr(config) + json.dumps(describe(config))
 
 
 def test_caching_left_as_compiled_by_default(template, standin):
-    vs.submit(_config(template, standin))
+    submit(_config(template, standin))
     tasks = _created_job(standin)["pipelineSpec"]["root"]["dag"]["tasks"]
     assert all(t["cachingOptions"]["enableCache"] is True for t in tasks.values())
 
@@ -163,7 +168,7 @@ def pipeline_with_an_effect(data_uri: str, data_fingerprint: str = "", epochs: i
 def test_cache_on_keeps_uncached_steps_uncached(standin, tmp_path):
     path = str(tmp_path / "effects.yaml")
     compiler.Compiler().compile(pipeline_with_an_effect, path)
-    vs.submit(_config(path, standin, enable_caching=True, parameter_values={"data_uri": DATA}))
+    submit(_config(path, standin, enable_caching=True, parameter_values={"data_uri": DATA}))
     tasks = _created_job(standin)["pipelineSpec"]["root"]["dag"]["tasks"]
     # The SDK's enable_caching=True would write True into every task, the effect's included.
     assert tasks["touch-data"]["cachingOptions"]["enableCache"] is True
@@ -174,7 +179,7 @@ def test_schedule_is_created_with_cron_and_caching_off(template, standin):
     config = _config(
         template, standin, schedule_cron="TZ=Europe/Paris 0 3 * * *", max_concurrent_runs=2
     )
-    result = vs.submit(vs.with_data_fingerprint(config))
+    result = submit(with_data_fingerprint(config))
 
     assert result.kind == "schedule" and result.resource_name in standin.schedules
     (req,) = standin.find("POST", r"/schedules$")
@@ -195,8 +200,8 @@ def test_schedule_is_created_with_cron_and_caching_off(template, standin):
 def test_two_runs_submitted_in_one_second_get_their_own_job_ids(template, standin):
     # The SDK's ID (NAME-YYYYmmddHHMMSS) repeats within a second; the stand-in, as Vertex AI,
     # refuses a second job of one ID (409), so both being created shows the IDs differ.
-    first = vs.submit(_config(template, standin))
-    second = vs.submit(_config(template, standin))
+    first = submit(_config(template, standin))
+    second = submit(_config(template, standin))
     ids = [r.resource_name.rsplit("/", 1)[1] for r in (first, second)]
     assert ids[0] != ids[1]
     sent = [req.query["pipelineJobId"][0] for req in standin.find("POST", r"/pipelineJobs$")]
@@ -205,7 +210,7 @@ def test_two_runs_submitted_in_one_second_get_their_own_job_ids(template, standi
 
 
 def test_experiment_is_created_and_the_run_added_to_it(template, standin):
-    result = vs.submit(_config(template, standin, experiment="ncf-tuning"))
+    result = submit(_config(template, standin, experiment="ncf-tuning"))
     exp = f"projects/{PROJECT}/locations/{REGION}/metadataStores/default/contexts/ncf-tuning"
     assert standin.contexts[exp]["schemaTitle"] == "system.Experiment"
     job_id = result.resource_name.rsplit("/", 1)[1]
@@ -217,9 +222,9 @@ def test_experiment_name_follows_the_context_id_rule(template, standin):
     must be 4-128 characters: a 3-character name passed the local check, then the service (here
     the stand-in) refused it after the bucket checks. Now it is refused before any request."""
     with pytest.raises(ValueError, match="experiment 'abc': use 4-128 lowercase letters"):
-        vs.submit(_config(template, standin, experiment="abc"))
+        submit(_config(template, standin, experiment="abc"))
     assert standin.requests == []
-    vs.submit(_config(template, standin, experiment="abcd"))
+    submit(_config(template, standin, experiment="abcd"))
     assert f"projects/{PROJECT}/locations/{REGION}/metadataStores/default/contexts/abcd" in (
         standin.contexts
     )
@@ -364,18 +369,18 @@ def test_local_data_uri_is_refused_for_vertex(template, standin, adc, capsys):
 
 def test_missing_required_parameter_and_bad_root(template, standin):
     with pytest.raises(ValueError, match=r"missing required parameter\(s\): data_uri"):
-        vs.describe(_config(template, standin, parameter_values={}))
+        describe(_config(template, standin, parameter_values={}))
     with pytest.raises(ValueError, match="must be a Cloud Storage folder"):
-        vs.describe(_config(template, standin, pipeline_root="/tmp/root"))
+        describe(_config(template, standin, pipeline_root="/tmp/root"))
     with pytest.raises(ValueError, match="not a compiled KFP pipeline"):
-        vs.describe(_config(__file__, standin))
+        describe(_config(__file__, standin))
     assert standin.requests == []
 
 
 def test_unreachable_endpoint_is_a_clear_error(template, standin):
     config = _config(template, standin, api_endpoint="http://127.0.0.1:9")
-    with pytest.raises(vs.SubmitError, match="could not connect to http://127.0.0.1:9"):
-        vs.submit(config)
+    with pytest.raises(SubmitError, match="could not connect to http://127.0.0.1:9"):
+        submit(config)
 
 
 @pytest.mark.parametrize(
@@ -392,9 +397,9 @@ def test_plain_http_endpoint_off_this_machine_is_refused(template, standin, endp
     """The bearer token goes in every request's Authorization header: plain http to another
     host would send it in the clear. Refused before any request, naming the option."""
     with pytest.raises(ValueError, match=r"--api-endpoint.*plain http.*127\.0\.0\.1, ::1"):
-        vs.describe(_config(template, standin, api_endpoint=endpoint))
+        describe(_config(template, standin, api_endpoint=endpoint))
     with pytest.raises(ValueError, match="bearer token"):
-        vs.submit(_config(template, standin, api_endpoint=endpoint))
+        submit(_config(template, standin, api_endpoint=endpoint))
     assert standin.requests == []
 
 
@@ -411,7 +416,7 @@ def test_plain_http_endpoint_off_this_machine_is_refused(template, standin, endp
     ],
 )
 def test_tls_and_loopback_endpoints_are_allowed(endpoint):
-    assert vs.api_endpoint_problem(endpoint) is None
+    assert api_endpoint_problem(endpoint) is None
 
 
 def test_cli_refuses_a_plain_http_endpoint_with_the_option_named(template, standin, adc, capsys):
@@ -470,7 +475,7 @@ def test_cli_submit_via_adc_never_shows_credentials(
         for where, text in (("stdout", out), ("stderr", err), ("logs", caplog.text)):
             assert secret not in text, f"a credential leaked to {where}"
         assert secret not in compiled
-    assert "credentials" not in repr(vs.SubmitConfig("t", "p", "r", "gs://b", credentials=object()))
+    assert "credentials" not in repr(SubmitConfig("t", "p", "r", "gs://b", credentials=object()))
 
 
 def test_submit_help_shows_an_example(capsys):
@@ -633,13 +638,13 @@ def test_region_must_be_a_vertex_ai_region(ncf_template, capsys, monkeypatch):
     assert "did you mean 'us-central1'?" in err
     # The library checks it too.
     with pytest.raises(ValueError, match="region 'mars-north1' is not a Vertex AI region"):
-        vs.validate_config(vs.SubmitConfig(ncf_template, PROJECT, "mars-north1", ROOT))
+        validate_config(SubmitConfig(ncf_template, PROJECT, "mars-north1", ROOT))
 
 
 def test_regions_are_the_ones_the_vertex_ai_client_accepts():
     from google.cloud.aiplatform.constants import base
 
-    assert vs.VERTEX_AI_REGIONS == base.SUPPORTED_REGIONS - {"global"}
+    assert VERTEX_AI_REGIONS == base.SUPPORTED_REGIONS - {"global"}
 
 
 # --- what the stand-in refuses -------------------------------------------------------------------
@@ -882,8 +887,8 @@ def test_a_spec_the_service_cannot_parse_fails_the_submission(template, standin,
     task["cachingOption"] = {"enableCache": True}  # A misspelt field in the pipeline spec.
     tampered = tmp_path / "tampered.yaml"
     tampered.write_text(yaml.safe_dump(spec))
-    with pytest.raises(vs.SubmitError, match=r"\(400 INVALID_ARGUMENT\).*valid PipelineSpec"):
-        vs.submit(_config(str(tampered), standin))
+    with pytest.raises(SubmitError, match=r"\(400 INVALID_ARGUMENT\).*valid PipelineSpec"):
+        submit(_config(str(tampered), standin))
     ((req, why),) = standin.rejected
     assert req.path.endswith("/pipelineJobs") and 'no field named "cachingOption"' in why
     assert standin.pipeline_jobs == {}
@@ -910,7 +915,7 @@ def test_dataflow_workers_run_as_the_runs_service_account(ncf_template, standin)
     dataflow = '["--runner=DataflowRunner", "--project=p", "--region=us-central1"]'
     given = {"data_uri": DATA, "beam_pipeline_args": dataflow}
     config = _config(ncf_template, standin, parameter_values=given)
-    vs.submit(vs.with_data_fingerprint(config))
+    submit(with_data_fingerprint(config))
     sent = standin.find("POST", r"/pipelineJobs$")[-1].body["runtimeConfig"]["parameterValues"]
     assert sent["beam_pipeline_args"] == [
         "--runner=DataflowRunner",
@@ -924,7 +929,7 @@ def test_dataflow_workers_run_as_the_runs_service_account(ncf_template, standin)
     config = _config(
         ncf_template, standin, parameter_values={"data_uri": DATA, "beam_pipeline_args": named}
     )
-    vs.submit(vs.with_data_fingerprint(config))
+    submit(with_data_fingerprint(config))
     sent = standin.find("POST", r"/pipelineJobs$")[-1].body["runtimeConfig"]["parameterValues"]
     assert sent["beam_pipeline_args"] == json.loads(named)
 
@@ -944,7 +949,7 @@ def test_real_ncf_pipeline_is_submitted_as_compiled(ncf_template, standin):
         "train_batch_size": "512",
     }
     config = _config(ncf_template, standin, parameter_values=given, labels={"team": "recs"})
-    result = vs.submit(vs.with_data_fingerprint(config))
+    result = submit(with_data_fingerprint(config))
 
     (req,) = standin.find("POST", r"/pipelineJobs$")
     assert req.path == f"{LOCATION}/pipelineJobs" and result.resource_name in standin.pipeline_jobs

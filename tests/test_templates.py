@@ -1,7 +1,7 @@
 """Pipeline templates in Artifact Registry: published, listed, downloaded, submitted and verified.
 
 Every registry request is kfp's own ``RegistryClient``'s, sent to
-``pipelines/verify/registry_service.py`` on 127.0.0.1 (``--registry-endpoint``); credentials are
+``vertex_emulator/registry_service.py`` on 127.0.0.1 (``--registry-endpoint``); credentials are
 Application Default Credentials whose token endpoint is the Vertex AI stand-in (conftest's ``adc``),
 so the client sends the token google-auth got, and the registry stand-in refuses anything else.
 Submissions go on to the Vertex AI stand-in (``standin``) through aiplatform, as in test_submit.py.
@@ -15,8 +15,9 @@ import requests
 from conftest import BUCKET, PROJECT, SA, TOKEN, shared_folder
 
 from components._image import package_version
-from pipelines import cli, submit, template_registry, yaml_io
-from pipelines.verify.registry_service import RegistryStandIn
+from pipelines import cli, template_registry, yaml_io
+from pipelines.submit.endpoints import REGISTRY_ENDPOINT, api_endpoint_problem
+from vertex_emulator.registry_service import RegistryStandIn
 
 LOCATION = "us-central1"
 REPO = f"https://{LOCATION}-kfp.pkg.dev/{PROJECT}/ncf"
@@ -276,4 +277,4 @@ def test_tags_say_the_project_version_and_profile():
     )
     with pytest.raises(ValueError, match="given twice"):
         template_registry.template_tags("cpu", "1.2.0", ["latest-cpu"])
-    assert submit.api_endpoint_problem("http://127.0.0.1:5", submit.REGISTRY_ENDPOINT) is None
+    assert api_endpoint_problem("http://127.0.0.1:5", REGISTRY_ENDPOINT) is None

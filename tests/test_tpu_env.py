@@ -214,18 +214,18 @@ def test_verify_runs_the_tpu_profile_s_training_in_the_tpu_image_s_environment(
     """The tpu-v5e-8 template as Vertex AI runs it (verify): the train step's custom-job replica
     executes the compiled command in the tpu image's set (``--image-python tpu=...``), and the
     cpu image's steps after it (evaluate, export) read its model in the project's TensorFlow."""
+    import vertex_emulator
     from pipelines import cli
-    from pipelines import verify as verification
-    from pipelines.verify import run as verify_run
+    from vertex_emulator import run as verify_run
 
     template = str(tmp_path / "tpu.yaml")
     assert cli.main(["compile", "--profile", "tpu-v5e-8", "--output", template]) == 0
-    report = verification.verify(
+    report = vertex_emulator.verify(
         template,
         work_dir=str(tmp_path / "verify"),
         image_pythons={"tpu": tpu_python},
     )
-    assert report.ok, verification.format_report(report)
+    assert report.ok, vertex_emulator.format_report(report)
     train = report.task("train-model")
     (job,) = train.jobs
     assert job.state == "JOB_STATE_SUCCEEDED"
@@ -233,5 +233,5 @@ def test_verify_runs_the_tpu_profile_s_training_in_the_tpu_image_s_environment(
     assert model["framework_version"] == _locked_tpu_version()
     evaluated = report.task("evaluate-model").artifacts["metrics"]["metadata"]
     assert evaluated["step"] == model["global_step"] and 0 < evaluated["hr_at_10"] <= 1
-    assert report.task("export-model").status == verification.SUCCEEDED
-    assert verify_run.images_note({"tpu": tpu_python}) in verification.format_report(report)
+    assert report.task("export-model").status == vertex_emulator.SUCCEEDED
+    assert verify_run.images_note({"tpu": tpu_python}) in vertex_emulator.format_report(report)

@@ -9,7 +9,7 @@ import tensorflow as tf
 from conftest import checkpoint_values
 
 from training_core.data.metadata import SPLIT_TEST, read_metadata
-from training_core.training import input_pipeline, loop, presets, train_config
+from training_core.training import input_pipeline, loop, presets, results, train_config, trainer
 from training_core.training.model_dir import CHECKPOINT_SUBDIR, MODEL_CONFIG_FILE, checkpoint_dir
 from training_core.training.presets import resolve_preset
 
@@ -109,7 +109,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_data, tmp_path):
     step = first.global_step
     # A learning rate far too large (still a valid option: > 0) blows the weights up.
     bad = dataclasses.replace(good, model=presets.get_preset("tiny", epochs=2, learning_rate=1e38))
-    with pytest.raises(loop.NonFiniteLossError, match="last good checkpoint"):
+    with pytest.raises(trainer.NonFiniteLossError, match="last good checkpoint"):
         loop.train(bad, tf.distribute.get_strategy())
     assert tf.train.latest_checkpoint(checkpoint_dir(model_dir)).endswith(f"ckpt-{step}")
 
@@ -133,7 +133,7 @@ def test_a_model_built_from_a_preset_has_the_preset_s_shapes(
 ):
     """Shapes read off the built model's variables, against numbers written out here."""
     meta = read_metadata(tiny_data)
-    net = loop.build_model(presets.get_preset(preset), meta, seed=0)
+    net = trainer.build_model(presets.get_preset(preset), meta, seed=0)
     assert net.user_embedding.shape == (meta.num_users, width)
     assert net.item_embedding.shape == (meta.num_items, width)
     assert [tuple(k.shape) for k in net.mlp_kernels] == mlp_kernels
@@ -149,7 +149,7 @@ def test_a_model_built_from_a_preset_has_the_preset_s_shapes(
 def test_ml20m_trains_with_the_mlperf_adam_settings(tiny_data, tmp_path):
     """The optimizer a run builds carries the reference's MLPerf v0.5 Adam settings."""
     cfg = train_config.config_for(tiny_data, str(tmp_path / "m"), "ml-20m", batch_size=256)
-    opt = loop._Trainer(cfg, tf.distribute.get_strategy()).optimizer
+    opt = trainer._Trainer(cfg, tf.distribute.get_strategy(), loop.Evaluation).optimizer
     assert (opt.learning_rate, opt.beta1, opt.beta2, opt.epsilon) == pytest.approx(
         (0.00382059, 0.783529, 0.909003, 1.45439e-07), rel=1e-9
     )
@@ -279,7 +279,7 @@ def test_patience_stops_and_the_model_is_the_best_epoch_s(tiny_data, tmp_path):
     page = curve_page.training_plots_html(result.to_dict()["epochs"], kept_epoch=result.kept_epoch)
     assert f"The model is epoch {best + 1}'s weights" in page
     assert "The model is" not in curve_page.training_plots_html(full.to_dict()["epochs"])
-    summary = loop.summary_metrics(result)
+    summary = results.summary_metrics(result)
     split = result.selection_split  # Validation where tiny_data has it: the names say so.
     chosen = "hr_at_10" if split == SPLIT_TEST else f"{split}_hr_at_10"
     assert summary[chosen] == pytest.approx(hr[best]) and summary["epochs"] == stop + 1
@@ -325,7 +325,7 @@ def test_a_crash_around_the_best_epoch_s_weights_resumes_to_the_clean_run_s_mode
     assert clean.kept_epoch is not None and clean.kept_epoch < len(clean.epochs)
 
     real_save, real_save_best, real_keep = (
-        loop._Trainer._save, loop._Trainer._save_best, loop._Trainer._keep_best
+        trainer._Trainer._save, trainer._Trainer._save_best, trainer._Trainer._keep_best
     )  # fmt: skip
     armed = []
 
@@ -345,9 +345,9 @@ def test_a_crash_around_the_best_epoch_s_weights_resumes_to_the_clean_run_s_mode
             armed.append(True)  # Its _save, after the read, crashes.
         return real_keep(self, best)
 
-    monkeypatch.setattr(loop._Trainer, "_save", save)
-    monkeypatch.setattr(loop._Trainer, "_save_best", save_best)
-    monkeypatch.setattr(loop._Trainer, "_keep_best", keep_best)
+    monkeypatch.setattr(trainer._Trainer, "_save", save)
+    monkeypatch.setattr(trainer._Trainer, "_save_best", save_best)
+    monkeypatch.setattr(trainer._Trainer, "_keep_best", keep_best)
     run_dir = str(tmp_path / "crashed")
     with pytest.raises(_Crash):
         loop.train(_patient_config(tiny_data, run_dir), strategy)
@@ -460,13 +460,13 @@ def test_auto_precision_is_float16_on_gpus_however_many_one_machine_holds():
     CPU however many devices, and no precision asked for by name is refused."""
     one, eight = _fake_strategy("/gpu:0"), _fake_strategy(*(f"/gpu:{i}" for i in range(8)))
     cpus = _fake_strategy("/cpu:0", "/cpu:1")
-    assert loop.compute_dtype("auto", one) == tf.float16
-    assert loop.compute_dtype("auto", eight) == tf.float16
-    assert loop.compute_dtype("auto", cpus) == tf.float32
-    assert loop.compute_dtype("float16", eight) == tf.float16
-    assert loop.compute_dtype("float16", cpus) == tf.float16
-    assert loop.compute_dtype("bfloat16", eight) == tf.bfloat16
-    assert loop.compute_dtype("float32", one) == tf.float32
+    assert trainer.compute_dtype("auto", one) == tf.float16
+    assert trainer.compute_dtype("auto", eight) == tf.float16
+    assert trainer.compute_dtype("auto", cpus) == tf.float32
+    assert trainer.compute_dtype("float16", eight) == tf.float16
+    assert trainer.compute_dtype("float16", cpus) == tf.float16
+    assert trainer.compute_dtype("bfloat16", eight) == tf.bfloat16
+    assert trainer.compute_dtype("float32", one) == tf.float32
 
 
 def test_embedding_updates_do_not_depend_on_how_many_replicas_one_machine_holds(
@@ -477,10 +477,10 @@ def test_embedding_updates_do_not_depend_on_how_many_replicas_one_machine_holds(
     meta = read_metadata(tiny_data)
     config = train_config.config_for(tiny_data, "m", "tiny", embedding_updates="sparse")
     one, two = _fake_strategy("/cpu:0"), _fake_strategy("/cpu:0", "/cpu:1")
-    assert loop._dense_gradients(config, meta, two) is False
+    assert trainer._dense_gradients(config, meta, two) is False
     auto = dataclasses.replace(config, dense_gradients=None)
-    assert loop._dense_gradients(auto, meta, two) is True  # Tiny tables: dense.
-    monkeypatch.setattr(loop, "DENSE_TABLE_LIMIT", 0)  # Tables "large": rows on CPU.
-    assert loop._dense_gradients(auto, meta, one) is False
-    assert loop._dense_gradients(auto, meta, two) is False
-    assert loop._dense_gradients(auto, meta, _fake_strategy("/gpu:0", "/gpu:1")) is True
+    assert trainer._dense_gradients(auto, meta, two) is True  # Tiny tables: dense.
+    monkeypatch.setattr(trainer, "DENSE_TABLE_LIMIT", 0)  # Tables "large": rows on CPU.
+    assert trainer._dense_gradients(auto, meta, one) is False
+    assert trainer._dense_gradients(auto, meta, two) is False
+    assert trainer._dense_gradients(auto, meta, _fake_strategy("/gpu:0", "/gpu:1")) is True

@@ -26,11 +26,12 @@ from conftest import (
 )
 from ncf_numpy import ranking_reference
 
-# A port found free may be taken before a worker binds it: the runs here retry on ADDRESS_IN_USE.
-from pipelines.verify.job_service import ADDRESS_IN_USE
-from pipelines.verify.job_service import free_port as _free_port
 from training_core.data.metadata import read_metadata
 from training_core.training.model_dir import WORKER_SCRATCH_PREFIX, checkpoint_dir
+
+# A port found free may be taken before a worker binds it: the runs here retry on ADDRESS_IN_USE.
+from vertex_emulator.replicas import ADDRESS_IN_USE
+from vertex_emulator.replicas import free_port as _free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "train_worker.py")
@@ -381,7 +382,7 @@ def test_kills_at_random_moments_then_resume_end_with_the_clean_run_s_model(
 
 
 def test_training_more_epochs_than_prepared_warns_naming_both(caplog):
-    from training_core.training.loop import reused_negatives_warning
+    from training_core.training.trainer import reused_negatives_warning
 
     assert (
         reused_negatives_warning(3, 3, "d") is None and reused_negatives_warning(2, 5, "d") is None

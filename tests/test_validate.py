@@ -13,8 +13,14 @@ from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2
 
 from components.validate_data import validate_data
 from pipelines import cli
+from training_core.data import (
+    formats,
+    read_errors,
+    synthetic,
+    validation_anomalies,
+    validation_drift,
+)
 from training_core.data import io as rio
-from training_core.data import synthetic
 from training_core.data import validate as v
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "validation")
@@ -37,7 +43,7 @@ def _kinds(result_or_anomalies) -> set[tuple[str, str]]:
 
 
 @pytest.fixture(scope="session")
-def clean_run(tmp_path_factory) -> v.ValidationResult:
+def clean_run(tmp_path_factory) -> validation_anomalies.ValidationResult:
     """The first run of the baseline workflow: infer a schema from clean data."""
     return v.validate(_config("clean.csv", tmp_path_factory.mktemp("clean")))
 
@@ -48,7 +54,7 @@ def clean_run(tmp_path_factory) -> v.ValidationResult:
 def test_clean_file_passes_with_tfdv_artifacts(clean_run):
     r = clean_run
     assert r.passed and r.anomalies == () and r.num_examples == CLEAN_ROWS
-    assert r.format == rio.CSV and r.schema_source == "inferred"
+    assert r.format == formats.CSV and r.schema_source == "inferred"
     stats = tfdv.load_stats_binary(r.statistics_path)
     names = {f.path.step[0] for f in stats.datasets[0].features}
     assert names == {"user_id", "item_id", "timestamp", "rating"}
@@ -70,7 +76,7 @@ def test_clean_file_passes_with_tfdv_artifacts(clean_run):
 ANOMALY_FILES = {
     "missing_column.csv": {("timestamp", "SCHEMA_MISSING_COLUMN")},
     "wrong_type.csv": {("user_id", "UNEXPECTED_DATA_TYPE")},
-    "mixed_ids.csv": {("item_id", v.CUSTOM)},
+    "mixed_ids.csv": {("item_id", validation_anomalies.CUSTOM)},
     "out_of_range.csv": {
         ("item_id", "INT_TYPE_SMALL_INT"),
         ("timestamp", "INT_TYPE_SMALL_INT"),
@@ -120,7 +126,7 @@ def test_drift_against_baseline_blocks_and_same_data_passes(clean_run, tmp_path)
         _config(
             "drifted.csv",
             tmp_path / "loose",
-            drift=(v.DriftThreshold("item_id", "js", 1.0),),
+            drift=(validation_drift.DriftThreshold("item_id", "js", 1.0),),
             **baseline,
         )
     )
@@ -141,11 +147,11 @@ def test_warn_only_passes_with_a_warning(tmp_path, caplog):
 def test_empty_and_header_only_files_name_the_file(tmp_path):
     empty = tmp_path / "empty.csv"
     empty.write_text("")
-    with pytest.raises(rio.DataError, match=r"empty\.csv: the file is empty"):
+    with pytest.raises(read_errors.DataError, match=r"empty\.csv: the file is empty"):
         v.validate(_config(str(empty), tmp_path / "o1"))
     header = tmp_path / "header.csv"
     header.write_text("user_id,item_id,rating,timestamp\n")
-    with pytest.raises(rio.DataError, match=r"header\.csv: no interactions"):
+    with pytest.raises(read_errors.DataError, match=r"header\.csv: no interactions"):
         v.validate(_config(str(header), tmp_path / "o2"))
 
 
@@ -185,7 +191,7 @@ def test_byte_ranges_agree_and_one_bad_value_types_the_whole_column(tmp_path):
     result = exc.value.result
     assert result.num_examples == CLEAN_ROWS  # No line lost or doubled at range edges.
     # The whole column is text, and its integers and its one text id are counted over all ranges.
-    assert _kinds(result) == {("user_id", v.CUSTOM)}
+    assert _kinds(result) == {("user_id", validation_anomalies.CUSTOM)}
     assert "381 of the ids are integers" in str(exc.value) and "'x8'" in str(exc.value)
 
 
@@ -193,7 +199,7 @@ def test_byte_ranges_agree_and_one_bad_value_types_the_whole_column(tmp_path):
 
 
 def test_parse_drift_and_drift_file(tmp_path):
-    assert v.parse_drift("item_id=js:0.1") == v.DriftThreshold("item_id", "js", 0.1)
+    assert v.parse_drift("item_id=js:0.1") == validation_drift.DriftThreshold("item_id", "js", 0.1)
     assert v.parse_drift("rating=LINF:0.05").comparator == "linf"
     for bad in ("item_id", "item_id=kl:0.1", "item_id=js:2", "item_id=js:x"):
         with pytest.raises(ValueError, match="drift"):
@@ -201,8 +207,8 @@ def test_parse_drift_and_drift_file(tmp_path):
     f = tmp_path / "drift.yaml"
     f.write_text("item_id: js:0.2\nrating: {linf: 0.05}\n")
     assert v.load_drift_file(str(f)) == (
-        v.DriftThreshold("item_id", "js", 0.2),
-        v.DriftThreshold("rating", "linf", 0.05),
+        validation_drift.DriftThreshold("item_id", "js", 0.2),
+        validation_drift.DriftThreshold("rating", "linf", 0.05),
     )
 
 
@@ -212,16 +218,22 @@ def test_apply_drift_per_feature():
         schema.feature.add(name=name, type=schema_pb2.INT)
     tfdv.get_feature(schema, "rating").int_domain.is_categorical = True
     tfdv.get_feature(schema, "user_id").drift_comparator.infinity_norm.threshold = 0.3
-    v.apply_drift(schema, (v.DriftThreshold("rating", "linf", 0.05),), defaults=True)
+    validation_drift.apply_drift(
+        schema, (validation_drift.DriftThreshold("rating", "linf", 0.05),), defaults=True
+    )
     assert tfdv.get_feature(schema, "rating").drift_comparator.infinity_norm.threshold == 0.05
     # The schema's own comparator is kept; a feature without one gets the default.
     assert tfdv.get_feature(schema, "user_id").drift_comparator.infinity_norm.threshold == 0.3
     item = tfdv.get_feature(schema, "item_id").drift_comparator
-    assert item.jensen_shannon_divergence.threshold == v.DEFAULT_DRIFT_THRESHOLD
+    assert item.jensen_shannon_divergence.threshold == validation_drift.DEFAULT_DRIFT_THRESHOLD
     with pytest.raises(ValueError, match="categorical"):
-        v.apply_drift(schema, (v.DriftThreshold("item_id", "linf", 0.1),), defaults=False)
+        validation_drift.apply_drift(
+            schema, (validation_drift.DriftThreshold("item_id", "linf", 0.1),), defaults=False
+        )
     with pytest.raises(ValueError, match="no such feature"):
-        v.apply_drift(schema, (v.DriftThreshold("genre", "js", 0.1),), defaults=False)
+        validation_drift.apply_drift(
+            schema, (validation_drift.DriftThreshold("genre", "js", 0.1),), defaults=False
+        )
 
 
 # CLI.
@@ -487,12 +499,14 @@ def test_an_integer_id_files_schema_is_the_one_inferred_before_string_ids(clean_
 def test_negative_ids_follow_the_reader_rule(clean_run, tmp_path):
     schema = tfdv.load_schema_text(clean_run.schema_path)
     for name in ("user_id", "item_id"):
-        assert tfdv.get_feature(schema, name).int_domain.min == rio.MIN_ID
+        assert tfdv.get_feature(schema, name).int_domain.min == read_errors.MIN_ID
     with pytest.raises(v.ValidationFailed) as exc:
         v.validate(_config("out_of_range.csv", tmp_path))
     [item] = [a for a in exc.value.result.anomalies if a.feature == "item_id"]
-    assert item.advice.startswith(rio.NEGATIVE_ID_ADVICE)
+    assert item.advice.startswith(read_errors.NEGATIVE_ID_ADVICE)
     # prepare-data's reader gives the same rule for the same file.
-    with pytest.raises(rio.DataError, match=r"out_of_range\.csv:2: item id -50 .*is negative") as e:
+    with pytest.raises(
+        read_errors.DataError, match=r"out_of_range\.csv:2: item id -50 .*is negative"
+    ) as e:
         rio.read_interactions(_path("out_of_range.csv"))
-    assert rio.NEGATIVE_ID_ADVICE in str(e.value)
+    assert read_errors.NEGATIVE_ID_ADVICE in str(e.value)

@@ -12,6 +12,12 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from pipelines import cli
 from training_core.common import hints
 from training_core.data import io as rio
+from training_core.data import (
+    read_errors,
+    validation_anomalies,
+    validation_schema,
+    validation_stats,
+)
 from training_core.data import validate as v
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "validation")
@@ -57,14 +63,14 @@ def test_string_ids_pass_as_text_features_with_their_checks(tmp_path):
     )
     # The counts behind those checks are in the statistics, as custom statistics.
     stats = tfdv.load_stats_binary(result.statistics_path)
-    assert v.id_text_counts(stats, "item_id")["text"] == (ROWS, "000000050X")
-    assert v.id_text_counts(stats, "item_id")["integer"] == (0, None)
+    assert validation_stats.id_text_counts(stats, "item_id")["text"] == (ROWS, "000000050X")
+    assert validation_stats.id_text_counts(stats, "item_id")["integer"] == (0, None)
 
 
 def test_mixed_ids_get_data_preps_advice_in_pipeline_terms(tmp_path, in_pipeline):
     failure = _failure("mixed_ids.csv", tmp_path)
     [anomaly] = failure.result.anomalies
-    assert (anomaly.feature, anomaly.kind) == ("item_id", v.CUSTOM)
+    assert (anomaly.feature, anomaly.kind) == ("item_id", validation_anomalies.CUSTOM)
     assert anomaly.description.startswith("Integer and text ids mixed: 374 of the ids are ")
     assert "(e.g. '16') and 8 not (e.g. '000000050X')" in anomaly.description
     assert "pass --param id_type=string" in anomaly.advice
@@ -72,7 +78,7 @@ def test_mixed_ids_get_data_preps_advice_in_pipeline_terms(tmp_path, in_pipeline
     assert "--param user_col=COLUMN" in message and "--param data_format=FORMAT" in message
     assert "--id-type" not in message and "--user-col" not in message
     # Data prep refuses the same column and gives the same advice.
-    with pytest.raises(rio.DataError, match="'000000050X'.*Pass --param id_type=string"):
+    with pytest.raises(read_errors.DataError, match="'000000050X'.*Pass --param id_type=string"):
         rio.read_interactions(_path("mixed_ids.csv"))
 
 
@@ -130,22 +136,26 @@ def test_rating_and_event_columns_for_the_positive_rules(tmp_path):
 
 def test_advice_and_domain_checks_without_a_pipeline_run(monkeypatch):
     monkeypatch.delenv(hints.STYLE_ENV, raising=False)
-    assert "{--user-col}" not in v.advice_for("SCHEMA_MISSING_COLUMN")
-    assert "--user-col, --item-col or --time-col" in v.advice_for("SCHEMA_MISSING_COLUMN")
-    assert "--warn-only" not in v.advice_for("SCHEMA_MISSING_COLUMN")
+    assert "{--user-col}" not in validation_anomalies.advice_for("SCHEMA_MISSING_COLUMN")
+    assert "--user-col, --item-col or --time-col" in validation_anomalies.advice_for(
+        "SCHEMA_MISSING_COLUMN"
+    )
+    assert "--warn-only" not in validation_anomalies.advice_for("SCHEMA_MISSING_COLUMN")
     monkeypatch.setenv(hints.STYLE_ENV, hints.STYLE_PIPELINE)
-    advice = v.advice_for("SCHEMA_MISSING_COLUMN", "rating")
+    advice = validation_anomalies.advice_for("SCHEMA_MISSING_COLUMN", "rating")
     assert "--param min_rating=RATING" in advice and "--param rating_col=COLUMN" in advice
-    assert "--param user_col=COLUMN" in v.advice_for("SCHEMA_MISSING_COLUMN")
+    assert "--param user_col=COLUMN" in validation_anomalies.advice_for("SCHEMA_MISSING_COLUMN")
     # Text ids: BYTES without domains; integer ids keep the ">= 0" rule.
     schema = schema_pb2.Schema()
     for name in ("user_id", "item_id"):
         feature = schema.feature.add(name=name, type=schema_pb2.INT)
         feature.int_domain.min = 0
-    v.apply_domain_checks(schema, 0, 10, text_ids=("item_id",), rating_required=True)
+    validation_schema.apply_domain_checks(
+        schema, 0, 10, text_ids=("item_id",), rating_required=True
+    )
     item, user = tfdv.get_feature(schema, "item_id"), tfdv.get_feature(schema, "user_id")
     assert item.type == schema_pb2.BYTES and not item.HasField("int_domain")
-    assert user.type == schema_pb2.INT and user.int_domain.min == rio.MIN_ID
+    assert user.type == schema_pb2.INT and user.int_domain.min == read_errors.MIN_ID
     rating = tfdv.get_feature(schema, "rating")
     assert rating.type == schema_pb2.FLOAT and rating.presence.min_fraction == 1.0
     with pytest.raises(ValueError, match="unknown id type"):

@@ -18,7 +18,7 @@ from training_core.data.metadata import SPLIT_TEST, SPLIT_VALIDATION, read_metad
 from training_core.evaluation import baselines, eval_config, full_catalog
 from training_core.evaluation import evaluate as ev
 from training_core.evaluation.eval_config import CURVE_FULL_CATALOG_USERS
-from training_core.training import curve_page, loop, presets, train_config
+from training_core.training import curve_page, loop, presets, results, train_config
 from training_core.training.model_dir import checkpoint_dir
 
 # The metric names a run and evaluate reported before validation splits: a dataset without one
@@ -145,7 +145,7 @@ def test_patience_keeps_the_best_epoch_by_validation_and_scores_test_once(
     assert result.test.hr_at_10 == pytest.approx(test[best], abs=1e-9)
     assert result.test.hr_at_10 != pytest.approx(test[by_test], abs=1e-9)
 
-    summary = loop.summary_metrics(result)
+    summary = results.summary_metrics(result)
     assert "hr_at_10" not in summary and "best_hr_at_10" not in summary
     assert summary["validation_hr_at_10"] == summary["best_validation_hr_at_10"]
     assert summary["validation_hr_at_10"] == pytest.approx(val[best], abs=1e-9)
@@ -196,11 +196,11 @@ def test_a_dataset_without_validation_trains_and_reports_as_before(
     result = loop.train(config, tf.distribute.get_strategy())
     assert result.selection_split == SPLIT_TEST and calls.splits == [SPLIT_TEST] * 2
     last = result.last
-    assert result.test == loop.TestResult(
+    assert result.test == results.TestResult(
         last.hr_at_10, last.ndcg_at_10, last.eval_users, last.full_catalog_hr_at_10,
         last.full_catalog_ndcg_at_10, last.full_catalog_users,
     )  # fmt: skip
-    summary = loop.summary_metrics(result)
+    summary = results.summary_metrics(result)
     assert set(summary) == OLD_SUMMARY
     assert (summary["hr_at_10"], summary["best_hr_at_10"]) == (last.hr_at_10, result.best.hr_at_10)
     assert "Test split" not in curve_page.result_page(result.to_dict())
@@ -250,17 +250,17 @@ def test_evaluate_reports_both_splits_each_as_its_own_ranking(tiny_data, tmp_pat
 
 
 def test_summary_metrics_name_each_split_and_never_one_for_the_other():
-    epoch = loop.EpochResult(
+    epoch = results.EpochResult(
         epoch=1, step=10, loss=0.5, hr_at_10=0.4, ndcg_at_10=0.2, examples_per_sec=9.0,
         eval_users=100, full_catalog_hr_at_10=0.1, full_catalog_ndcg_at_10=0.05,
         full_catalog_users=100,
     )  # fmt: skip
-    test = loop.TestResult(0.3, 0.15, 120, 0.08, 0.04, 120)
-    result = loop.TrainResult(
+    test = results.TestResult(0.3, 0.15, 120, 0.08, 0.04, 120)
+    result = results.TrainResult(
         epochs=[epoch], global_step=10, steps_per_epoch=10, stopped_early=False, num_replicas=1,
         strategy="x", selection_split=SPLIT_VALIDATION, test=test,
     )  # fmt: skip
-    assert loop.summary_metrics(result) == {
+    assert results.summary_metrics(result) == {
         "validation_hr_at_10": 0.4,
         "validation_ndcg_at_10": 0.2,
         "validation_full_catalog_hr_at_10": 0.1,
@@ -279,7 +279,9 @@ def test_summary_metrics_name_each_split_and_never_one_for_the_other():
 
     line = result_line(result)
     assert "validation HR@10 0.4000" in line and "test HR@10 0.3000" in line
-    reason = loop.stop_reason(presets.get_preset("tiny", hr_threshold=0.4), [epoch], "validation")
+    reason = results.stop_reason(
+        presets.get_preset("tiny", hr_threshold=0.4), [epoch], "validation"
+    )
     assert reason is not None and reason.startswith("validation HR@10 0.4000 reached the target")
 
 

@@ -30,11 +30,12 @@ from conftest import (
     take_the_next_free_port,
 )
 
-from pipelines import cli, compiled, pipeline, profiles, verify, yaml_io
+import vertex_emulator
+from pipelines import cli, compiled, pipeline, profiles, yaml_io
 from pipelines.run_plan import placeholders, template
-from pipelines.verify import job_service, replica_network, shim
 from training_core.data import metadata
 from training_core.training.strategy import ALLOW_MISSING_ACCELERATOR_ENV, STRATEGIES
+from vertex_emulator import job_service, replica_network, replicas, shim
 
 CUSTOM_JOB_PROFILES = sorted(n for n, p in profiles.BUILTIN.items() if p.train.custom_job)
 SCHEDULING_STRATEGIES = ("STANDARD", "SPOT", "FLEX_START")
@@ -61,7 +62,7 @@ def templates(tmp_path_factory):
 def requests(templates):
     """Requests-only verification of every profile, as the pipeline's own run would be."""
     return {
-        name: verify.verify(
+        name: vertex_emulator.verify(
             path,
             run_tasks=False,
             project=PROJECT,
@@ -83,13 +84,13 @@ def _executor_input_of(command: list[str]) -> dict:
 @pytest.mark.parametrize("name", sorted(profiles.BUILTIN))
 def test_every_profile_builds_the_requests_vertex_would_accept(requests, name):
     report, machine = requests[name], profiles.BUILTIN[name].train
-    assert report.ok, verify.format_report(report)
+    assert report.ok, vertex_emulator.format_report(report)
     train = report.task("train-model")
     if not machine.custom_job:
-        assert train.kind == "container" and train.status == verify.PLANNED
+        assert train.kind == "container" and train.status == vertex_emulator.PLANNED
         assert not any(t.kind == "custom_job" for t in report.tasks)
         return
-    assert train.kind == "custom_job" and train.status == verify.BUILT
+    assert train.kind == "custom_job" and train.status == vertex_emulator.BUILT
     (request,) = train.requests
     pools = request.custom_job.job_spec.worker_pool_specs
     assert [p.replica_count for p in pools] == [1] + (
@@ -126,7 +127,7 @@ def test_replicas_get_the_launchers_executor_input_with_gs_artifacts_and_gcs_out
     executor_input = inputs[0]
     examples = report.task("prepare-data").artifacts["examples"]["uri"]
     assert executor_input["inputs"]["artifacts"]["examples"]["artifacts"][0]["uri"] == examples
-    root = verify.DEFAULT_PIPELINE_ROOT
+    root = vertex_emulator.DEFAULT_PIPELINE_ROOT
     outputs = executor_input["outputs"]
     assert outputs["outputFile"].startswith("/gcs/" + root[len("gs://") :] + "/")
     assert outputs["outputFile"].endswith("/executor_output.json")
@@ -145,8 +146,8 @@ def test_a_tf_strategy_name_as_scheduling_strategy_fails_request_building(templa
     inputs["strategy"] = {"runtimeValue": {"constant": "mirrored"}}
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(spec, sort_keys=False))
-    with pytest.raises(verify.RequestError) as caught:
-        verify.custom_job_requests(str(bad))
+    with pytest.raises(vertex_emulator.RequestError) as caught:
+        vertex_emulator.custom_job_requests(str(bad))
     message = str(caught.value)
     assert "train-model" in message and "scheduling.strategy" in message
     assert "'mirrored'" in message and "STANDARD" in message
@@ -158,11 +159,11 @@ def test_compiled_templates_are_readable_by_others(templates):
 
 
 def test_register_branch_runs_only_when_asked_with_the_runs_project_and_region(templates):
-    off = verify.verify(templates["cpu"], run_tasks=False, project=PROJECT, region=REGION)
+    off = vertex_emulator.verify(templates["cpu"], run_tasks=False, project=PROJECT, region=REGION)
     condition = next(t for t in off.tasks if t.kind == "dag")
-    assert condition.status == verify.SKIPPED and "register=False" in condition.reason
+    assert condition.status == vertex_emulator.SKIPPED and "register=False" in condition.reason
     assert all(t.name != "register-model" for t in off.tasks)
-    on = verify.verify(
+    on = vertex_emulator.verify(
         templates["cpu"],
         run_tasks=False,
         project=PROJECT,
@@ -170,7 +171,7 @@ def test_register_branch_runs_only_when_asked_with_the_runs_project_and_region(t
         parameter_values={"register": "true"},
     )
     register = on.task("register-model")
-    assert register.status == verify.PLANNED
+    assert register.status == vertex_emulator.PLANNED
     values = _executor_input_of(register.command)["inputs"]["parameterValues"]
     assert (values["project"], values["location"]) == (PROJECT, REGION)
     exported = on.task("export-model").artifacts["exported_model"]["uri"]
@@ -179,7 +180,9 @@ def test_register_branch_runs_only_when_asked_with_the_runs_project_and_region(t
 
 
 def test_custom_job_requests_returns_each_request_by_task(templates):
-    built = verify.custom_job_requests(templates["tpu-v5e-8"], project=PROJECT, region=REGION)
+    built = vertex_emulator.custom_job_requests(
+        templates["tpu-v5e-8"], project=PROJECT, region=REGION
+    )
     assert sorted(built) == ["train-model"]
     assert built["train-model"].custom_job.job_spec.worker_pool_specs[0].machine_spec.tpu_topology
 
@@ -407,7 +410,7 @@ def test_a_port_taken_before_the_replica_binds_it_starts_the_job_again(
         "import json, os, socket, sys; s = json.loads(os.environ['CLUSTER_SPEC']);"
         "host, port = s['cluster']['workerpool0'][0].split(':'); b = socket.socket();\n"
         "try: b.bind((host, int(port)))\n"
-        f"except OSError: sys.exit('{job_service.ADDRESS_IN_USE} (port ' + port + ')')"
+        f"except OSError: sys.exit('{replicas.ADDRESS_IN_USE} (port ' + port + ')')"
     )
     shared = replica_network.Guard(replica_network.NONE)  # One replica: it runs unguarded.
     standin = job_service.JobServiceStandIn(
@@ -427,17 +430,15 @@ def test_a_port_taken_before_the_replica_binds_it_starts_the_job_again(
 
 
 def test_objects_written_by_two_replicas_are_named(tmp_path):
-    replicas = []
+    records = []
     for name, lines in (
         ("workerpool0-0", ["gs://b/plots", "gs://b/a"]),
         ("workerpool1-0", ["gs://b/plots"]),
     ):
         log = tmp_path / f"{name}.txt"
         log.write_text("\n".join(lines) + "\n")
-        replicas.append(verify.ProcessRecord(name, [], {}, write_log=str(log)))
-    assert job_service.shared_writes(replicas) == [
-        ("gs://b/plots", ["workerpool0-0", "workerpool1-0"])
-    ]
+        records.append(vertex_emulator.ProcessRecord(name, [], {}, write_log=str(log)))
+    assert replicas.shared_writes(records) == [("gs://b/plots", ["workerpool0-0", "workerpool1-0"])]
 
 
 # --- whole pipelines, executed ----------------------------------------------------------------
@@ -475,12 +476,12 @@ def _local(report, uri: str) -> str:
 @pytest.mark.parametrize("name", FULL_CHAIN)
 def test_whole_pipeline_runs_task_by_task_as_vertex_would(full_runs, name):
     report, machine = full_runs[name], profiles.BUILTIN[name].train
-    assert report.ok, verify.format_report(report)
-    ran = [t.name for t in report.tasks if t.status == verify.SUCCEEDED]
+    assert report.ok, vertex_emulator.format_report(report)
+    ran = [t.name for t in report.tasks if t.status == vertex_emulator.SUCCEEDED]
     for task in ("importer", "validate-data", "prepare-data", "train-model", "evaluate-model"):
         assert task in ran
     assert "export-model" in ran
-    assert next(t for t in report.tasks if t.kind == "dag").status == verify.SKIPPED
+    assert next(t for t in report.tasks if t.kind == "dag").status == vertex_emulator.SKIPPED
     exported = report.task("export-model").artifacts["exported_model"]["uri"]
     assert os.path.exists(os.path.join(_local(report, exported), "saved_model.pb"))
     metrics = report.task("evaluate-model").artifacts["metrics"]["metadata"]
@@ -546,10 +547,10 @@ def test_non_chief_replicas_publish_no_outputs(full_runs):
 def test_a_retry_after_a_failed_custom_job_creates_a_new_job(full_runs):
     train = full_runs[RETRIED].task("train-model")
     (first,) = train.earlier
-    assert first.status == verify.FAILED and "preempted" in first.reason
+    assert first.status == vertex_emulator.FAILED and "preempted" in first.reason
     (failed_job,) = first.jobs
     assert failed_job.state == "JOB_STATE_FAILED"
-    assert train.status == verify.SUCCEEDED
+    assert train.status == vertex_emulator.SUCCEEDED
     new_job = train.jobs[-1]
     assert new_job.name != failed_job.name and new_job.state == "JOB_STATE_SUCCEEDED"
 

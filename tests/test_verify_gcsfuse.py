@@ -2,7 +2,7 @@
 
 On Vertex AI a folder rename on the ``/gcs/`` mount fails with ENOSYS, so export and recommend,
 which published their folders by renaming them, failed at every attempt while verify, on a plain
-local folder, passed. The emulation (``pipelines/verify/gcsfuse.py``) is checked here from
+local folder, passed. The emulation (``vertex_emulator/gcsfuse.py``) is checked here from
 TensorFlow's C++ file system and from Python's ``os``, in the environment verify gives its
 processes; then a compiled template's export and recommend run on it, and run again (a task
 retry) over the folders an attempt killed midway would leave.
@@ -23,11 +23,12 @@ import subprocess
 
 import pytest
 
-from pipelines import pipeline, profiles, verify
-from pipelines.verify import gcsfuse, shim
+import vertex_emulator
+from pipelines import pipeline, profiles
 from training_core.common import atomic_writes
 from training_core.serving.batch_recommend import MANIFEST_FILE
 from training_core.serving.vertex_registry import SERVING_METADATA_FILE
+from vertex_emulator import gcsfuse, shim
 
 # What a process on the mount gets for each operation: "ok" or the errno's name.
 PROBE = """
@@ -118,8 +119,10 @@ def test_verify_turns_the_emulation_on_by_default_and_off_on_request(tmp_path):
     assert gcsfuse.MODE_ENV not in off and off["LD_PRELOAD"] == "/other.so"
     template = str(tmp_path / "cpu.yaml")
     pipeline.compile_pipeline(profiles.BUILTIN["cpu"], template)
-    assert verify.Verification(template, work_dir=str(tmp_path / "a")).gcsfuse
-    assert not verify.Verification(template, work_dir=str(tmp_path / "b"), gcsfuse=False).gcsfuse
+    assert vertex_emulator.Verification(template, work_dir=str(tmp_path / "a")).gcsfuse
+    assert not vertex_emulator.Verification(
+        template, work_dir=str(tmp_path / "b"), gcsfuse=False
+    ).gcsfuse
 
 
 def _interrupt(folder: str, marker: str) -> None:
@@ -138,14 +141,14 @@ def test_export_and_recommend_publish_on_the_gcsfuse_stand_in_and_retry_over_a_k
     verified("cpu")  # First: its tasks run there, and serve this run's from the cache.
     template = str(tmp_path / "cpu.yaml")
     pipeline.compile_pipeline(profiles.BUILTIN["cpu"], template)
-    with verify.Verification(
+    with vertex_emulator.Verification(
         template,
         work_dir=str(tmp_path / "work"),
         cache_dir=verify_cache,
         parameter_values={"batch_recommend": True},
     ) as verification:
         report = verification.run()
-        assert report.ok, verify.format_report(report)
+        assert report.ok, vertex_emulator.format_report(report)
         if gcsfuse.build(verification.shim_dir):  # The same library the run used.
             assert any("LD_PRELOAD library" in note for note in report.notes), report.notes
         outputs = {
@@ -154,7 +157,7 @@ def test_export_and_recommend_publish_on_the_gcsfuse_stand_in_and_retry_over_a_k
         }
         published = {}
         for task, (name, marker) in outputs.items():
-            assert report.task(task).status == verify.SUCCEEDED
+            assert report.task(task).status == vertex_emulator.SUCCEEDED
             folder = verification.local_path(report.task(task).artifacts[name]["uri"])
             names = sorted(os.listdir(folder))
             assert marker in names and atomic_writes.PUBLISHING_FILE not in names, names
@@ -173,6 +176,6 @@ def test_export_and_recommend_publish_on_the_gcsfuse_stand_in_and_retry_over_a_k
                 shutil.copytree(folder, attempt)
             _interrupt(attempt, marker)
             record = verification.run_task(task)
-            assert record.status == verify.SUCCEEDED, record.reason
+            assert record.status == vertex_emulator.SUCCEEDED, record.reason
             assert verification.local_path(record.artifacts[name]["uri"]) == attempt
             assert sorted(os.listdir(attempt)) == names

@@ -23,9 +23,10 @@ import time
 import pytest
 from conftest import take_the_next_free_port
 
-from pipelines import pipeline, profiles, verify
-from pipelines.verify import job_service, offline, preload, replica_network, shim
-from pipelines.verify.report import JobRecord
+import vertex_emulator
+from pipelines import pipeline, profiles
+from vertex_emulator import job_service, offline, preload, replica_network, shim
+from vertex_emulator.verify_report import JobRecord
 
 NOBODY = 65534
 
@@ -141,7 +142,7 @@ def test_another_user_cannot_run_graph_ops_on_a_replica(tmp_path, guard):
         ["python3", "-c", REPLICA], (1, 1), [{"name": "SCRATCH", "value": str(scratch)}]
     )
     # How a created job runs its replicas (no gRPC to the stand-in needed here).
-    job = threading.Thread(target=standin._run_replicas, args=(record,), daemon=True)
+    job = threading.Thread(target=standin.replicas.run, args=(record,), daemon=True)
     job.start()
     try:
         _wait_for(scratch / "serving", job, record)
@@ -194,7 +195,7 @@ def test_a_jobs_replicas_share_a_network_namespace_of_their_own(tmp_path):
             (1, 2),
             [{"name": "SCRATCH", "value": str(tmp_path / job)}],
         )
-        standin._run_replicas(record)
+        standin.replicas.run(record)
         assert record.state == "JOB_STATE_SUCCEEDED", record.error
         seen.append([json.loads(p.read_text()) for p in sorted((tmp_path / job).iterdir())])
     for replicas in seen:
@@ -218,7 +219,7 @@ def test_in_a_namespace_no_process_of_this_machine_can_take_a_replicas_port(tmp_
     )
     record = _record(["python3", "-c", bind], (1,))
     with taken:
-        standin._run_replicas(record)
+        standin.replicas.run(record)
     assert record.state == "JOB_STATE_SUCCEEDED", record.error
     assert not record.notes  # Bound at the first attempt: nothing to start again.
 
@@ -259,7 +260,7 @@ def test_without_any_guard_a_job_of_several_replicas_runs_only_when_allowed(tmp_
             replica_guard=guard,
         )
         record = _record(["python3", "-c", "pass"], replicas)
-        standin._run_replicas(record)
+        standin.replicas.run(record)
         outcomes.append((record.state, record.error, len(record.replicas)))
     refused, single, allowed = outcomes
     assert refused[0] == "JOB_STATE_FAILED" and refused[2] == 0  # Nothing was started.
@@ -272,7 +273,7 @@ def test_without_any_guard_a_job_of_several_replicas_runs_only_when_allowed(tmp_
 
 def test_the_report_says_which_guard_keeps_other_users_off_the_replicas(tmp_path):
     template = pipeline.compile_pipeline(profiles.BUILTIN["cpu"], str(tmp_path / "cpu.yaml"))
-    with verify.Verification(template, work_dir=str(tmp_path / "run")) as verification:
+    with vertex_emulator.Verification(template, work_dir=str(tmp_path / "run")) as verification:
         notes = verification.report().notes
         guard = verification.job_service.replica_guard()
     (line,) = [n for n in notes if n.startswith("replicas")]

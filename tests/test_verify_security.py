@@ -20,10 +20,11 @@ import sys
 
 import pytest
 
-from pipelines import pipeline, profiles, verify
+import vertex_emulator
+from pipelines import pipeline, profiles
 from pipelines.run_plan import placeholders
-from pipelines.verify import job_service, offline, preload, shim
-from pipelines.verify.report import JobRecord
+from vertex_emulator import job_service, offline, preload, shim
+from vertex_emulator.verify_report import JobRecord
 
 NOBODY = 65534
 
@@ -223,7 +224,7 @@ def _tf_listeners(tmp_path, replica_env) -> list[str]:
         request=request,
         state="JOB_STATE_RUNNING",
     )
-    standin._run_replicas(record)  # How a created job runs its replicas (no gRPC needed here).
+    standin.replicas.run(record)  # How a created job runs its replicas (no gRPC needed here).
     (replica,) = record.replicas
     assert record.state == "JOB_STATE_SUCCEEDED", open(replica.stdout_path).read()[-3000:]
     return json.loads((tmp_path / "gcs" / "b" / "workerpool0.json").read_text())
@@ -293,7 +294,7 @@ def test_processes_find_none_of_the_users_credentials(tmp_path):
 
 def test_a_verification_starts_every_process_under_the_guard(tmp_path):
     template = pipeline.compile_pipeline(profiles.BUILTIN["cpu"], str(tmp_path / "cpu.yaml"))
-    with verify.Verification(template, work_dir=str(tmp_path / "run")) as verification:
+    with vertex_emulator.Verification(template, work_dir=str(tmp_path / "run")) as verification:
         env = verification._env(str(tmp_path / "writes.txt"), job_service=True)
         address = verification.job_service.address
         notes = verification.report().notes
@@ -317,8 +318,11 @@ def test_a_library_path_ld_preload_would_split_is_refused(tmp_path):
         preload.add(env, "/my work/lib.so")
     assert "LD_PRELOAD" not in env
     template = pipeline.compile_pipeline(profiles.BUILTIN["cpu"], str(tmp_path / "cpu.yaml"))
-    verification = verify.Verification(template, work_dir=str(tmp_path / "my work"))
-    with pytest.raises(verify.VerifyError, match="a space or ':' in the path"), verification:
+    verification = vertex_emulator.Verification(template, work_dir=str(tmp_path / "my work"))
+    with (
+        pytest.raises(vertex_emulator.VerifyError, match="a space or ':' in the path"),
+        verification,
+    ):
         pass
 
 
@@ -342,9 +346,11 @@ def test_uris_that_would_leave_the_stand_in_are_refused(uri, problem):
 
 def test_a_verification_refuses_such_uris_with_the_option_named(tmp_path):
     template = pipeline.compile_pipeline(profiles.BUILTIN["cpu"], str(tmp_path / "cpu.yaml"))
-    with pytest.raises(verify.VerifyError, match=r"pipeline_root: 'gs:///x' has no bucket name"):
-        verify.Verification(template, pipeline_root="gs:///x")
-    with verify.Verification(template, work_dir=str(tmp_path / "run")) as verification:
+    with pytest.raises(
+        vertex_emulator.VerifyError, match=r"pipeline_root: 'gs:///x' has no bucket name"
+    ):
+        vertex_emulator.Verification(template, pipeline_root="gs:///x")
+    with vertex_emulator.Verification(template, work_dir=str(tmp_path / "run")) as verification:
         assert verification.local_path("gs://b/o") == str(tmp_path / "run" / "gcs" / "b" / "o")
         assert verification.local_path("/tmp/elsewhere") == "/tmp/elsewhere"  # Not a gs:// one.
         with pytest.raises(placeholders.GcsPathError, match="/etc/passwd"):

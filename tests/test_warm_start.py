@@ -22,7 +22,7 @@ from conftest import prepare_tiny
 from training_core.data import synthetic
 from training_core.data.ids import ID_STRING
 from training_core.data.metadata import METADATA_FILE, read_metadata, read_vocab, vocab_text
-from training_core.training import loop, train_config, warm_start
+from training_core.training import loop, train_config, trainer, warm_start
 from training_core.training.model_dir import DATA_DIR, config_path
 
 NEW_USERS, NEW_ITEMS = 5, 3
@@ -56,7 +56,7 @@ def next_week(tmp_path_factory, tiny_interactions):
 
 def _fresh_model(data_dir: str, **options):
     config = train_config.config_for(data_dir, "unused", "tiny", **options)
-    return loop.build_model(config.model, read_metadata(data_dir), seed=0)
+    return trainer.build_model(config.model, read_metadata(data_dir), seed=0)
 
 
 def _ids(data_dir: str):

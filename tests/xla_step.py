@@ -3,7 +3,7 @@
 Under ``TPUStrategy`` every step ``strategy.run`` runs is compiled by XLA, with the inputs'
 shapes fixed at trace time and bfloat16 compute: a dynamic shape or an op XLA cannot compile
 fails there, on the TPU, after the job has waited for its machine. Here the product's own step
-functions (``train_step.make_replica_step``, ``evaluate.eval_step_fn``) are compiled with
+functions (``compiled_step.make_replica_step``, ``evaluate.eval_step_fn``) are compiled with
 ``jit_compile=True`` on the batches the product's input pipelines give, in bfloat16, with
 dense gradients (what an accelerator trains with): the same failure, on the CPU, in a test.
 
@@ -54,13 +54,14 @@ def compile_steps(data_dir: str, model_dir: str, perturb=None) -> dict:
     import tensorflow as tf
 
     from training_core.evaluation.evaluate import eval_step_fn
-    from training_core.training import input_pipeline, loop, train_config, train_step
+    from training_core.training import compiled_step, input_pipeline, loop, train_config
+    from training_core.training import trainer as trainer_lib
 
     config = train_config.config_for(
         data_dir, model_dir, "tiny", epochs=1, precision="bfloat16", embedding_updates="dense"
     )
     strategy = tf.distribute.get_strategy()
-    trainer = loop._Trainer(config, strategy)
+    trainer = trainer_lib._Trainer(config, strategy, loop.Evaluation)
     if trainer.dtype != tf.bfloat16 or not trainer.dense:
         raise AssertionError(f"not a TPU-like run: {trainer.dtype}, dense {trainer.dense}")
     context = tf.distribute.InputContext()
@@ -70,7 +71,7 @@ def compile_steps(data_dir: str, model_dir: str, perturb=None) -> dict:
     if problems:
         raise ValueError(f"dynamic shapes (TPUStrategy needs static ones): {problems}")
 
-    replica_step = train_step.make_replica_step(
+    replica_step = compiled_step.make_replica_step(
         strategy,
         trainer.model,
         trainer.variables,

@@ -11,7 +11,7 @@
 #       the working directory); the tpu set is images/tpu/uv.lock's, a project of its own
 #       (TensorFlow's TPU build is newer than the TensorFlow TFDV pins). Offline (--frozen).
 #   install_locked.sh project OUT
-#       The project's own wheel (training_core, components, pipelines) -> OUT.
+#       The project's own wheel (training_core, components, pipelines, vertex_emulator) -> OUT.
 #   install_locked.sh wheels VARIANT REQ OUT
 #       The variant's wheelhouse -> OUT: `pip wheel --require-hashes --no-deps` downloads every
 #       locked wheel (hash-checked against uv.lock) and builds a wheel from the hash-checked sdist

@@ -57,11 +57,12 @@ _RULES = "tests/test_request_rules.py::"
 _GAPS = "tests/test_mutant_gaps.py::"
 _SUBMIT = _RULES + "test_submit_refuses_each_bad_field_naming_it[%s]"
 _JOB = _RULES + "test_each_custom_job_rule_refuses_naming_the_field[%s]"
-_TRAIN, _COMPARE = "training_core/training/loop.py", "training_core/evaluation/gate.py"
+_TRAIN, _COMPARE = "training_core/training/trainer.py", "training_core/evaluation/gate.py"
+_RESULTS = "training_core/training/results.py"
 _SAMPLER = "training_core/data/sampling.py"
-_PREFLIGHT, _SUBMIT_PY = "pipelines/profiles.py", "pipelines/submit.py"
+_PREFLIGHT, _SUBMIT_PY = "pipelines/profiles.py", "pipelines/submit/request.py"
 _CUSTOM_JOB = "pipelines/run_plan/custom_job.py"
-_IN_LOOP = " " * 16  # The epoch loop's indent in training/loop.py.
+_IN_LOOP = " " * 16  # The epoch loop's indent in training/trainer.py.
 _BEST_SAVED = (
     f"{_IN_LOOP}if patience is not None and best_epoch(history) is result:\n"
     f"{_IN_LOOP}    self._save_best(result.epoch)  # Before the epoch's checkpoint: see above.\n"
@@ -79,25 +80,25 @@ _IMPOSSIBLE = _PROFILES + "test_preflight_rejects_impossible_combinations_with_a
 MUTANTS: tuple[Mutant, ...] = (
     # --- training: the best epoch, patience, the target ------------------------------------------
     Mutant(
-        "best-epoch-last-of-equals", _TRAIN,
+        "best-epoch-last-of-equals", _RESULTS,
         "return max(history, key=lambda e: e.hr_at_10) if history else None",
         "return max(reversed(history), key=lambda e: e.hr_at_10) if history else None",
         "of equal HR@10 the last epoch is the best", (_DECISIONS + _TIES,),
     ),
     Mutant(
-        "patience-one-late", _TRAIN,
+        "patience-one-late", _RESULTS,
         "epochs_without_better(history) >= model.patience",
         "epochs_without_better(history) > model.patience",
         "patience stops one epoch late", (_DECISIONS + _TIES,),
     ),
     Mutant(
-        "epochs-since-best-off-by-one", _TRAIN,
+        "epochs-since-best-off-by-one", _RESULTS,
         "return history[-1].epoch - best.epoch if best else 0",
         "return history[-1].epoch - best.epoch + 1 if best else 0",
         "the best epoch itself counts as one without better", (_DECISIONS + _TIES,),
     ),
     Mutant(
-        "target-hr-strict", _TRAIN,
+        "target-hr-strict", _RESULTS,
         "if target is not None and last.hr_at_10 >= target:",
         "if target is not None and last.hr_at_10 > target:",
         "reaching the target HR@10 exactly does not stop",

@@ -86,7 +86,9 @@ def check_common(variant: str) -> str:
 
     from components import _image
 
-    check_installed(variant, ("training_core", "components", "pipelines"), ENTRY_MODULES)
+    check_installed(
+        variant, ("training_core", "components", "pipelines", "vertex_emulator"), ENTRY_MODULES
+    )
     return (
         f"tensorflow {tf.__version__}, tfdv {tfdv.__version__}, kfp {kfp.__version__}, "
         f"gcpc {gcpc.__version__}, {_image.image_for(variant)}"
@@ -272,7 +274,8 @@ def check_dataflow(site: str) -> str:
     workers = (
         "apache_beam.runners.worker.sdk_worker_main",
         "apache_beam.runners.worker.worker_pool_main",
-        "training_core.data.prepare_beam",  # The DoFns the workers unpickle.
+        # The launcher, importing prepare_beam_{read,clean,write}: the DoFns workers unpickle.
+        "training_core.data.prepare_beam",
     )
     run = subprocess.run(
         ["python", "-c", "import sys, " + ", ".join(workers) + "; print(sys.prefix)"],

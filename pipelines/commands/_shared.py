@@ -39,7 +39,8 @@ def add_input_arguments(
     options (prepare-data has it as the ``id_type`` field's option, with the same help).
     """
     parser.add_argument("--input", required=required, help=help_text)
-    from training_core.data.io import EVENT_ALIASES, FORMAT_ALIASES, RATING_ALIASES
+    from training_core.data.formats import FORMAT_ALIASES
+    from training_core.data.io import EVENT_ALIASES, RATING_ALIASES
 
     parser.add_argument(
         "--format",
@@ -112,7 +113,7 @@ def add_param_option(
     parser: argparse.ArgumentParser,
     help: str = "pipeline parameter (repeatable); converted to the declared type",
 ) -> None:
-    """The one ``--param NAME=VALUE`` option (read with ``submit.parse_assignments``)."""
+    """The one ``--param NAME=VALUE`` option (read with ``submit.request.parse_assignments``)."""
     parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help=help)
 
 

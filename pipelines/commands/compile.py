@@ -98,7 +98,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Compiles and says where."""
     from components._image import IMAGE_REPOSITORY, VARIANTS, digest_problem, image_for, pinned
-    from pipelines import compiled, pipeline, placeholder_values, profiles, submit
+    from pipelines import compiled, pipeline, placeholder_values, profiles
+    from pipelines.submit.request import parse_assignments
+    from pipelines.submit.run_values import check_parameter_values
 
     image = args.image or os.environ.get("NCF_PIPELINES_IMAGE")
     repository = args.image_repository or os.environ.get("NCF_PIPELINES_IMAGE_REPOSITORY")
@@ -111,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     problem = digest_problem(image or "", "--image")
     if problem:
         raise UserError(problem)
-    digests = dict(submit.parse_assignments(args.image_digest, "--image-digest"))
+    digests = dict(parse_assignments(args.image_digest, "--image-digest"))
     unknown = sorted(set(digests) - set(VARIANTS))
     if unknown:
         raise UserError(
@@ -125,10 +127,10 @@ def run(args: argparse.Namespace) -> int:
         )
     profile = profiles.get_profile(args.profile, args.profiles_file)
     publish = _publishing(args, profile.name)  # Checked before compiling, as the pins below.
-    defaults: dict[str, object] = dict(submit.parse_assignments(args.param, "--param"))
+    defaults: dict[str, object] = dict(parse_assignments(args.param, "--param"))
     if args.train_batch_size is not None:
         defaults["train_batch_size"] = args.train_batch_size
-    submit.check_parameter_values(defaults)  # Before compiling: preset names, value ranges.
+    check_parameter_values(defaults)  # Before compiling: preset names, value ranges.
     # Checked before compiling, so that a refused pin leaves no unpinned template behind.
     named = dataclasses.astuple(
         pipeline.Images.for_profile(profile, repository, image, args.image_user)
@@ -178,13 +180,14 @@ def run(args: argparse.Namespace) -> int:
 def _publishing(args: argparse.Namespace, profile: str) -> tuple | None:
     """(repository, tags) to publish to, or None; refuses a bad URL, tag or endpoint."""
     from components._image import package_version
-    from pipelines import submit, template_registry
+    from pipelines import template_registry
+    from pipelines.submit.endpoints import REGISTRY_ENDPOINT, api_endpoint_problem
 
     if not args.publish:
         if args.tag or args.registry_endpoint:
             raise UserError("--tag and --registry-endpoint go with --publish REPOSITORY_URL")
         return None
-    problem = submit.api_endpoint_problem(args.registry_endpoint, submit.REGISTRY_ENDPOINT)
+    problem = api_endpoint_problem(args.registry_endpoint, REGISTRY_ENDPOINT)
     if problem:
         raise UserError(problem)
     repository = template_registry.parse_repository(args.publish)

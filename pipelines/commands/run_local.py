@@ -89,11 +89,13 @@ def run(args: argparse.Namespace) -> int:
     """Runs the pipeline and prints the summary."""
     from google.protobuf import json_format
 
-    from pipelines import compiled, submit
+    from pipelines import compiled
     from pipelines.commands._shared import UserError
     from pipelines.local_run import LocalRunFailed, run_local, steps_of
     from pipelines.pipeline import LOCAL_PROFILE, build_pipeline, run_problems
     from pipelines.profiles import BUILTIN
+    from pipelines.submit.request import parse_assignments
+    from pipelines.submit.run_values import parameter_problems
     from training_core.data.sample_data import sample_path
 
     started = time.perf_counter()
@@ -103,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     spec = json_format.MessageToDict(pipeline_func.pipeline_spec)
     template = compiled.template_from_spec(spec, "the local pipeline")
     given = compiled.coerce_parameters(
-        template, submit.parse_assignments(args.param, "--param"), require_all=False
+        template, parse_assignments(args.param, "--param"), require_all=False
     )
     arguments = {
         "data_uri": os.path.abspath(args.data) if args.data else sample_path(),
@@ -113,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     }
     # Now, not after validate and prepare: the values (preset, prep ranges), as submit and
     # compile check them, then the batch sizes against the local machine's replicas.
-    problems = submit.parameter_problems(arguments) + run_problems(spec, arguments)
+    problems = parameter_problems(arguments) + run_problems(spec, arguments)
     if problems:
         raise ValueError("these parameter values cannot run:\n  - " + "\n  - ".join(problems))
     line = preflight_champion(arguments, template, registry)
@@ -139,11 +141,11 @@ def write_report(result, registry: str = "") -> str:
     It holds what the summary says and more: the training curve, both splits beside the
     champion and the popularity baseline, a few users' recommendations, each step's time.
     """
-    from pipelines import run_report
+    from pipelines import run_folder, run_report
 
     exported, examples = result.outputs["exported_model"], result.outputs["examples"]
     samples, why = run_report.try_sample_users(exported, examples)
-    facts = run_report.facts_from_local_run(
+    facts = run_folder.facts_from_local_run(
         os.path.dirname(os.path.dirname(exported)),  # <root>/<pipeline>-<time>/<task>/<name>
         steps=result.steps,
         samples=samples,
@@ -169,7 +171,7 @@ def preflight_champion(arguments: dict, template: Template, registry: str) -> Mo
     """
     from training_core.data import config as prep_config
     from training_core.data import io as rio
-    from training_core.data import prepare
+    from training_core.data import prepare, read_errors
     from training_core.evaluation import gate
     from training_core.serving import local_registry, model_line, vertex_registry
 
@@ -197,7 +199,7 @@ def preflight_champion(arguments: dict, template: Template, registry: str) -> Mo
     try:
         with _quiet("training_core"):  # The data's findings are the prepare step's to log.
             items = prepare.item_vocabulary(settings)
-    except rio.DataError:
+    except read_errors.DataError:
         return line
     try:
         gate.check_catalogue(champion, vertex_registry.export_items(champion), items, data_uri)
@@ -233,7 +235,7 @@ def summary(result, seconds: float, registry: str = "", line: ModelLine | None =
     m = result.metrics
     nan = float("nan")
     negatives = read_metadata(result.outputs["examples"]).eval_negatives
-    from pipelines.run_report import served_task
+    from pipelines.run_folder import served_task
 
     # The model that serves: the refit's export where the run refit (the gate's is held out).
     task = served_task(result.artifacts, "export-model")
@@ -352,7 +354,7 @@ def _line_words(line: ModelLine) -> str:
 
 def _registration(result, registry: str) -> str:
     """What came of the gate's decision in the registry, in words."""
-    from pipelines.run_report import served_task
+    from pipelines.run_folder import served_task
 
     task = served_task(result.artifacts, "register-model")
     registered = result.artifacts.get(task, {}).get("vertex_model")

@@ -118,24 +118,24 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
     import json
 
-    from pipelines import submit as vs
+    from pipelines.submit import dry_run, registry_template, request, run_values, service, vertex
 
     project, region = project_and_region(args)
-    problem = vs.region_problem(region, "--region" if args.region else "GOOGLE_CLOUD_REGION")
+    problem = request.region_problem(region, "--region" if args.region else "GOOGLE_CLOUD_REGION")
     if problem:
         raise UserError(problem)
 
-    config = vs.SubmitConfig(
+    config = request.SubmitConfig(
         template_path=args.template,
         project=project,
         region=region,
         pipeline_root=args.pipeline_root,
         service_account=args.service_account,
         network=args.network,
-        labels=vs.parse_assignments(args.label, "--label"),
+        labels=request.parse_assignments(args.label, "--label"),
         enable_caching=args.cache,
         experiment=args.experiment,
-        parameter_values=vs.parse_assignments(args.param, "--param"),
+        parameter_values=request.parse_assignments(args.param, "--param"),
         display_name=args.display_name,
         schedule_cron=args.schedule,
         schedule_name=args.schedule_name,
@@ -149,19 +149,19 @@ def run(args: argparse.Namespace) -> int:
     try:
         # A registry template is downloaded first (with ADC, even for --dry-run); every check
         # below reads that copy.
-        with vs.fetched_template(config) as config:
+        with registry_template.fetched_template(config) as config:
             warn_about_images(config.template_path)  # The placeholder repository; the tpu image.
             if args.dry_run:
-                config = vs.with_data_fingerprint(config, offline=True)
-                print(json.dumps(vs.describe(config), indent=2))
+                config = run_values.with_data_fingerprint(config, offline=True)
+                print(json.dumps(dry_run.describe(config), indent=2))
                 return 0
             # Input errors, and custom-job requests the service would refuse, surface before
             # credentials or any request (but the registry's).
-            vs.custom_jobs(config, vs.prepare(config)[1])
-            config = dataclasses.replace(config, credentials=vs.default_credentials())
-            config = vs.with_data_fingerprint(config)
-            result = vs.submit(config)
-    except vs.SubmitError as e:
+            dry_run.custom_jobs(config, run_values.prepare(config)[1])
+            config = dataclasses.replace(config, credentials=service.default_credentials())
+            config = run_values.with_data_fingerprint(config)
+            result = vertex.submit(config)
+    except service.SubmitError as e:
         raise UserError(str(e)) from e
     if result.kind == "schedule":
         print(f"Created schedule {result.resource_name}")

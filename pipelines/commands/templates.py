@@ -59,14 +59,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _credentials(endpoint: str | None) -> Any:
     """Application Default Credentials, once ``endpoint`` is known not to expose them."""
-    from pipelines import submit
+    from pipelines.submit.endpoints import REGISTRY_ENDPOINT, api_endpoint_problem
+    from pipelines.submit.service import SubmitError, default_credentials
 
-    problem = submit.api_endpoint_problem(endpoint, submit.REGISTRY_ENDPOINT)
+    problem = api_endpoint_problem(endpoint, REGISTRY_ENDPOINT)
     if problem:
         raise UserError(problem)
     try:
-        return submit.default_credentials()
-    except submit.SubmitError as e:
+        return default_credentials()
+    except SubmitError as e:
         raise UserError(str(e)) from e
 
 

@@ -120,7 +120,7 @@ def _add_positive_rule_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Runs the gate; returns 2 (with the anomalies on stderr) when it blocks."""
     from training_core.data import validate
-    from training_core.data.io import parse_time
+    from training_core.data.times import parse_time
 
     if args.baseline and (args.baseline_schema or args.baseline_stats):
         raise ValueError(

@@ -9,7 +9,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
-from pipelines import verify
+import vertex_emulator
 from pipelines.commands._shared import UserError, add_param_option, example_epilog
 
 
@@ -57,15 +57,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", help="local ratings file or folder behind data_uri (default: sample)")
     add_param_option(p)
     p.add_argument("--work-dir", help="folder for the /gcs/ stand-in and logs (default: temp)")
-    p.add_argument("--project", default=verify.DEFAULT_PROJECT, help="project the run stands for")
     p.add_argument(
-        "--region", default=verify.DEFAULT_REGION, help="Vertex AI region the run stands for"
+        "--project", default=vertex_emulator.DEFAULT_PROJECT, help="project the run stands for"
+    )
+    p.add_argument(
+        "--region",
+        default=vertex_emulator.DEFAULT_REGION,
+        help="Vertex AI region the run stands for",
     )
     p.add_argument("--service-account", help="service account the run would execute as")
     p.add_argument("--network", help="VPC the run would peer with")
     p.add_argument(
         "--pipeline-root",
-        default=verify.DEFAULT_PIPELINE_ROOT,
+        default=vertex_emulator.DEFAULT_PIPELINE_ROOT,
         help="gs:// pipeline root the run stands for",
     )
     p.add_argument(
@@ -119,9 +123,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Verifies and prints what ran."""
-    from pipelines import submit
+    from pipelines.submit.request import region_problem
 
-    problem = submit.region_problem(args.region, "--region")
+    problem = region_problem(args.region, "--region")
     if problem:
         raise UserError(problem)
     from pipelines.placeholder_values import check_placeholders
@@ -145,13 +149,15 @@ def _local_template(args: argparse.Namespace) -> Iterator[str]:
     A registry URL is downloaded (with Application Default Credentials) into a folder kept while
     verify runs.
     """
-    from pipelines import submit, template_registry
+    from pipelines import template_registry
+    from pipelines.submit.endpoints import REGISTRY_ENDPOINT, api_endpoint_problem
+    from pipelines.submit.service import SubmitError, default_credentials
 
     if not template_registry.is_registry_url(args.template):
         yield args.template
         return
     ref = template_registry.parse_template(args.template)
-    problem = submit.api_endpoint_problem(args.registry_endpoint, submit.REGISTRY_ENDPOINT)
+    problem = api_endpoint_problem(args.registry_endpoint, REGISTRY_ENDPOINT)
     if problem:
         raise UserError(problem)
     with tempfile.TemporaryDirectory(prefix="ncf-template-") as folder:
@@ -159,23 +165,23 @@ def _local_template(args: argparse.Namespace) -> Iterator[str]:
             got = template_registry.download(
                 ref,
                 os.path.join(folder, f"{ref.package}.yaml"),
-                credentials=submit.default_credentials(),
+                credentials=default_credentials(),
                 endpoint=args.registry_endpoint,
             )
-        except (template_registry.TemplateRegistryError, submit.SubmitError) as e:
+        except (template_registry.TemplateRegistryError, SubmitError) as e:
             raise UserError(str(e)) from e
         print(f"verifying {ref.url} ({got.version})", file=sys.stderr, flush=True)
         yield got.path
 
 
 def _verify(args: argparse.Namespace, template: str) -> int:
-    from pipelines import submit
+    from pipelines.submit.request import parse_assignments
 
     try:
-        report = verify.verify(
+        report = vertex_emulator.verify(
             template,
             data_path=args.data,
-            parameter_values=submit.parse_assignments(args.param),
+            parameter_values=parse_assignments(args.param),
             work_dir=args.work_dir,
             project=args.project,
             region=args.region,
@@ -191,9 +197,9 @@ def _verify(args: argparse.Namespace, template: str) -> int:
             task_timeout_s=args.task_timeout,
             echo=lambda line: print(f"  {line}", file=sys.stderr, flush=True),
         )
-    except verify.VerifyError as e:
+    except vertex_emulator.VerifyError as e:
         raise UserError(str(e)) from e
-    print(verify.format_report(report))
+    print(vertex_emulator.format_report(report))
     return 0 if report.ok else 1
 
 

@@ -8,7 +8,7 @@ the client library and the service check it (``custom_job``). ``RunPlan`` walks 
 ``custom_job_requests`` is what ``submit`` checks before sending (its dry run shows them).
 
 It builds on ``pipelines.compiled`` (the template and its typed parameters) and imports neither
-``submit`` nor the emulator: ``pipelines.verify`` extends ``RunPlan`` to run the tasks locally.
+``submit`` nor the emulator: ``vertex_emulator`` extends ``RunPlan`` to run the tasks locally.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``RunPlan`` walks the root DAG in dependency order (sub-DAGs of conditions included, when their
 condition holds). Each container task gets the executor input Vertex builds and its command and
 arguments with every placeholder resolved; each custom-job task's request is built offline and
-checked as the client library and the service check it. ``pipelines.verify.Verification``
+checked as the client library and the service check it. ``vertex_emulator.Verification``
 extends it to run the tasks (``_execute``, retries); the walk is this one.
 """
 
@@ -200,7 +200,7 @@ class RunPlan:
         use_cache: bool,
     ) -> None:
         """Runs one resolved task (a subclass's part: a plan runs nothing)."""
-        raise NotImplementedError("a RunPlan runs no task; pipelines.verify.Verification does")
+        raise NotImplementedError("a RunPlan runs no task; vertex_emulator.Verification does")
 
     def _build_request(self, command: list[str], record: TaskRecord) -> str:
         """Builds the launcher's request offline; returns what is wrong with it ("" if nothing)."""

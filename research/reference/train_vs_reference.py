@@ -129,7 +129,7 @@ def worker(args: argparse.Namespace) -> int:
     scale = max(1, args.batch // 1024)
     steps_per_loop = max(10, args.steps_per_loop // scale)
     warmup = args.warmup // scale
-    log = logging.getLogger("training_core.training.loop")
+    log = logging.getLogger("training_core.training.trainer")
     log.setLevel(logging.INFO)
     log.addHandler(Marks())
     config = train_config.TrainConfig(

@@ -1,1 +1,1 @@
-"""What every stage shares: atomic writes and folder locks, the console, the machine's faults."""
+"""What every stage shares: atomic writes and folder locks, the console, faults, the HTML pages."""

@@ -1,67 +1,47 @@
-"""How outputs are written: one writer per folder, private builds, files published by rename.
+"""How outputs are published: files and whole folders built under private names, then renamed.
 
 - :func:`atomic_output` publishes a file in one step: written aside under a new private name
   (:func:`partial_name`, created exclusively), synced, renamed over ``path``; removed instead if
   the writing fails. :func:`write_text_atomic` is its one-call form for text. Every file this
   project publishes by rename goes through it (other file systems, such as Beam's
   ``FileSystems`` for ``gs://``, plug in their own :class:`Files`).
-- :func:`hold` makes a process the only writer of a folder for a while: an exclusive ``flock``
-  on ``<folder>/.lock``, released by the kernel when the process dies, however it dies. The file
-  also says who holds it, for the message a second writer gets. It is opened without following
-  a link and only if it is a plain file of its own, through a descriptor of the folder it checked.
-- :func:`check_output_folder` refuses a folder that another local user could plant files or
-  links in, or move away from under its name: every folder on the way to it must be this
-  user's or root's. :func:`make_output_folder` creates a missing one, a folder at a time.
-- :func:`die_with_parent` makes a worker process die with the process that started it.
-- :func:`terminate_as_exit` turns SIGTERM into ``SystemExit`` so that ``finally`` blocks clean up.
 - :func:`replace_folder` publishes a folder built aside: swapped in with one rename where the
   file system renames folders (a local disk); where it does not (the Cloud Storage FUSE mount,
   see below) its files are moved in one by one and the folder's completion marker last.
+- :func:`remove_stale_partials` removes what a killed process left under a private name.
 
-On the Cloud Storage FUSE mount (``/gcs/...`` on Vertex AI) ``flock`` is not shared between
-machines, and a folder cannot be renamed (``ENOSYS`` on a flat-namespace bucket; with
-``--rename-dir-limit`` only folders with few descendants, object by object); renaming a file
-works (a copy, then a delete). There each pipeline task writes its own artifact folder, and
-readers still see only published states because the last step of a publish is one object
-write: the folder's completion marker (``metadata.json``, ``serving_metadata.json``,
-``manifest.json``), which readers check.
+Who may write a folder is decided elsewhere: ``output_folders`` (which folders are safe) and
+``folder_lock`` (one writer at a time).
+
+On the Cloud Storage FUSE mount (``/gcs/...`` on Vertex AI) a folder cannot be renamed (``ENOSYS``
+on a flat-namespace bucket; with ``--rename-dir-limit`` only folders with few descendants, object
+by object); renaming a file works (a copy, then a delete). There each pipeline task writes its own
+artifact folder, and readers still see only published states because the last step of a publish
+is one object write: the folder's completion marker (``metadata.json``,
+``serving_metadata.json``, ``manifest.json``), which readers check.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import dataclasses
 import errno
-import fcntl
-import grp
 import json
 import logging
 import os
-import pwd
 import re
 import shutil
-import signal
-import socket
-import stat
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import IO, Protocol
 
+from training_core.common.folder_lock import LOCK_FILE
+from training_core.common.output_folders import DIR_FLAGS, check_output_folder
+
 log = logging.getLogger(__name__)
 
-LOCK_FILE = ".lock"
 PARTIAL_SUFFIX = ".partial"
-
-
-class FolderBusyError(RuntimeError):
-    """Another live process is writing to the folder."""
-
-
-class UnsafeOutputError(ValueError):
-    """Another local user could redirect this folder's writes (planted files or links)."""
 
 
 class Files(Protocol):
@@ -99,7 +79,7 @@ class LocalFiles:
 
     def open(self, path: str, mode: str) -> IO:
         """Creates ``path`` (it must not exist) and opens it for writing."""
-        folder = os.open(os.path.dirname(path) or ".", _DIR_FLAGS)
+        folder = os.open(os.path.dirname(path) or ".", DIR_FLAGS)
         try:
             opened = self._opener(path, mode.replace("w", "x"))
         except BaseException:
@@ -141,9 +121,6 @@ class LocalFiles:
     def _take(self, tmp: str) -> int | None:
         with self._guard:
             return self._folders.pop(tmp, None)
-
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 def _sync(path: str, dir_fd: int | None = None) -> None:
@@ -199,353 +176,6 @@ def write_text_atomic(path: str, text: str) -> None:
         f.write(text.encode("utf-8"))
 
 
-@dataclasses.dataclass(frozen=True)
-class Holder:
-    """Who holds a folder's lock: what they run, where and since when."""
-
-    what: str
-    pid: int
-    host: str
-    since: float
-
-    def describe(self) -> str:
-        """``train (pid 123 on host h, since 2026-11-23 10:00:00)``."""
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
-        return f"{self.what} (pid {self.pid} on host {self.host}, since {started})"
-
-
-def _read_holder(fd: int) -> Holder | None:
-    try:
-        raw = os.pread(fd, 4096, 0)
-        return Holder(**json.loads(raw.decode()))
-    except (OSError, ValueError, TypeError):
-        return None
-
-
-_UNSUPPORTED = {errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOLCK}
-_HELD: set[int] = set()  # Lock fds of this process, closed in forked workers.
-
-
-@contextlib.contextmanager
-def hold(folder: str, what: str, wait: bool) -> Iterator[None]:
-    """Holds ``folder`` (created if missing) as its only writer until the block ends.
-
-    The folder is checked and made (:func:`make_output_folder`); its lock file is opened in it
-    through the folder's descriptor without following a link, and must be a plain file with no
-    other name (a hard link), before the lock is taken; only then is what it says replaced.
-
-    Args:
-        folder: the output folder.
-        what: what this process is, for another writer's message (``prepare-data``).
-        wait: wait for a writer that holds it (logging who); else raise at once.
-
-    Raises:
-        FolderBusyError: ``wait`` is false and another process holds the folder.
-        UnsafeOutputError: another local user could plant files or links in ``folder`` or move
-            it away, or its lock file is a link or not a plain file.
-    """
-    make_output_folder(folder, what)
-    path = os.path.join(folder, LOCK_FILE)
-    fd = _open_lock(folder, what)
-    _HELD.add(fd)
-    try:
-        locked = _acquire(fd, folder, path, what, wait)
-        while locked and not _same_file(fd, path):  # Removed by a writer that gave up: again.
-            _HELD.discard(fd)
-            os.close(fd)
-            make_output_folder(folder, what)
-            fd = _open_lock(folder, what)
-            _HELD.add(fd)
-            locked = _acquire(fd, folder, path, what, wait)
-        if locked:
-            me = Holder(what, os.getpid(), socket.gethostname(), time.time())
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(dataclasses.asdict(me)).encode(), 0)
-        yield
-    finally:
-        _HELD.discard(fd)
-        os.close(fd)  # Releases the lock (workers drop their copy: see die_with_parent).
-
-
-def _open_lock(folder: str, what: str) -> int:
-    """The lock file's descriptor: never through a link, never truncated, a plain file only.
-
-    Opened in the checked folder's descriptor (:func:`_open_folder`), not by its full name.
-    """
-    path = os.path.join(folder, LOCK_FILE)
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    dir_fd = _open_folder(folder, what)
-    try:
-        # O_NONBLOCK: a planted FIFO does not hang the open.
-        fd = os.open(LOCK_FILE, flags, 0o644, dir_fd=dir_fd)
-    except OSError as e:
-        if e.errno != errno.ELOOP:
-            raise
-        info = os.stat(LOCK_FILE, dir_fd=dir_fd, follow_symlinks=False)
-        if not stat.S_ISLNK(info.st_mode):
-            raise
-        raise UnsafeOutputError(
-            f"{path} is a symbolic link (to {os.readlink(LOCK_FILE, dir_fd=dir_fd)!r}), not a "
-            f"lock file this program wrote; {what} does not write through it. Someone else may "
-            f"have put it there: remove it (rm {path}) once you know why it is there, or write "
-            "to another folder."
-        ) from None
-    finally:
-        os.close(dir_fd)
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-        os.close(fd)
-        kind = "not a plain file" if not stat.S_ISREG(info.st_mode) else "a hard link"
-        raise UnsafeOutputError(
-            f"{path} is {kind} ({info.st_nlink} names, mode {stat.filemode(info.st_mode)}, "
-            f"owner {_user(info.st_uid)}), not a lock file this program wrote; {what} does not "
-            f"write to it. Remove it (rm {path}) once you know why it is there, or write to "
-            "another folder."
-        )
-    return fd
-
-
-def _same_file(fd: int, path: str) -> bool:
-    try:
-        return os.lstat(path).st_ino == os.fstat(fd).st_ino
-    except FileNotFoundError:
-        return False
-
-
-def check_output_folder(path: str, what: str) -> None:
-    """Refuses an output folder that another local user could plant files or links in.
-
-    The one rule for every folder a command writes (the dataset folder, the model folder, an
-    export, recommendations, the local registry). Each name a lookup of ``path`` passes must be
-    this user's or root's: ``path`` itself (if it is there) and every folder above it up to
-    ``/``, and where one is a link, the link and every folder on the way to what it points at.
-    Whoever owns a folder on the way can rename what is in it and put a link in its place, and
-    every later write of the run would land where they chose. None of those folders, nor
-    ``path``, may be writable by other users either, unless it is sticky (as ``/tmp`` is: others
-    cannot remove or rename what is ours; the folder under it that leads to ``path`` must then
-    be ours too, as every folder on the way must). Group write counts as others' unless the
-    group is the owner's own (a user private group: same name, no other members). Names not
-    there yet are not judged: :func:`make_output_folder` creates them and checks each. On the
-    Cloud Storage FUSE mount (``/gcs/`` on Vertex AI) permission bits are not what guards a
-    bucket (IAM is), and nothing on it is checked.
-
-    Args:
-        path: the output folder (it need not exist yet).
-        what: the command or step that writes it, for the message.
-
-    Raises:
-        UnsafeOutputError: naming the folder, each folder or link on the way that fails the rule
-            with its owner and mode, and what to do.
-    """
-    path = os.path.abspath(path)
-    problems = [
-        problem
-        for where, problem in _problems_on_the_way(path)
-        if not _on_gcsfuse(where)  # A link's folder, for a link.
-    ]
-    if not problems:
-        return
-    raise UnsafeOutputError(
-        f"{what}: refusing to write in {path}: {'; '.join(dict.fromkeys(problems))}. Another "
-        "user could move it away or plant links there that redirect this program's writes. "
-        "Write to a folder of your own (under your home folder or the clone, e.g. out/), with "
-        "only your own or root's folders above it, or make this one yours (chown it to "
-        "yourself, chmod go-w it; a shared parent needs chmod +t)."
-    )
-
-
-_MAX_LINKS = 40  # The kernel's limit on links followed in one lookup.
-
-
-def _problems_on_the_way(path: str) -> Iterator[tuple[str, str]]:
-    """Where a lookup of the absolute ``path`` passes a name that fails the rule, and why.
-
-    Looked at (lstat): ``path``, then each folder above it up to ``/``; for a link, the link,
-    then its target and each folder above that. Names that are not there are passed over.
-    Yields the folder the name is in for a link, the name itself for a folder.
-    """
-    parent, todo, links = os.path.dirname(path), [(path, True)], 0
-    while todo:
-        start, is_path = todo.pop()
-        here = start
-        while True:
-            try:
-                info = os.lstat(here)
-            except (FileNotFoundError, NotADirectoryError):
-                info = None
-            if info is not None:
-                itself = is_path and here == start
-                name = "it" if itself else f"its parent {here}" if here == parent else here
-                link, problem = stat.S_ISLNK(info.st_mode), _problem(name, info)
-                if problem:
-                    yield (os.path.dirname(here) if link else here), problem
-                if link:
-                    links += 1
-                    if links > _MAX_LINKS:
-                        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
-                    target = os.path.join(os.path.dirname(here), os.readlink(here))
-                    todo.append((target, itself))
-            up = os.path.dirname(here)
-            if up == here:
-                break
-            here = up
-
-
-def _problem(name: str, info: os.stat_result) -> str | None:
-    """Why the folder or link ``name`` (its lstat ``info``) fails the rule; None if it does not."""
-    mode = stat.filemode(info.st_mode)
-    if info.st_uid not in _trusted_uids():
-        kind = "a link owned" if stat.S_ISLNK(info.st_mode) else "owned"
-        return f"{name} is {kind} by {_user(info.st_uid)} (mode {mode})"
-    if not stat.S_ISLNK(info.st_mode) and _others_write(info):
-        return f"{name} is writable by {_others(info)} (owner {_user(info.st_uid)}, mode {mode})"
-    return None
-
-
-def make_output_folder(path: str, what: str) -> None:
-    """Checks ``path`` (:func:`check_output_folder`) and makes it, with any missing folder above.
-
-    Missing folders are made one at a time, mode ``0o755`` less the umask (never writable by
-    others), and each is looked at (lstat) as soon as it is made: it must be a folder, not a
-    link, and this user's or root's (under a sticky folder such as ``/tmp`` another user could
-    have made that name first). Then ``path`` is checked again as a whole.
-
-    Raises:
-        UnsafeOutputError: as :func:`check_output_folder`, or a folder made here turned out to be
-            a link, not a folder, or another user's.
-    """
-    path = os.path.abspath(path)
-    check_output_folder(path, what)
-    missing, head = [], path
-    while not os.path.lexists(head) and os.path.dirname(head) != head:
-        missing.append(head)
-        head = os.path.dirname(head)
-    for folder in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # Judged below, whoever made it.
-            os.mkdir(folder, 0o755)
-        info = os.lstat(folder)
-        ours = info.st_uid in _trusted_uids() or _on_gcsfuse(folder)
-        if stat.S_ISDIR(info.st_mode) and ours:
-            continue
-        mode = stat.filemode(info.st_mode)
-        kind = {"l": "a link", "d": "a folder"}.get(mode[0], "a file")
-        raise UnsafeOutputError(
-            f"{what}: refusing to write in {path}: {folder}, to be made for it just now, is "
-            f"{kind} owned by {_user(info.st_uid)} (mode {mode}): "
-            "someone else made that name first. Write to a folder of your own (under your home "
-            "folder or the clone, e.g. out/), with only your own or root's folders above it."
-        )
-    check_output_folder(path, what)
-
-
-def _open_folder(folder: str, what: str) -> int:
-    """A descriptor of the checked ``folder``: the folder its name leads to now, by inode."""
-    try:
-        fd = os.open(os.path.realpath(folder), _DIR_FLAGS | os.O_NOFOLLOW)
-    except OSError as e:
-        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
-            raise
-        fd = None
-    if fd is not None:
-        opened, named = os.fstat(fd), os.stat(folder)
-        if (opened.st_dev, opened.st_ino) == (named.st_dev, named.st_ino):
-            return fd
-        os.close(fd)
-    raise UnsafeOutputError(
-        f"{what}: {folder} changed while it was checked (a folder on the way to it was moved "
-        "or replaced by a link). Find out who else writes there, or write to a folder of your "
-        "own."
-    )
-
-
-def _trusted_uids() -> tuple[int, ...]:
-    return (os.geteuid(), 0)
-
-
-def _others_write(info: os.stat_result) -> bool:
-    """Whether users other than the owner may create or rename entries (sticky folders aside)."""
-    if info.st_mode & stat.S_ISVTX:
-        return False
-    if info.st_mode & stat.S_IWOTH:
-        return True
-    return bool(info.st_mode & stat.S_IWGRP) and not _private_group(info.st_uid, info.st_gid)
-
-
-def _private_group(uid: int, gid: int) -> bool:
-    """Whether ``gid`` is ``uid``'s own group (same name, no other listed members)."""
-    try:
-        user, group = pwd.getpwuid(uid), grp.getgrgid(gid)
-    except KeyError:
-        return False
-    return group.gr_name == user.pw_name and set(group.gr_mem) <= {user.pw_name}
-
-
-def _others(info: os.stat_result) -> str:
-    return "every user" if info.st_mode & stat.S_IWOTH else f"group {_group(info.st_gid)}"
-
-
-def _user(uid: int) -> str:
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
-
-
-def _group(gid: int) -> str:
-    try:
-        return f"{grp.getgrgid(gid).gr_name} (gid {gid})"
-    except KeyError:
-        return f"gid {gid}"
-
-
-def _on_gcsfuse(path: str, mounts_file: str = "/proc/self/mounts") -> bool:
-    """Whether ``path`` is on a Cloud Storage FUSE mount (by ``mounts_file``; Linux).
-
-    gcsfuse mounts show as type ``fuse.gcsfuse`` (releases since early 2022), older ones as
-    ``fuse`` whose source names gcsfuse.
-    """
-    real, best = os.path.realpath(path), ("", "", "")
-    try:
-        with open(mounts_file) as f:
-            mounts = [line.split()[:3] for line in f if len(line.split()) > 2]
-    except OSError:
-        return False
-    for source, point, kind in mounts:
-        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best[1]):
-            best = (source, point, kind)
-    source, _, kind = best
-    return kind.startswith("fuse.gcsfuse") or (kind == "fuse" and "gcsfuse" in source)
-
-
-def _acquire(fd: int, folder: str, path: str, what: str, wait: bool) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except OSError as e:
-        if e.errno in _UNSUPPORTED:
-            log.warning(
-                "%s: this file system has no file locks (%s); going on without one. Keep to one "
-                "writer per folder here (each Vertex AI task has its own output folder).",
-                path,
-                e.strerror,
-            )
-            return False
-        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise
-    holder = _read_holder(fd)
-    who = holder.describe() if holder else "another process"
-    if not wait:
-        raise FolderBusyError(
-            f"{folder} is being written by {who}; wait for it to finish, or choose another "
-            f"folder for this {what}"
-        ) from None
-    log.warning("%s is being written by %s; waiting for it to finish", folder, who)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    return True
-
-
 def partial_name(path: str) -> str:
     """A private sibling of ``path`` to build in: ``<path>.partial-<pid>-<random>``.
 
@@ -598,6 +228,8 @@ def _alive(pid: int) -> bool:
 
 
 _AT_FDCWD = -100
+
+
 _RENAME_EXCHANGE = 2
 
 
@@ -622,6 +254,8 @@ def _exchange(a: str, b: str) -> bool:
 # (gcsfuse past --rename-dir-limit), EOPNOTSUPP (gcsfuse, a file in it open), EXDEV (overlayfs,
 # a folder of a lower layer), EINVAL. Files still rename there.
 _NO_FOLDER_RENAME = {errno.ENOSYS, errno.EMFILE, errno.EOPNOTSUPP, errno.EXDEV, errno.EINVAL}
+
+
 PUBLISHING_FILE = ".publishing"  # In a folder while files are moved into it one by one.
 
 
@@ -735,40 +369,3 @@ def move_in(new: str, target: str, marker: str) -> None:
 def interrupted(folder: str) -> bool:
     """Whether ``folder`` holds a :func:`move_in` that did not finish (safe to publish over)."""
     return os.path.isfile(os.path.join(folder, PUBLISHING_FILE))
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """In a forked worker: be killed when the parent dies (Linux); drop inherited lock fds.
-
-    If the parent died before this ran, exits at once. Use as a pool's ``initializer``.
-    """
-    for fd in tuple(_HELD):
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _HELD.clear()
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:
-        os._exit(1)
-
-
-def _raise_exit(signum, frame) -> None:
-    raise SystemExit(128 + signum)
-
-
-@contextlib.contextmanager
-def terminate_as_exit() -> Iterator[None]:
-    """Within the block, SIGTERM raises ``SystemExit`` (main thread only; else a no-op)."""
-    try:
-        previous = signal.signal(signal.SIGTERM, _raise_exit)
-    except ValueError:  # Not the main thread.
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -1,9 +1,13 @@
 """From raw ratings to the record contract.
 
-Readers of every input layout (``io``, and ``beam_source`` for Apache Beam), negative sampling
+Readers of every input layout (``io``, and ``beam_source`` for Apache Beam) and what they stand
+on (``formats``, ``input_files``, ``delimited``, ``id_columns`` over the kinds of ``ids``,
+``times``, ``positive_rules``, ``read_errors``, ``arrow_columns``), negative sampling
 (``sampling``), the TFRecord format (``records``), the dataset's ``metadata.json`` (``metadata``)
-and folder layout (``dataset_folder``), the preparation engines (``prepare`` on one machine,
-``prepare_beam`` as a Beam job) over the same global decisions (``plan``), shard writers
+and folder layout (``dataset_folder``), the preparation engines (``prepare`` on one machine, with
+``indexing`` and ``worker_pool``; ``prepare_beam`` as a Beam job, with its stages
+``prepare_beam_read``, ``prepare_beam_clean``, ``prepare_beam_write`` and
+``prepare_beam_errors``) over the same global decisions (``plan``), shard writers
 (``shards``) and run result (``report``), and data that needs no download (``sample_data``,
 ``synthetic``). Nothing here imports the trainer.
 """

@@ -8,11 +8,11 @@ that workers parse with pyarrow, Parquet is read row group by row group with
 settings do not depend on the layout. Columns that cannot be found are left out: the schema then
 reports them missing.
 
-Id columns are read as data prep reads them (``Source.id_type``, io.py's ``--id-type`` rule):
-``int64`` as integers (text stays text, and the schema says it is of the wrong type); ``string``
-as their text, integer columns too (Parquet integers as their decimal text); ``auto`` as
-integers where every value of the column is one, else as text (a float-looking id such as
-``1.5`` stays the text it was written as).
+Id columns are read as data prep reads them (``Source.id_type``, the ``--id-type`` rule of
+``id_columns``): ``int64`` as integers (text stays text, and the schema says it is of the wrong
+type); ``string`` as their text, integer columns too (Parquet integers as their decimal text);
+``auto`` as integers where every value of the column is one, else as text (a float-looking id
+such as ``1.5`` stays the text it was written as).
 
 Each value becomes a one-element list, the layout TFDV's statistics generators expect. Text is
 parsed twice: a first pass finds each column's type over all ranges (a column with one
@@ -33,6 +33,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from training_core.common import hints
+from training_core.data import delimited, formats, read_errors
 from training_core.data import io as rio
 from training_core.data.ids import ID_AUTO, ID_STRING
 
@@ -48,13 +49,15 @@ class Source:
     """What to read and how its columns map to canonical names."""
 
     files: tuple[str, ...]
-    layout: rio.FileLayout  # The first file's (``io.describe_file``); every file is read with it.
+    layout: (
+        formats.FileLayout
+    )  # The first file's (``formats.describe_file``); every file is read with it.
     rename: tuple[tuple[str, str], ...]  # (column in the file, canonical name), found ones only.
-    id_type: str = ID_AUTO  # How id columns are read (ids.ID_TYPES, io.py's --id-type).
+    id_type: str = ID_AUTO  # How id columns are read (ids.ID_TYPES, id_columns' --id-type).
 
     @property
     def format(self) -> str:
-        """The files' format (a canonical ``io`` name)."""
+        """The files' format (a canonical ``formats`` name)."""
         return self.layout.format
 
     @property
@@ -77,19 +80,19 @@ def describe_source(
     Raises:
         DataError: no such input, an unknown layout, or an empty file (named).
     """
-    files, fmt = rio.resolve_input(path, fmt)
+    files, fmt = formats.resolve_input(path, fmt)
     columns = columns or rio.Columns()
     for f in files:
         if os.path.getsize(f) == 0:
-            raise rio.DataError(f"{f}: the file is empty (no interactions)")
-    layout = rio.describe_file(files[0], fmt)
+            raise read_errors.DataError(f"{f}: the file is empty (no interactions)")
+    layout = formats.describe_file(files[0], fmt)
     if layout.has_header and not layout.names:  # A blank first line.
-        raise rio.DataError(f"{files[0]}: the file is empty (no interactions)")
+        raise read_errors.DataError(f"{files[0]}: the file is empty (no interactions)")
     return Source(tuple(files), layout, _mapping(layout.names, columns, fmt), id_type)
 
 
 def _mapping(names: tuple[str, ...], columns: rio.Columns, fmt: str) -> tuple[tuple[str, str], ...]:
-    if fmt in (rio.MOVIELENS_100K, rio.MOVIELENS_DAT):
+    if fmt in (formats.MOVIELENS_100K, formats.MOVIELENS_DAT):
         return (("user", USER), ("item", ITEM), ("timestamp", TIME), ("rating", RATING))
     wanted = (
         (USER, columns.user, rio.USER_ALIASES),
@@ -133,7 +136,7 @@ class ReadInteractionBatches(beam.PTransform):
         """Builds the read."""
         src = self._source
         files = [beam_path(f, self._remote) for f in src.files]
-        if src.format == rio.PARQUET:
+        if src.format == formats.PARQUET:
             wanted = [c for c, _ in src.rename]
             types = _parquet_types(src.files, wanted)
             if src.id_type == ID_STRING:  # Integer ids as their decimal text.
@@ -196,14 +199,14 @@ def read_text_range(
     path: str,
     start: int,
     end: int,
-    layout: rio.FileLayout,
+    layout: formats.FileLayout,
     include_columns: Sequence[str],
     column_types: dict[str, pa.DataType],
 ) -> pa.Table | None:
     """The lines that begin in [start, end) of a text file, parsed; None when they are blank.
 
     :func:`read_range` reads them from ``path`` (where workers open the file) and
-    ``io.parse_delimited`` parses them as ``layout`` (read by the launcher) says.
+    ``delimited.parse_delimited`` parses them as ``layout`` (read by the launcher) says.
 
     Raises:
         pa.ArrowInvalid, pa.ArrowTypeError: text the parser rejects; the caller says where.
@@ -217,7 +220,7 @@ def read_text_range(
 def parse_text_range(
     data: bytes,
     start: int,
-    layout: rio.FileLayout,
+    layout: formats.FileLayout,
     include_columns: Sequence[str],
     column_types: dict[str, pa.DataType],
 ) -> pa.Table:
@@ -226,7 +229,7 @@ def parse_text_range(
     The header line is skipped where the range starts the file.
     """
     skip = 1 if layout.has_header and start == 0 else 0
-    return rio.parse_delimited(
+    return delimited.parse_delimited(
         data, layout.delimiter, layout.names, skip, include_columns, column_types
     )
 
@@ -241,7 +244,7 @@ def _parse(
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         where = path if end < 0 else f"{path} (bytes {start}-{end})"
-        raise rio.DataError(
+        raise read_errors.DataError(
             f"{where}: cannot be parsed as {src.format}: {e}. Fix or remove the bad line "
             f"(or check {hints.option('--format')})."
         ) from None

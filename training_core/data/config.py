@@ -20,7 +20,7 @@ from typing import Any
 
 from training_core.common import not_set
 from training_core.data import io as rio
-from training_core.data import sampling
+from training_core.data import positive_rules, sampling
 from training_core.data.ids import ID_AUTO, ID_TYPES
 
 RUNNER_LOCAL = "local"  # One machine: training_core.data.prepare.
@@ -47,9 +47,9 @@ class PrepareConfig:
 
     input_path: str
     output_dir: str
-    format: str = "auto"  # An input layout name or alias (training_core.data.io.FORMAT_ALIASES).
+    format: str = "auto"  # An input layout name or alias (data.formats.FORMAT_ALIASES).
     columns: rio.Columns = rio.Columns()
-    # How the user and item columns' ids are read (training_core.data.io: auto, int64, string).
+    # How the user and item columns' ids are read (data.id_columns: auto, int64, string).
     id_type: str = dataclasses.field(
         default=ID_AUTO,
         metadata={
@@ -200,7 +200,7 @@ class PrepareConfig:
             ("id_type", self.id_type in ID_TYPES, f"must be one of {', '.join(ID_TYPES)}"),
             (
                 "positive_events",
-                not self.positive_events or bool(rio.parse_events(self.positive_events)),
+                not self.positive_events or bool(positive_rules.parse_events(self.positive_events)),
                 "must name events, separated by commas",
             ),
             ("min_ratings", self.min_ratings >= 0, "must be >= 0 (0 disables the filter)"),
@@ -235,9 +235,9 @@ class PrepareConfig:
         ]
         return [(field, rule) for field, ok, rule in rules if not ok]
 
-    def positive_rule(self) -> rio.PositiveRule:
+    def positive_rule(self) -> positive_rules.PositiveRule:
         """The reader's rule for positives (``min_rating``, ``positive_events``)."""
-        return rio.PositiveRule.from_options(self.min_rating, self.positive_events)
+        return positive_rules.PositiveRule.from_options(self.min_rating, self.positive_events)
 
     def resolved_epochs(self, num_train_positives: int) -> int:
         """The epochs to prepare for data of ``num_train_positives``.

@@ -7,7 +7,7 @@ Layout (``docs/data-format.md``)::
     <output>/data-<build>/   one build: train/epoch_NNN/*.tfrecord, eval/*.tfrecord,
                              validation/*.tfrecord (unless --no-validation), vocab/*.txt,
                              seen_only/*.tfrecord (rows that are no positive, if any)
-    <output>/.lock           held by the one writer (training_core.common.atomic_writes.hold)
+    <output>/.lock           held by the one writer (training_core.common.folder_lock.hold)
 
 A run builds into its own ``data-<build>`` folder, which nothing names until it is complete, and
 publishes by replacing ``metadata.json`` in one step: readers see the previous complete dataset or
@@ -25,13 +25,9 @@ import logging
 import os
 import shutil
 
-from training_core.common.atomic_writes import (
-    LOCK_FILE,
-    hold,
-    is_partial,
-    terminate_as_exit,
-    write_text_atomic,
-)
+from training_core.common.atomic_writes import is_partial, write_text_atomic
+from training_core.common.folder_lock import LOCK_FILE, hold
+from training_core.common.process_lifetime import terminate_as_exit
 from training_core.data.metadata import (
     EVAL_DIR,
     FORMAT_VERSION,
@@ -192,7 +188,7 @@ def begin(out: str, build: str, num_epochs: int = 0, validation: bool = True) ->
     ``num_epochs``: the epoch folders to make now; an engine that learns the epochs only later
     (Beam, in the job) leaves it 0 and makes each as it writes. ``validation``: whether the
     build has a validation split (``PrepareConfig.validation``). Call while holding ``out``
-    (``publish.hold``). Returns the build folder's path.
+    (``folder_lock.hold``). Returns the build folder's path.
     """
     keep = _kept(out)
     stale = sorted(e for e in os.listdir(out) if _ours(e) and e not in keep + _KEEP_ALWAYS)

@@ -229,11 +229,11 @@ def build_folders(num_epochs: int, validation: bool = True) -> list[str]:
 
 def _not_prepared(root: str) -> str:
     """Why ``root`` is not a prepared dataset, and the command that makes one from what is there."""
-    from training_core.data import io  # Only on this path: it imports pyarrow.
+    from training_core.data import formats, read_errors  # Only on this path: they import pyarrow.
 
     try:
-        raw, _ = io.resolve_input(root)  # Raw ratings, as prepare-data would read them?
-    except (io.DataError, OSError):
+        raw, _ = formats.resolve_input(root)  # Raw ratings, as prepare-data would read them?
+    except (read_errors.DataError, OSError):
         return (
             f"{root} holds no complete prepared dataset ({METADATA_FILE} and {SUCCESS_FILE} are "
             "written last; a run that was interrupted leaves neither). Run "

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from importlib import metadata as importlib_metadata
 
 from training_core.common import hints
-from training_core.data import dataset_folder, sampling
+from training_core.data import dataset_folder, positive_rules, read_errors, sampling
 from training_core.data import io as rio
 from training_core.data.config import EVAL_USERS_MULTIPLE, PrepareConfig
 from training_core.data.ids import ID_AUTO, ID_INT64
@@ -39,10 +39,10 @@ DEFAULT_EVAL_USERS_PER_BATCH = 160  # As the reference (160 users x 1000 candida
 ROWS_PER_AUTO_SHARD = 1_000_000
 
 
-def nothing_left(stats: dict[str, int], min_ratings: int) -> rio.DataError:
+def nothing_left(stats: dict[str, int], min_ratings: int) -> read_errors.DataError:
     """The error for data that cleaning left empty, naming the rule that emptied it."""
     if stats.get("users_with_every_item"):
-        return rio.DataError(
+        return read_errors.DataError(
             f"every user left interacted with every item ({stats['users_with_every_item']} "
             "users): no negatives can be drawn, and NCF learns from items a user did not "
             "interact with. Check the input (is the item column right?) or add items."
@@ -56,7 +56,7 @@ def nothing_left(stats: dict[str, int], min_ratings: int) -> rio.DataError:
         if seen_only
         else ""
     )
-    return rio.DataError(
+    return read_errors.DataError(
         f"no user has at least {max(min_ratings, 2)} interactions{rules}; lower "
         f"{hints.option('--min-ratings')} (now {min_ratings}) or check the input"
     )
@@ -64,7 +64,7 @@ def nothing_left(stats: dict[str, int], min_ratings: int) -> rio.DataError:
 
 # The stats (metadata.json's ``source``) that count the rows each positive rule turned into
 # seen-only rows, as the reader names them (``io.Interactions.rule_counts``).
-SEEN_ONLY_RULES = (rio.BELOW_MIN_RATING, rio.NOT_POSITIVE_EVENT)
+SEEN_ONLY_RULES = (positive_rules.BELOW_MIN_RATING, positive_rules.NOT_POSITIVE_EVENT)
 
 
 def resolve_eval_users_per_batch(

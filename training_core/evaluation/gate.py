@@ -29,13 +29,13 @@ split, the catalogue overlap and the reason, and the baselines' on the same cand
 from __future__ import annotations
 
 import dataclasses
-import html
 import logging
 import os
 from typing import Any
 
 import numpy as np
 
+from training_core.common import report_kit
 from training_core.data.metadata import SPLIT_TEST, SPLIT_VALIDATION, read_metadata, read_vocab
 
 log = logging.getLogger(__name__)
@@ -468,34 +468,30 @@ def compare(
 
 
 def decision_html(decision: Decision) -> str:
-    """A small HTML page: the verdict, the reason and both models' metrics on each split."""
+    """A small HTML page: the verdict, the reason and both models' metrics on each split.
+
+    Rendered through the report kit (``training_core.common.report_kit``, ``decision.html.j2``).
+    """
     rows = []
     for split, *scored in decision.by_split():
-        role = "decides" if split == decision.split else "reported"
+        where = f"{split} ({'decides' if split == decision.split else 'reported'})"
         for who, s in zip(("challenger", "champion"), scored, strict=True):
-            if s is None:
-                rows.append(
-                    f"<tr><td>{who}</td><td>{split} ({role})</td><td colspan=4>none</td></tr>"
-                )
-                continue
-            rows.append(
-                f"<tr><td>{who}</td><td>{split} ({role})</td><td>{s.hr_at_10:.4f}</td>"
-                f"<td>{s.ndcg_at_10:.4f}</td><td>{s.known_users:.1%}</td>"
-                f"<td>{html.escape(s.export_dir)}</td></tr>"
-            )
+            cells = None
+            if s is not None:
+                cells = (f"{s.hr_at_10:.4f}", f"{s.ndcg_at_10:.4f}", f"{s.known_users:.1%}")
+                cells += (s.export_dir,)
+            rows.append({"who": who, "split": where, "scores": cells})
         for b in decision.baselines:
             if b.split == split:
-                rows.append(
-                    f"<tr><td>{b.name} (baseline)</td><td>{split} ({role})</td>"
-                    f"<td>{b.hr_at_10:.4f}</td><td>{b.ndcg_at_10:.4f}</td><td>100.0%</td>"
-                    f"<td>{html.escape(b.detail or 'fitted on the training positives')}</td></tr>"
-                )
-    verdict = "blessed" if decision.blessed else "not blessed"
-    return (
-        "<html><body>"
-        f"<h2>Challenger {verdict}</h2><p>{html.escape(decision.reason)}</p>"
-        "<table border=1><tr><th></th><th>split</th><th>HR@10</th><th>NDCG@10</th>"
-        "<th>users known</th><th>model</th></tr>" + "".join(rows) + "</table></body></html>"
+                cells = (f"{b.hr_at_10:.4f}", f"{b.ndcg_at_10:.4f}", "100.0%")
+                cells += (b.detail or "fitted on the training positives",)
+                rows.append({"who": f"{b.name} (baseline)", "split": where, "scores": cells})
+    return report_kit.render(
+        "decision.html.j2",
+        blessed=decision.blessed,
+        verdict="blessed" if decision.blessed else "not blessed",
+        reason=decision.reason,
+        rows=rows,
     )
 
 

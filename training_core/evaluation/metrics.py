@@ -19,7 +19,7 @@ import dataclasses
 
 import tensorflow as tf
 
-from training_core.training.train_step import repeat
+from training_core.training.compiled_step import repeat
 
 TOP_K = 10
 

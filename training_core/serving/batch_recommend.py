@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from training_core.common import atomic_writes
+from training_core.common import atomic_writes, output_folders, process_lifetime
 
 log = logging.getLogger(__name__)
 
@@ -341,8 +341,8 @@ def recommend(config: RecommendConfig) -> RecommendResult:
     """Writes every user's top-k items (module doc); returns what it wrote.
 
     Raises:
-        ValueError: a bad option, or (``atomic_writes.UnsafeOutputError``) an output folder another
-            local user could plant links in (``atomic_writes.check_output_folder``).
+        ValueError: a bad option, or (``output_folders.UnsafeOutputError``) an output folder another
+            local user could plant links in (``output_folders.check_output_folder``).
     """
     import apache_beam as beam
     import tensorflow as tf
@@ -352,7 +352,7 @@ def recommend(config: RecommendConfig) -> RecommendResult:
 
     config.check()
     if "://" not in config.output_dir:  # Before the work: whose folder it is.
-        atomic_writes.check_output_folder(config.output_dir.rstrip("/"), "recommend")
+        output_folders.check_output_folder(config.output_dir.rstrip("/"), "recommend")
     t0 = time.perf_counter()
     facts = _export_facts(config.export_dir)
     top_k = config.top_k or int(facts["top_k"])
@@ -396,7 +396,7 @@ def recommend(config: RecommendConfig) -> RecommendResult:
         runner_name or "in-process",
     )
     try:
-        with atomic_writes.terminate_as_exit():
+        with process_lifetime.terminate_as_exit():
             runner = None if runner_name else beam_source.in_process_runner(options)
             with beam.Pipeline(runner=runner, options=options) as p:
                 # Remote workers read and write gs:// where this launcher sees /gcs/.

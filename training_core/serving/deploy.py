@@ -51,39 +51,6 @@ DEFAULT_CANARY_PERCENT = 10
 
 
 @dataclasses.dataclass(frozen=True)
-class Rollout:
-    """How a new version reaches the endpoint: a deploying profile's ``rollout``.
-
-    ``canary_percent``: the canary's share of the traffic our versions have.
-    ``promote_after_minutes``: with a canary, a pipeline step that waits this long and then
-    promotes it if it still serves (:func:`promote_after`); 0: promote or roll back by hand
-    (``ncf-pipelines rollout``).
-    """
-
-    strategy: str = ROLLOUT_REPLACE
-    canary_percent: int = DEFAULT_CANARY_PERCENT
-    promote_after_minutes: int = 0
-
-    def problems(self) -> list[str]:
-        """What is wrong with the choice, each with what to write instead."""
-        out = []
-        if self.strategy not in ROLLOUTS:
-            out.append(f"rollout: strategy {self.strategy!r} is not one of {', '.join(ROLLOUTS)}")
-        if not 1 <= self.canary_percent <= 99:
-            out.append(
-                f"rollout: canary_percent {self.canary_percent} must be 1 to 99 (the canary's "
-                "share of the traffic; 100 is rollout replace)"
-            )
-        if self.promote_after_minutes < 0:
-            out.append("rollout: promote_after_minutes must be >= 0 (0: promote by hand)")
-        if self.promote_after_minutes and self.strategy != ROLLOUT_CANARY:
-            out.append(
-                "rollout: promote_after_minutes promotes a canary; use strategy canary or remove it"
-            )
-        return out
-
-
-@dataclasses.dataclass(frozen=True)
 class Deployment:
     """What :func:`deploy` left serving."""
 

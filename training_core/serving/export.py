@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from training_core.common import atomic_writes
+from training_core.common import atomic_writes, output_folders, process_lifetime
 from training_core.data.ids import ID_INT64, ID_STRING
 from training_core.data.metadata import read_metadata, read_vocab
 from training_core.data.positives import seen_items  # What "seen" means for recommend.
@@ -335,12 +335,12 @@ def export(config: ExportConfig) -> ExportResult:
         FileNotFoundError: no checkpoint, model_config.json or prepared dataset.
         FileExistsError: ``export_dir`` is not empty and ``overwrite`` is off.
         ValueError: the model and the dataset do not match.
-        atomic_writes.UnsafeOutputError: another local user could plant links in ``export_dir`` or
-            its parent (``atomic_writes.check_output_folder``).
+        output_folders.UnsafeOutputError: another local user could plant links in ``export_dir`` or
+            its parent (``output_folders.check_output_folder``).
     """
     export_dir = config.export_dir.rstrip("/")
     if "://" not in export_dir:
-        atomic_writes.check_output_folder(export_dir, "export")
+        output_folders.check_output_folder(export_dir, "export")
     _check_target(export_dir, config.overwrite)  # Fail before the work, not after.
     meta = read_metadata(config.data_dir)
     _, num_users, num_items = read_model_config(config.model_dir)
@@ -414,7 +414,7 @@ def export(config: ExportConfig) -> ExportResult:
     if local:  # Made here, never reused: a name that is already there fails.
         os.makedirs(os.path.dirname(os.path.abspath(tmp)), exist_ok=True)
         os.mkdir(tmp)
-    with atomic_writes.terminate_as_exit():
+    with process_lifetime.terminate_as_exit():
         try:
             tf.saved_model.save(module, tmp, signatures=signatures)
             marker = json.dumps(serving_metadata(result, config), indent=2) + "\n"

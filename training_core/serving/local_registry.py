@@ -27,7 +27,7 @@ import re
 import shutil
 import time
 
-from training_core.common import atomic_writes
+from training_core.common import atomic_writes, folder_lock
 
 VERSIONS_DIR = "versions"
 DEFAULT_FILE = "DEFAULT"
@@ -79,7 +79,7 @@ def register(
         raise FileNotFoundError(f"{export_dir}: not an exported SavedModel (no saved_model.pb)")
     folder = model_folder(root, display_name)
     versions = os.path.join(folder, VERSIONS_DIR)
-    with atomic_writes.hold(folder, f"register {display_name}", wait=True):
+    with folder_lock.hold(folder, f"register {display_name}", wait=True):
         os.makedirs(versions, exist_ok=True)
         numbers = [int(n) for n in os.listdir(versions) if n.isdigit()]
         version = str(max(numbers, default=0) + 1)

@@ -19,7 +19,7 @@ and read only here (``write_model_config``, ``check_model_folder``, ``read_model
     │                              read back into the final checkpoint if not the last epoch
     ├── summaries/                 SUMMARIES_SUBDIR, summaries_dir(): TensorBoard events, unless
     │                              the run names another folder ($AIP_TENSORBOARD_LOG_DIR)
-    ├── .lock                      atomic_writes.LOCK_FILE (common/): held by the train run
+    ├── .lock                      folder_lock.LOCK_FILE (common/): held by the train run
     └── .worker_tmp_<task>/        worker_scratch_dir(): where a non-chief worker of a multi-worker
                                    run saves its share of a checkpoint (removed after each save)
 

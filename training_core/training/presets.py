@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 
-# The scorers ``--model`` chooses (``training_core.training.model.NCFModel``): NeuMF (He et al.
-# 2017, GMF and MLP towers into one logit, what the reference trains), a dot product with user and
-# item biases (Rendle et al. 2020 show a tuned one matches or beats NeuMF), and NeuMF's two towers
-# alone. Every one is trained by the same loop and strategies and exports the same signatures.
+from training_core.training import architectures
+
+# The scorers ``--model`` chooses and a line on each (``training_core.training.architectures``).
 ARCHITECTURES: dict[str, str] = {
-    "neumf": "NeuMF: GMF and MLP towers joined in one logit",
-    "mf": "matrix factorisation: dot product of the embeddings plus user and item biases",
-    "gmf": "the GMF tower alone: a weighted element-wise product of the embeddings",
-    "mlp": "the MLP tower alone: ReLU layers over the concatenated embeddings",
+    name: architecture.description for name, architecture in architectures.REGISTRY.items()
 }
 
 
@@ -58,10 +54,7 @@ class NeuMFConfig:
     l2_regularization: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.architecture not in ARCHITECTURES:
-            raise ValueError(
-                f"unknown model {self.architecture!r}; choose one of {', '.join(ARCHITECTURES)}"
-            )
+        architecture = architectures.get(self.architecture)  # Refuses an unknown one.
         if not self.layers or self.layers[0] % 2:
             raise ValueError(f"layers[0] must be even (split between user and item): {self.layers}")
         if self.num_factors < 1 or self.batch_size < 1 or self.epochs < 1:
@@ -70,23 +63,12 @@ class NeuMFConfig:
             raise ValueError(f"l2_regularization must be >= 0, got {self.l2_regularization}")
         if self.patience is not None and self.patience < 1:
             raise ValueError(f"patience must be >= 1 (None: never), got {self.patience}")
-
-    @property
-    def uses_gmf(self) -> bool:
-        """Whether the tables hold GMF columns (``num_factors`` of them)."""
-        return self.architecture in ("neumf", "gmf")
-
-    @property
-    def uses_mlp(self) -> bool:
-        """Whether the tables hold MLP columns (``layers[0] // 2``) and the model an MLP."""
-        return self.architecture in ("neumf", "mlp")
+        architecture.check(self)
 
     @property
     def embedding_dim(self) -> int:
-        """Width of each embedding table (``mf``: the factors and one bias column)."""
-        if self.architecture == "mf":
-            return self.num_factors + 1
-        return self.num_factors * self.uses_gmf + (self.layers[0] // 2) * self.uses_mlp
+        """Width of each embedding table (the architecture's: ``mf``'s holds a bias column)."""
+        return architectures.get(self.architecture).embedding_dim(self)
 
 
 # ml-20m and ml-1m take the reference's MLPerf v0.5 settings (tensorflow/models

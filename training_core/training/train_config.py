@@ -449,7 +449,7 @@ REFIT_TAKES = (
 def kept_epoch(epochs: list[Mapping[str, Any]], patience: int | None) -> int:
     """The epoch whose weights a finished run kept, from its history rows (``epoch``, HR@10).
 
-    The loop's rule (``loop._Trainer._run``): with patience the best HR@10 (the first of
+    The trainer's rule (``trainer._Trainer._run``): with patience the best HR@10 (the first of
     equals), else the last.
     """
     if patience is not None:

@@ -42,6 +42,7 @@ from training_core.data.metadata import (
     read_metadata,
     read_vocab,
 )
+from training_core.training import architectures
 from training_core.training.model_dir import DATA_DIR, WARM_START
 from training_core.training.presets import NeuMFConfig
 
@@ -218,7 +219,8 @@ def _shape_problems(champion: Champion, model) -> list[str]:
         for field in ("architecture", "num_factors"):
             if getattr(c, field) != getattr(want, field):
                 problems.append(f"{field} {getattr(c, field)} there, {getattr(want, field)} here")
-        if (c.uses_mlp or want.uses_mlp) and tuple(c.layers) != tuple(want.layers):
+        layered = architectures.get(c.architecture).uses_layers or model.architecture.uses_layers
+        if layered and tuple(c.layers) != tuple(want.layers):
             problems.append(f"mlp_layers {list(c.layers)} there, {list(want.layers)} here")
     width = champion.table("user_embedding").shape[1]
     if width != model.config.embedding_dim:
@@ -267,7 +269,7 @@ def check(champion: Champion, model, meta: DatasetMetadata) -> None:
 def apply(champion: Champion, model, meta: DatasetMetadata, data_dir: str) -> WarmStart:
     """Puts the champion's weights into the freshly built ``model`` (rows by raw id).
 
-    ``model`` is the run's ``NCFModel`` for ``meta``'s data (``loop.build_model``), before its
+    ``model`` is the run's ``NCFModel`` for ``meta``'s data (``trainer.build_model``), before its
     first step. Known rows are copied exactly; new rows keep their fresh values.
 
     Raises:
@@ -294,21 +296,9 @@ def apply(champion: Champion, model, meta: DatasetMetadata, data_dir: str) -> Wa
     ]
     # Same shapes (checked): matched by name, each our variable's own checkpoint name.
     by_name = dict(dense)
-    for variable in model.dense_variables():
-        variable.assign(by_name[_key(_attribute_path(model, variable))])
+    for path, variable in model.named_dense_variables().items():
+        variable.assign(by_name[_key(path)])
     return WarmStart(champion.path, champion.source, counts["user"], counts["item"], len(dense))
-
-
-def _attribute_path(model, variable) -> str:
-    """``logit_bias`` or ``mlp_kernels/0``: where ``variable`` hangs on ``model`` (its name)."""
-    for name in ("logit_kernel", "logit_bias"):
-        if getattr(model, name, None) is variable:
-            return name
-    for name in ("mlp_kernels", "mlp_biases"):
-        for i, v in enumerate(getattr(model, name)):
-            if v is variable:
-                return f"{name}/{i}"
-    raise ValueError(f"{variable.name} is not a weight of the model")
 
 
 def recorded(model_dir: str) -> dict[str, Any] | None:

@@ -2,30 +2,29 @@
 
 ``build_pipeline(profile)`` returns one pipeline definition for any hardware profile and for local
 runs: the steps, parameters and artifacts are the same; only where each step runs differs, and
-``placement(profile)`` says where: CPU steps get resource setters; accelerator or multi-replica
-training runs as a Vertex AI custom job (google-cloud-pipeline-components' wrapper, created there
-outside the pipeline function as its docs require). ``compile_pipeline`` writes the IR YAML, with
-one image for every component; ``pipelines.compiled`` reads that layout back.
+``pipelines.placement`` says where (CPU steps get resource setters; accelerator or multi-replica
+training runs as a Vertex AI custom job); ``pipelines.tuning_job`` adds the tuning job of a
+profile that tunes. ``compile_pipeline`` writes the IR YAML, with one image for every component;
+``pipelines.compiled`` reads that layout back.
+
+Over 500 lines, for one reason: the pipeline function's parameters (every step's options, each
+defaulting to its step's own default) and the wiring of the steps that read them are one
+signature; each step's wiring is its own builder function below (``_train``, ``_serve``, ...).
 """
 
-import copy
 import dataclasses
 import json
 import os
 import tempfile
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from kfp import dsl
 from kfp.dsl import Dataset, Metrics, Model
 
-from components import custom_job_launcher
 from components._image import (
     DEFAULT_IMAGE,
     DEFAULT_USER,
-    IMAGE_REPOSITORY,
-    image_for,
-    variant_for_accelerator,
 )
 from components.compare_models import compare_models
 from components.deploy_model import deploy_model, promote_canary
@@ -34,31 +33,25 @@ from components.export_model import export_model, register_model
 from components.prepare_data import prepare_data
 from components.recommend import recommend
 from components.run_report import report_run
-from components.train_model import refit_model, train_model
-from components.tuning import best_tuning_options, tuning_trial_spec
 from components.validate_data import validate_data
 from pipelines import yaml_io
-from pipelines.compiled import TRAIN_TASK, WORKER_POOL_SPECS, run_problems
+from pipelines.compiled import run_problems
+from pipelines.placement import Images, Placement, placement
 from pipelines.profiles import (
     Profile,
     eval_users_multiple,
     preflight,
     raise_problems,
 )
+from pipelines.tuning_job import tuning_job
 from training_core.common.not_set import kfp_default
 from training_core.data import config as prepare_options
 from training_core.evaluation import gate
 from training_core.serving import batch_recommend as batch_options
 from training_core.serving.deploy import ROLLOUT_CANARY
-from training_core.serving.vertex_registry import SERVING_OWN
 from training_core.training import train_config as train_options
 
-if TYPE_CHECKING:  # The search space is read inside the tuning builder, off the import path.
-    from training_core.tune import SearchSpace
-
 PIPELINE_NAME = "ncf-pipeline"
-TUNE_TASK = "ncf-tuning"  # The tuning job's display name.
-REFIT_TASK = "refit-model"  # The compiled task name of refit_model (KFP derives it).
 # The pipeline's parameters default to the steps' own option defaults (their one home); "not set"
 # is the zero value in KFP parameters (training_core.common.not_set).
 PREP = prepare_options.DEFAULTS
@@ -77,290 +70,6 @@ class Outputs(NamedTuple):
     metrics: Metrics
     examples: Dataset
     decision: Metrics  # The champion/challenger gate's verdict and both models' metrics.
-
-
-@dataclasses.dataclass(frozen=True)
-class Images:
-    """The images a compiled pipeline runs: ``cpu`` for every plain step, ``train`` for training.
-
-    ``dataflow``: the Dataflow workers' image of a profile that prepares data with Beam ("":
-    none, the job's own ``--sdk_container_image`` or Beam's default). ``serve``: the image a
-    registered model is served by when the profile's ``serving_image`` is ``own`` ("": Vertex
-    AI's prebuilt TF Serving image).
-    """
-
-    cpu: str
-    train: str
-    dataflow: str = ""
-    serve: str = ""
-
-    @classmethod
-    def for_profile(
-        cls,
-        profile: Profile,
-        repository: str | None = None,
-        image: str | None = None,
-        user: str = DEFAULT_USER,
-    ) -> "Images":
-        """``image`` for everything, or the repository's tags that match the profile.
-
-        ``image`` serves the model too when the profile serves with its own image. ``user``
-        ``root``: the root variant's tags for the steps (``components._image.image_for``); the
-        serving image writes nothing to /gcs and keeps its own.
-        """
-        own = profile.serving_image == SERVING_OWN
-        if image:
-            return cls(image, image, serve=image if own else "")
-        repo = repository or IMAGE_REPOSITORY
-        variant = variant_for_accelerator(profile.train.accelerator_type)
-        beam = profile.data_runner == prepare_options.RUNNER_BEAM
-        return cls(
-            image_for("cpu", repo, user),
-            image_for(variant, repo, user),
-            image_for("dataflow", repo, user) if beam else "",
-            image_for("serve", repo) if own else "",
-        )
-
-
-def _custom_job_train_op(
-    profile: Profile,
-    train_image: str,
-    launcher_image: str,
-    component: Any = train_model,
-    display_name: str = TRAIN_TASK,
-):
-    """``component`` (``train_model``) as a Vertex AI custom job on the profile's training machines.
-
-    The job runs in the pipeline's own region, as the pipeline's service account, on the
-    pipeline's network (GCPC's placeholders, which Vertex AI fills in when the task runs), and its
-    launcher is ours (``components.custom_job_launcher``): a retry creates a new job instead of
-    re-reading the failed one.
-    """
-    from google_cloud_pipeline_components import _placeholders
-    from google_cloud_pipeline_components.v1.custom_job import (
-        create_custom_training_job_from_component,
-    )
-
-    t = profile.train
-    op = create_custom_training_job_from_component(
-        component,
-        display_name=display_name,  # The job is named after its task.
-        replica_count=t.replica_count,
-        machine_type=t.machine_type,
-        accelerator_type=t.accelerator_type,
-        accelerator_count=t.accelerator_count or 1,
-        boot_disk_size_gb=t.boot_disk_size_gb,
-        restart_job_on_worker_restart=True,
-        service_account=_placeholders.SERVICE_ACCOUNT_PLACEHOLDER,
-        network=_placeholders.NETWORK_PLACEHOLDER,
-    )
-    container = op.component_spec.implementation.container
-    container.image = launcher_image
-    container.command = ["python3", "-u", "-m", custom_job_launcher.MODULE]
-    specs = copy.deepcopy(op.component_spec.inputs[WORKER_POOL_SPECS].default)
-    for spec in specs:
-        spec["container_spec"]["image_uri"] = train_image
-        if t.tpu_topology:
-            # The wrapper has no topology argument; TPU v5e machine types need one.
-            spec["machine_spec"]["tpu_topology"] = t.tpu_topology
-    op.component_spec.inputs[WORKER_POOL_SPECS].default = specs  # One truth in the YAML.
-    return op, specs
-
-
-# The pipeline's steps (``Placement.apply``), by the profile's machine each runs on.
-STEP_MACHINES = {
-    "validate": "data",
-    "prepare": "data",
-    "train": "train",
-    "refit": "train",
-    "evaluate": "evaluate",
-    "export": "evaluate",
-    "compare": "evaluate",
-    "recommend": "evaluate",
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class Placement:
-    """Where a profile runs the pipeline's steps (``placement``), for Vertex AI or kfp.local.
-
-    Attributes:
-        profile: the hardware profile (its machines size the plain tasks).
-        train_op: ``train_model``, or the custom-job wrapper of it.
-        worker_pool_specs: the custom job's worker pools; None when training is a plain task.
-        refit_op: ``refit_model``, placed as ``train_op`` is (docs/training.md, "Refit").
-        refit_worker_pool_specs: its custom job's worker pools, as ``worker_pool_specs``.
-        strategy: the training distribution strategy's name.
-        tpu_address: the TPU the trainer connects to ("" off TPUs).
-        expect_accelerator: the accelerator type training must find ("": none expected).
-        expect_accelerator_count: how many of them (0 when none is expected).
-    """
-
-    profile: Profile
-    train_op: Any
-    worker_pool_specs: list[dict[str, Any]] | None
-    refit_op: Any
-    refit_worker_pool_specs: list[dict[str, Any]] | None
-    strategy: str
-    tpu_address: str
-    expect_accelerator: str
-    expect_accelerator_count: int
-
-    @property
-    def train_arguments(self) -> dict[str, Any]:
-        """The train op's arguments that follow from where it runs."""
-        args: dict[str, Any] = dict(
-            distribution_strategy=self.strategy,
-            tpu_address=self.tpu_address,
-            expect_accelerator=self.expect_accelerator,
-            expect_accelerator_count=self.expect_accelerator_count,
-        )
-        if self.worker_pool_specs is not None:
-            args[WORKER_POOL_SPECS] = self.worker_pool_specs
-        return args
-
-    @property
-    def refit_arguments(self) -> dict[str, Any]:
-        """The refit op's arguments that follow from where it runs (its own worker pools)."""
-        args = self.train_arguments
-        if self.refit_worker_pool_specs is not None:
-            args[WORKER_POOL_SPECS] = self.refit_worker_pool_specs
-        return args
-
-    def apply(self, task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
-        """Sizes a plain task (``step``: a key of ``STEP_MACHINES``) to its machine's limits.
-
-        A custom-job train task is left alone: its worker pools are its machines.
-        """
-        machine = getattr(self.profile, STEP_MACHINES[step])
-        if step in ("train", "refit") and self.worker_pool_specs is not None:
-            return task
-        if machine.cpu_limit:
-            task.set_cpu_limit(machine.cpu_limit)
-        if machine.memory_limit:
-            task.set_memory_limit(machine.memory_limit)
-        return task
-
-
-def placement(profile: Profile, local: bool = False, images: Images | None = None) -> Placement:
-    """Where ``profile`` runs each step; ``local``: plain tasks only, on this machine's CPU.
-
-    ``images`` names the training image baked into the custom job's worker pools (default: the
-    profile's family in the default repository); plain tasks are swapped by ``compile_pipeline``.
-    """
-    t = profile.train
-    if local or not t.custom_job:
-        train_op, worker_pool_specs = train_model, None
-        refit_op, refit_specs = refit_model, None
-    else:
-        images = images or Images.for_profile(profile)
-        train_op, worker_pool_specs = _custom_job_train_op(profile, images.train, DEFAULT_IMAGE)
-        refit_op, refit_specs = _custom_job_train_op(
-            profile, images.train, DEFAULT_IMAGE, refit_model, REFIT_TASK
-        )
-    expect = "" if local else t.accelerator_type
-    return Placement(
-        profile=profile,
-        train_op=train_op,
-        worker_pool_specs=worker_pool_specs,
-        refit_op=refit_op,
-        refit_worker_pool_specs=refit_specs,
-        strategy="default" if local else profile.strategy,
-        tpu_address="local" if t.is_tpu and not local else "",
-        expect_accelerator=expect,
-        expect_accelerator_count=t.accelerator_count if expect else 0,
-    )
-
-
-def vertex_parameter_spec(space: "SearchSpace") -> list[dict[str, Any]]:
-    """The StudySpec parameters, as GCPC's ``HyperparameterTuningJobRunOp`` takes them.
-
-    Built by ``hyperparameter_tuning_job.serialize_parameters`` over the SDK's parameter specs.
-    """
-    from google.cloud.aiplatform import hyperparameter_tuning as hpt
-    from google_cloud_pipeline_components.v1 import hyperparameter_tuning_job
-
-    scale = {"linear": "linear", "log": "log"}
-    specs = {}
-    for p in space.parameters:
-        if p.type == "double":
-            specs[p.name] = hpt.DoubleParameterSpec(min=p.min, max=p.max, scale=scale[p.scale])
-        elif p.type == "integer":
-            specs[p.name] = hpt.IntegerParameterSpec(
-                min=int(p.min), max=int(p.max), scale=scale[p.scale]
-            )
-        elif p.type == "discrete":
-            specs[p.name] = hpt.DiscreteParameterSpec(values=list(p.values), scale="linear")
-        else:
-            specs[p.name] = hpt.CategoricalParameterSpec(values=list(p.values))
-    return hyperparameter_tuning_job.serialize_parameters(specs)
-
-
-def vertex_metric_spec(space: "SearchSpace") -> list[dict[str, Any]]:
-    """The StudySpec metric (maximised), as GCPC's op takes it."""
-    from google_cloud_pipeline_components.v1 import hyperparameter_tuning_job
-
-    return hyperparameter_tuning_job.serialize_metrics({space.metric: "maximize"})
-
-
-def _tuning(profile, images, examples, preset, architecture, epochs, seed, trials, parallel):
-    """A Vertex AI tuning job over the profile's search space.
-
-    Returns ``train_model``'s arguments from its best trial (docs/training.md, "Tuning").
-    """
-    from google_cloud_pipeline_components import _placeholders
-    from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import (
-        HyperparameterTuningJobRunOp,
-    )
-
-    from training_core import tune
-
-    space = tune.load_search_space(profile.search_space or None)
-    with open(space.path) as f:
-        space_text = f.read()
-    t = profile.train
-    images = images or Images.for_profile(profile)
-    spec = tuning_trial_spec(
-        examples=examples,
-        image=images.train,
-        machine_type=t.machine_type,
-        accelerator_type=t.accelerator_type,
-        accelerator_count=t.accelerator_count,
-        preset=preset,
-        architecture=architecture,
-        epochs=epochs,
-        seed=seed,
-        metric=space.metric,
-    )
-    spec.set_display_name("Tuning trials' machine and command")
-    # Never from the cache: its artifact's URI is the tuning job's base_output_directory, so a
-    # cached spec would hand a new tuning job an earlier job's trial folders (a run resubmitted
-    # after a failed job, or with another trial count). Run each time, it gives every job a
-    # fresh folder; the job's own cache key holds that folder, so a job is reused only together
-    # with its own trials.
-    spec.set_caching_options(False)
-    job = HyperparameterTuningJobRunOp(
-        display_name=TUNE_TASK,
-        base_output_directory=spec.outputs["base_output_directory"],
-        worker_pool_specs=spec.outputs["worker_pool_specs"],
-        study_spec_metrics=vertex_metric_spec(space),
-        study_spec_parameters=vertex_parameter_spec(space),
-        max_trial_count=trials,
-        parallel_trial_count=parallel,
-        location=_placeholders.LOCATION_PLACEHOLDER,
-        project=_placeholders.PROJECT_ID_PLACEHOLDER,
-        service_account=_placeholders.SERVICE_ACCOUNT_PLACEHOLDER,
-        network=_placeholders.NETWORK_PLACEHOLDER,
-    )
-    job.set_display_name("Tune (Vertex AI hyperparameter tuning job)")
-    best = best_tuning_options(
-        gcp_resources=job.outputs["gcp_resources"],
-        trials=spec.outputs["trials"],
-        search_space=space_text,
-        max_trial_count=trials,
-    )
-    best.set_display_name("Best trial's options")
-    return {name: best.outputs[name] for name in tune.TUNABLE}
 
 
 # A pipeline parameter while the pipeline is built: a KFP channel that the tasks' inputs take.
@@ -512,7 +221,7 @@ def _train(
     """
     tuned = {}
     if b.profile.tune and not b.local:
-        tuned = _tuning(b.profile, b.images, examples, preset, architecture, epochs, seed,
+        tuned = tuning_job(b.profile, b.images, examples, preset, architecture, epochs, seed,
                         tune_trials, tune_parallel_trials)  # fmt: skip
     # The best trial's values, its architecture included, over the pipeline's own.
     tuned = {"architecture": architecture, **tuned}

@@ -22,7 +22,7 @@ from conftest import BUCKET, PROJECT, REGION
 from kfp import dsl
 
 import vertex_emulator
-from pipelines import pipeline, profiles, yaml_io
+from pipelines import pipeline, profiles, tuning_job, yaml_io
 from training_core import tune
 from training_core.serving import model_line
 from training_core.serving.vertex_registry import SERVING_METADATA_FILE
@@ -289,8 +289,8 @@ def test_a_trial_that_fails_is_infeasible_and_a_job_whose_trials_all_fail_fails(
     job = {
         "display_name": "tune",
         "study_spec": {
-            "metrics": pipeline.vertex_metric_spec(space),
-            "parameters": pipeline.vertex_parameter_spec(space),
+            "metrics": tuning_job.vertex_metric_spec(space),
+            "parameters": tuning_job.vertex_parameter_spec(space),
         },
         "max_trial_count": 1,
         "parallel_trial_count": 1,

@@ -12,7 +12,7 @@ from kfp import dsl
 from components import custom_job_launcher
 from components._image import image_for
 from components.train_model import train_model
-from pipelines import cli, pipeline, profiles, yaml_io
+from pipelines import cli, pipeline, placement, profiles, yaml_io
 from training_core.training import strategy as st
 
 DISPLAY = {
@@ -92,7 +92,7 @@ def test_the_compiled_documents_are_what_kfp_s_compiler_writes(tmp_path):
     from kfp import compiler
 
     profile = profiles.BUILTIN["gpu-a100x8-dataflow"]
-    images = pipeline.Images.for_profile(profile)
+    images = placement.Images.for_profile(profile)
     compiler.Compiler().compile(
         pipeline.build_pipeline(profile, images=images), str(tmp_path / "k.yaml")
     )

@@ -10,7 +10,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from pipelines import cli, pipeline
+from pipelines import cli, pipeline, tuning_job
 from training_core import tune
 from training_core.training import loop, train_config
 from training_core.training.model_dir import read_model_config
@@ -30,10 +30,10 @@ def test_the_shipped_search_space_is_valid_for_vertex_ai_and_optuna():
     assert space.metric == "hr_at_10"
     assert {p.name for p in space.parameters} <= set(tune.TUNABLE)
     # GCPC's serialised specs parse strictly as the service's own StudySpec messages.
-    for spec in pipeline.vertex_parameter_spec(space):
+    for spec in tuning_job.vertex_parameter_spec(space):
         parsed = json_format.ParseDict(spec, StudySpec.ParameterSpec()._pb)
         assert parsed.parameter_id in tune.TUNABLE
-    (metric,) = pipeline.vertex_metric_spec(space)
+    (metric,) = tuning_job.vertex_metric_spec(space)
     parsed = json_format.ParseDict(metric, StudySpec.MetricSpec()._pb)
     assert parsed.metric_id == "hr_at_10"
     assert parsed.goal == StudySpec.MetricSpec.GoalType.MAXIMIZE
@@ -271,15 +271,15 @@ def test_the_compiled_tuning_job_is_a_valid_request_and_feeds_training(tune_spec
     from kfp import dsl
 
     from components.tuning import tuning_trial_spec
-    from pipelines.pipeline import TUNE_TASK
+    from pipelines.tuning_job import TUNE_TASK
 
     tasks = tune_spec["root"]["dag"]["tasks"]
     hpt = tasks["hyperparameter-tuning-job"]
     consts = {k: v["runtimeValue"]["constant"] for k, v in hpt["inputs"]["parameters"].items()
               if "runtimeValue" in v}  # fmt: skip
     space = tune.load_search_space()
-    assert consts["study_spec_parameters"] == pipeline.vertex_parameter_spec(space)
-    assert consts["study_spec_metrics"] == pipeline.vertex_metric_spec(space)
+    assert consts["study_spec_parameters"] == tuning_job.vertex_parameter_spec(space)
+    assert consts["study_spec_metrics"] == tuning_job.vertex_metric_spec(space)
     assert consts["display_name"] == TUNE_TASK
     for name, key in (("worker_pool_specs", "worker_pool_specs"),
                       ("base_output_directory", "base_output_directory")):  # fmt: skip

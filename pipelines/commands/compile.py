@@ -98,7 +98,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Compiles and says where."""
     from components._image import IMAGE_REPOSITORY, VARIANTS, digest_problem, image_for, pinned
-    from pipelines import compiled, pipeline, placeholder_values, profiles
+    from pipelines import compiled, pipeline, placeholder_values, placement, profiles
     from pipelines.submit.request import parse_assignments
     from pipelines.submit.run_values import check_parameter_values
 
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     check_parameter_values(defaults)  # Before compiling: preset names, value ranges.
     # Checked before compiling, so that a refused pin leaves no unpinned template behind.
     named = dataclasses.astuple(
-        pipeline.Images.for_profile(profile, repository, image, args.image_user)
+        placement.Images.for_profile(profile, repository, image, args.image_user)
     )
     pins = {}
     for variant, digest in digests.items():
@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         text = compiled.pin_images(text, pins)
         with open(path, "w") as f:
             f.write(text)
-    images = pipeline.Images.for_profile(profile, repository, image, args.image_user)
+    images = placement.Images.for_profile(profile, repository, image, args.image_user)
     t = profile.train
     acc = f", {t.accelerator_count} x {t.accelerator_type}" if t.accelerator_type else ""
     steps, train = (pins.get(i, i) for i in (images.cpu, images.train))

@@ -15,6 +15,11 @@ their types the checks, so a new key is one field (plus its use). Custom profile
       train: {machine_type: g2-standard-8, accelerator_type: NVIDIA_L4, accelerator_count: 1,
               replica_count: 2}
       strategy: multi_worker_mirrored
+
+Over 500 lines, for one reason: the built-in catalogue (``BUILTIN``) and the machine tables
+preflight checks against (``_CPU_SIZES``, ``_FIXED_GPU``, ``_TPU``) are data the models and
+preflight's rules are read beside; each concern is its own block (models, catalogue, machine
+rules, preflight, the YAML loader).
 """
 
 from __future__ import annotations

@@ -24,6 +24,10 @@ training options (``TrainOptions`` fields) and their ranges in Vertex AI's Study
 Why Optuna locally: it installs cleanly into this locked set (pure Python; Open Source Vizier
 needs JAX and a newer NumPy than TFDV's pin), its TPE and median pruning are well proven, and
 its study storage makes a tune resumable. Vertex AI's own tuning (Vizier) runs in the cloud.
+
+Over 500 lines, for one reason: the search space's reader and both of its runners (Optuna
+here, the Vertex AI trials' command and reporter) must stay in step on the same names and
+spellings; split, each would import the others.
 """
 
 from __future__ import annotations

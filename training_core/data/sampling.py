@@ -30,6 +30,10 @@ test split's leave out everything before the test item, the validation item incl
 knows every interaction. Each of these is a :class:`Complement` of its own
 (:func:`train_complement`, :func:`split_complement`), and each draw checks it was given the
 right one.
+
+Over 500 lines, for one reason: the three samplers (training negatives, eval candidates,
+leave-one-out) share the shard's compressed-row form and the complement-sampling helpers, and
+the pinned record digests hold them together.
 """
 
 from __future__ import annotations

@@ -25,6 +25,10 @@ model on the endpoint, their traffic, and which one is the registry's default. T
 version is the default; a canary is another version deployed beside it. Every step of
 :func:`promote` and :func:`rollback` leaves a state that the same call (or the other one, while
 both versions are deployed) finishes, so either is safe to interrupt and to run again.
+
+Over 500 lines, for one reason: the deploy and the canary's promote and rollback are one
+procedure over the same endpoint reads (``RolloutState``); the order that keeps a failure
+harmless is easier to hold in one file than across three.
 """
 
 from __future__ import annotations

@@ -43,6 +43,9 @@ Why assets for the vocabularies and variables for the rest: the vocab files are 
 prep wrote, so carrying them unchanged keeps one source for that fact; and variables go to the
 ``variables/`` shards, not into ``saved_model.pb``, which as one protobuf cannot pass 2 GB (the
 seen-items lists of ml-20m alone are ~20M ids). Baking them as graph constants would not scale.
+
+Over 500 lines, for one reason: the serving module's signatures and the tables and variables
+they read are one contract (what a request may send and gets back, docs/serving.md).
 """
 
 from __future__ import annotations

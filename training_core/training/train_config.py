@@ -12,6 +12,10 @@ for ``batch_size`` the data's pre-batch size). One switch stops training early: 
 evaluated run's model folder instead (``refit_model``). ``warm_start_uri`` (``--warm-start-from``)
 starts the model from a champion's weights instead of fresh ones (``warm_start``).
 ``with_training_epochs`` hands data prep, which does not know the presets, the epochs a run trains.
+
+Over 500 lines, for one reason: it is the one home of training's options (each one's default,
+rule and help beside the others, ``TrainOptions``, ``_OPTION_RULES``) and of the paths from
+options to a ``TrainConfig`` (``config_for``, a refit's ``refit_model``).
 """
 
 from __future__ import annotations

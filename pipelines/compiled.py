@@ -58,7 +58,7 @@ def run_problems(spec: Mapping[str, Any], values: Mapping[str, Any]) -> list[str
     ``values`` override the compiled defaults; the batch sizes are checked against the training
     replicas the template was compiled for (the profile travels inside the template).
     """
-    from training_core.data.plan import resolve_eval_users_per_batch
+    from training_core.data.prep_plan import resolve_eval_users_per_batch
 
     declared = spec["root"]["inputDefinitions"]["parameters"]
 

@@ -43,7 +43,7 @@ from training_core.data import indexing, sampling, synthetic
 from training_core.data import io as rio
 from training_core.data.config import PrepareConfig
 from training_core.data.metadata import SPLIT_TEST, SPLIT_VALIDATION
-from training_core.data.plan import auto_num_shards
+from training_core.data.prep_plan import auto_num_shards
 from training_core.training.presets import get_preset
 
 PRESET = "ml-20m"

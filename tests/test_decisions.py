@@ -18,7 +18,7 @@ import tensorflow as tf
 from conftest import checkpoint_values
 
 from pipelines import cli
-from training_core.data import plan, prepare
+from training_core.data import prep_plan, prepare
 from training_core.data.config import PrepareConfig
 from training_core.data.metadata import SPLIT_TEST, SPLIT_VALIDATION, read_metadata
 from training_core.evaluation import gate
@@ -217,7 +217,7 @@ def test_auto_prepares_the_epochs_of_the_preset_its_training_positives_choose():
     config = PrepareConfig(input_path="in.csv", output_dir="out", num_epochs=None)
     assert config.train_preset == presets.AUTO and config.train_epochs is None
     config = train_config.with_training_epochs(config)  # As the CLI and the component tell it.
-    decided = plan.make_plan(config, "csv", "0" * 64, rows, users, num_items=5_000)
+    decided = prep_plan.make_plan(config, "csv", "0" * 64, rows, users, num_items=5_000)
     assert decided.num_epochs == decided.options["num_epochs"] == by_positives
 
 

@@ -33,7 +33,7 @@ import pytest
 from conftest import ROOT, communicate
 
 from training_core.common import faults
-from training_core.data import indexing, plan, prepare, sampling
+from training_core.data import indexing, prep_plan, prepare, sampling
 from training_core.data import io as rio
 from training_core.data.config import PrepareConfig
 from training_core.data.metadata import METADATA_FILE
@@ -179,13 +179,15 @@ def test_the_estimate_is_within_a_few_percent_of_the_written_bytes(tmp_path, tin
     )
     result = prepare.prepare(config)
     meta = result.metadata
-    p = plan.make_plan(config, "csv", "x", meta.source["rows_kept"], meta.num_users, meta.num_items)
+    p = prep_plan.make_plan(
+        config, "csv", "x", meta.source["rows_kept"], meta.num_users, meta.num_items
+    )
     # Each user holds out two interactions (test, validation); the rest repeat by recency.
     indexed = indexing.index_interactions(rio.read_interactions(tiny_csv), 0)
     trained = np.diff(indexed.offsets) - 2
     copies = sampling.recency_extra_rows(trained, config.recency_boost, config.recency_scale)
     rows, users, items = meta.source["rows_kept"], meta.num_users, meta.num_items
-    estimate = plan.estimate(p, config, rows, users, items, recency_rows=copies)
+    estimate = prep_plan.estimate(p, config, rows, users, items, recency_rows=copies)
     written = sum(
         os.path.getsize(os.path.join(folder, name))
         for folder, _, names in os.walk(tmp_path / "out")

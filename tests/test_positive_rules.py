@@ -15,9 +15,9 @@ from conftest import SMALL_PREPARE, read_records
 
 from training_core.data import (
     indexing,
-    plan,
     positive_rules,
     positives,
+    prep_plan,
     prep_result,
     prepare,
     read_errors,
@@ -287,26 +287,26 @@ def test_a_prepared_dataset_keeps_seen_only_pairs_out_of_every_split(from_intera
 
 def test_seen_only_options_are_recorded_only_when_set():
     default = PrepareConfig("in", "out", num_epochs=1, eval_negatives=10)
-    options = plan.make_plan(default, "csv", "sha", 100, 10, 20).options
+    options = prep_plan.make_plan(default, "csv", "sha", 100, 10, 20).options
     assert not {"id_type", "min_rating", "positive_events"} & set(options)
     assert set(options["columns"]) == {"user", "item", "timestamp"}
-    assert not {"id_type", "min_rating", "positive_events"} & set(plan.build_options(default))
-    assert plan.read_options(default) == {}
+    assert not {"id_type", "min_rating", "positive_events"} & set(prep_plan.build_options(default))
+    assert prep_plan.read_options(default) == {}
     events = dataclasses.replace(
         default,
         id_type="string",
         positive_events="buy, cart",
         columns=rio.Columns(event="action"),
     )
-    options = plan.make_plan(events, "csv", "sha", 100, 10, 20).options
+    options = prep_plan.make_plan(events, "csv", "sha", 100, 10, 20).options
     assert options["positive_events"] == "buy,cart" and options["id_type"] == "string"
     assert options["columns"]["event"] == "action" and "rating" not in options["columns"]
-    assert plan.read_options(events) == {
+    assert prep_plan.read_options(events) == {
         "id_type": "string",
         "rule": positive_rules.PositiveRule(None, ("buy", "cart")),
     }
     fingerprints = {
-        plan.make_plan(c, "csv", "sha", 100, 10, 20).fingerprint
+        prep_plan.make_plan(c, "csv", "sha", 100, 10, 20).fingerprint
         for c in (default, events, dataclasses.replace(default, min_rating=4.0))
     }
     assert len(fingerprints) == 3

@@ -225,7 +225,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # --- auto's epochs: by training positives, not rows ------------------------------------------
     Mutant(
-        "auto-counts-rows", "training_core/data/plan.py",
+        "auto-counts-rows", "training_core/data/prep_plan.py",
         "num_epochs = config.resolved_epochs(num_train_positives)",
         "num_epochs = config.resolved_epochs(rows_kept)",
         "auto prepares the epochs that the row count (not the positives) chooses",

@@ -17,7 +17,7 @@ from typing import Any
 from pipelines.run_plan import custom_job_requests
 from pipelines.run_plan.custom_job import RequestError
 from pipelines.run_plan.parameters import FAST_PARAMETERS
-from pipelines.run_plan.records import BUILT, FAILED, PLANNED, SKIPPED, SUCCEEDED
+from pipelines.run_plan.task_records import BUILT, FAILED, PLANNED, SKIPPED, SUCCEEDED
 from vertex_emulator.run import (
     DEFAULT_PIPELINE_ROOT,
     DEFAULT_PROJECT,

@@ -27,7 +27,7 @@ Each of the service's rules has one home, which both sides and ``submit`` use:
   checks them): ``pipelines.vertex_names``;
 - what CreateCustomJob refuses that the proto accepts: ``pipelines.run_plan.custom_job``
   (``service_problems``; ``submit``'s preflight and verify's offline checks call it too), and
-  what CreateHyperparameterTuningJob refuses beyond that: ``tuning.tuning_problems``;
+  what CreateHyperparameterTuningJob refuses beyond that: ``tuning_jobs.tuning_problems``;
 - authentication (401 UNAUTHENTICATED without the token): ``rest_service``;
 - the REST messages' documented limits (display names, job, model and context ids, labels of the
   v1 reference, required fields, pipeline parameters against the compiled spec): ``rest_checks``;

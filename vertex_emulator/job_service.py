@@ -8,7 +8,7 @@ aiplatform proto-plus types' own (de)serializers, so the launcher's real ``JobSe
 talks to it unchanged apart from its channel. The stand-in listens on a Unix socket in a new
 folder only this user can open (mode 0700), never on a TCP port: it runs whatever command a job
 names, so no other user of this machine (and nothing off it) may reach it. A request is checked
-as the service checks it (``custom_job.service_problems``, and ``tuning.tuning_problems`` for a
+as the service checks it (``custom_job.service_problems``, and ``tuning_jobs.tuning_problems`` for a
 tuning job) and refused with ``INVALID_ARGUMENT`` if it fails; an accepted job runs its worker
 pools here, one local process per replica (``replicas``).
 """
@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 
 from pipelines.run_plan import custom_job
-from vertex_emulator import replica_network, tuning
+from vertex_emulator import replica_network, tuning_jobs
 from vertex_emulator.replicas import ReplicaEnv, Replicas
 from vertex_emulator.verify_report import JobRecord
 
@@ -237,7 +237,7 @@ class JobServiceStandIn:
             custom_job=types.CustomJob(display_name=job.display_name, job_spec=job.trial_job_spec),
         )
         problems = custom_job.service_problems(as_custom_job, match["region"] if match else None)
-        problems += tuning.tuning_problems(job)
+        problems += tuning_jobs.tuning_problems(job)
         if problems:
             message = "; ".join(problems)
             self.rejections.append(message)
@@ -284,7 +284,7 @@ class JobServiceStandIn:
 
     def _run_tuning(self, record: JobRecord) -> None:
         try:
-            tuning.run_trials(record, self.replicas)
+            tuning_jobs.run_trials(record, self.replicas)
         except Exception as e:  # A failure of the stand-in itself fails the job, visibly.
             self.replicas.finish(record, "JOB_STATE_FAILED", f"verify could not run the job: {e!r}")
 

@@ -8,7 +8,7 @@ import os
 import shlex
 from typing import Any
 
-from pipelines.run_plan.records import FAILED, TaskRecord
+from pipelines.run_plan.task_records import FAILED, TaskRecord
 
 
 @dataclasses.dataclass

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pipelines.run_plan import placeholders, template
-from pipelines.run_plan.records import TaskRecord
+from pipelines.run_plan.task_records import TaskRecord
 
 EXECUTOR_OUTPUT = "executor_output.json"
 

@@ -18,7 +18,7 @@ from pipelines import compiled
 from pipelines.run_plan import custom_job, placeholders, template
 from pipelines.run_plan.executor_io import Scope, build_executor_input, read_outputs, task_inputs
 from pipelines.run_plan.parameters import plan_parameters
-from pipelines.run_plan.records import BUILT, FAILED, PLANNED, SKIPPED, TaskRecord
+from pipelines.run_plan.task_records import BUILT, FAILED, PLANNED, SKIPPED, TaskRecord
 
 DEFAULT_PIPELINE_ROOT = "gs://ncf-verify/pipeline-root"
 DEFAULT_PROJECT = "verify-project"

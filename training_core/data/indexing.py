@@ -18,7 +18,7 @@ import numpy as np
 from training_core.data import io as rio
 from training_core.data import sampling
 from training_core.data.ids import ID_INT64
-from training_core.data.plan import nothing_left
+from training_core.data.prep_plan import nothing_left
 
 log = logging.getLogger(__name__)
 

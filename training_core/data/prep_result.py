@@ -11,7 +11,7 @@ import dataclasses
 
 from training_core.data.dataset_folder import record_files
 from training_core.data.metadata import DatasetMetadata
-from training_core.data.plan import SEEN_ONLY_RULES
+from training_core.data.prep_plan import SEEN_ONLY_RULES
 
 
 @dataclasses.dataclass(frozen=True)

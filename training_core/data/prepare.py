@@ -42,7 +42,7 @@ from training_core.data.metadata import (
     epoch_dir,
     vocab_text,
 )
-from training_core.data.plan import (
+from training_core.data.prep_plan import (
     Estimate,
     Plan,
     build_metadata,
@@ -208,7 +208,7 @@ NOTHING_PUBLISHED = (
 def check_resources(config: PrepareConfig, plan: Plan, size: Estimate, workers: int) -> None:
     """Refuses before writing when the output's disk or the memory cannot hold the plan.
 
-    The numbers are :func:`plan.estimate`'s; raises ``faults.MachineFault``.
+    The numbers are :func:`prep_plan.estimate`'s; raises ``faults.MachineFault``.
     """
     faults.check_room(
         config.output_dir,

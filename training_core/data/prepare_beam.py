@@ -2,7 +2,7 @@
 
 Raw interactions to pre-batched NCF TFRecords; the files are byte for byte those
 :mod:`training_core.data.prepare` writes on one machine. The job takes the same global decisions
-with the same functions (``plan``), in three stages, each a module:
+with the same functions (``prep_plan``), in three stages, each a module:
 
 1. **Read** (``prepare_beam_read``) chunks, not rows: byte ranges of text files and Parquet row
    groups, into ids (int64, or text), timestamps and each row's positive flag (``--min-rating``,
@@ -11,7 +11,7 @@ with the same functions (``plan``), in three stages, each a module:
    job), and the rule counts are summed.
 2. **Clean** (``prepare_beam_clean``) per bucket of raw users (one shuffle), then one global
    combine: duplicates, ``--min-ratings``, users with every item; the sorted vocabularies and
-   the plan (``plan.make_plan``) as a side input.
+   the plan (``prep_plan.make_plan``) as a side input.
 3. **Write** (``prepare_beam_write``) by ``user_index % num_shards`` (second shuffle): per shard
    the single path's sampling and writers, seeded by (seed, shard, purpose, epoch): same seed,
    same bytes, any worker count.
@@ -40,7 +40,7 @@ from training_core.data import (
     formats,
     id_columns,
     input_files,
-    plan,
+    prep_plan,
     prep_result,
     prepare_beam_read,
     prepare_beam_write,
@@ -158,7 +158,7 @@ def _predicted_fingerprint(config: PrepareConfig, out: str, fmt: str, source_sha
     try:
         # The users with a validation item are known where the dataset has a validation split;
         # where it has none, this run's options differ from its options or do not count them.
-        decided = plan.make_plan(
+        decided = prep_plan.make_plan(
             config,
             fmt,
             source_sha,
@@ -213,7 +213,7 @@ def prepare_beam(config: PrepareConfig, beam_config: BeamConfig) -> prep_result.
     specs = describe_files(files, fmt, config.columns, Reading.of(config).rule, remote)
     source_sha = input_files.file_sha256(files)
     out = config.output_dir
-    build = plan.build_name(config, source_sha)
+    build = prep_plan.build_name(config, source_sha)
     with dataset_folder.holding(out):
         fingerprint = _predicted_fingerprint(config, out, fmt, source_sha)
         existing = dataset_folder.decide(out, (fingerprint,), build, config.overwrite)
@@ -278,7 +278,7 @@ def _assemble(
     staging = os.path.join(root, dataset_folder.BEAM_STAGING)
     with open(os.path.join(staging, prepare_beam_write.SUMMARY_FILE)) as f:
         summary = json.load(f)
-    decided = plan.Plan(**summary["plan"])
+    decided = prep_plan.Plan(**summary["plan"])
     stats = summary["stats"]
     for key, what in (
         ("duplicate_pairs_dropped", "repeated (user, item) rows dropped; the latest kept"),
@@ -302,7 +302,7 @@ def _assemble(
     eval_files = [ShardFile(**r["eval"]) for r in results]
     validation_files = [ShardFile(**f) for r in results for f in r["validation"]]
     seen_only_files = [ShardFile(**f) for r in results for f in r["seen_only"]]
-    return plan.build_metadata(
+    return prep_plan.build_metadata(
         config,
         decided,
         files,

@@ -6,7 +6,8 @@ positive or seen only, and users with too few positives go (``--min-ratings``). 
 combine of the buckets' per-user and per-item counts drops users who interacted with every item
 (the few users who could, found by :func:`covering_bound`, send their item sets) and yields the
 sorted vocabularies (contiguous ids in ascending raw-id order: numeric, or str order) and the
-plan (``plan.make_plan``): the :class:`Summary`, a side input of the shards (:func:`to_shards`).
+plan (``prep_plan.make_plan``): the :class:`Summary`, a side input of the shards
+(:func:`to_shards`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import functools
 import apache_beam as beam
 import numpy as np
 
-from training_core.data import plan, read_errors, sampling
+from training_core.data import prep_plan, read_errors, sampling
 from training_core.data.config import PrepareConfig
 from training_core.data.prepare_beam_read import ReadDecision, Reading
 
@@ -213,7 +214,7 @@ class Summary:
     user_vocab: np.ndarray
     item_vocab: np.ndarray
     stats: dict[str, int]
-    plan: plan.Plan
+    plan: prep_plan.Plan
     num_seen_only: int  # Seen-only pairs kept (of users kept, on items kept).
     id_types: tuple[str, str]  # The users' and the items' (ids.ID_KINDS).
 
@@ -339,7 +340,7 @@ def summarize(
     if Reading.of(config).rule.active:  # As the single path counts them.
         stats.update(decision.rule_counts)
     if not alive.any():
-        raise plan.nothing_left(stats, config.min_ratings)
+        raise prep_plan.nothing_left(stats, config.min_ratings)
     stats["rows_kept"] = int(counts[alive].sum())
     user_vocab, item_vocab = users[alive], item_ids[present]
     # Seen-only pairs kept: on items kept, less those of the users dropped.
@@ -349,7 +350,7 @@ def summarize(
         num_seen_only -= int(kept_items.lookup(seen)[1].sum())
     if Reading.of(config).rule.active:
         stats["seen_only_pairs"] = num_seen_only
-    decided = plan.make_plan(
+    decided = prep_plan.make_plan(
         config,
         fmt,
         source_sha,

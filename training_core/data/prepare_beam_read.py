@@ -24,8 +24,8 @@ from training_core.data import (
     delimited,
     formats,
     id_columns,
-    plan,
     positive_rules,
+    prep_plan,
     prepare_beam_errors,
     read_errors,
 )
@@ -47,7 +47,7 @@ class FileSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Reading:
-    """How ids and positives are read (``plan.read_options``: the single path's too)."""
+    """How ids and positives are read (``prep_plan.read_options``: the single path's too)."""
 
     id_type: str = ID_AUTO
     rule: positive_rules.PositiveRule = positive_rules.PositiveRule()
@@ -55,7 +55,7 @@ class Reading:
     @classmethod
     def of(cls, config: PrepareConfig) -> Reading:
         """The reading of ``config``'s options."""
-        return cls(**plan.read_options(config))
+        return cls(**prep_plan.read_options(config))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,9 +36,9 @@ from vertex_emulator.replicas import free_port as _free_port
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "train_worker.py")
 EPOCHS = 3
-# Patience: a learning rate at which HR@10 on tiny_data peaks in epoch 4 of 7 and dips in epoch
-# 5, so a run with patience 1 stops after epoch 5 and leaves epoch 4's weights (test_train_core
-# checks the curve).
+# Patience: a learning rate at which HR@10 on tiny_data stalls or dips before epoch 7, so a run
+# with patience 1 stops early and leaves an earlier epoch's weights (test_train_core checks the
+# curve; where it stalls differs between CPUs, so no epoch number is assumed).
 PATIENT = ["--learning-rate", "0.1", "--epochs", "7", "--patience", "1"]
 
 
@@ -348,6 +348,9 @@ def test_kills_at_random_moments_then_resume_end_with_the_clean_run_s_model(
     )
     spe = read_metadata(tiny_data).train_steps_per_epoch
     total = (7 if variant else EPOCHS) * spe
+    if variant:  # Where patience stops is the clean run's to say: the kills land before it.
+        _wait(ref)
+        total = json.load(open(tmp_path / "ref.json"))["global_step"]
     rng = random.Random(4)
     kills = 0
     for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGKILL):
@@ -375,8 +378,10 @@ def test_kills_at_random_moments_then_resume_end_with_the_clean_run_s_model(
     assert [e["hr_at_10"] for e in ra["epochs"]] == [e["hr_at_10"] for e in rb["epochs"]]
     assert ra["kept_epoch"] == rb["kept_epoch"]
     assert ra["test"] == rb["test"]  # Scored after the loop: a resumed run ends with it too.
-    if variant:  # Stopped after epoch 5 of 7; the model is epoch 4's.
-        assert ra["global_step"] == 5 * spe and ra["kept_epoch"] == 4
+    if variant:  # Stopped early; the model is the best epoch's, one before the last.
+        hr = [e["hr_at_10"] for e in ra["epochs"]]
+        assert ra["global_step"] == len(hr) * spe < 7 * spe
+        assert ra["kept_epoch"] == int(np.argmax(hr)) + 1 == len(hr) - 1
     else:
         assert ra["global_step"] == total and ra["kept_epoch"] is None
 
